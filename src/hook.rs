@@ -1,0 +1,386 @@
+//! Metacontroller's wire protocol: the request and response bodies of every
+//! hook, and typed access to the observed objects inside a request.
+//!
+//! This module owns the shape of what crosses the wire and nothing else: it
+//! knows no axum, does no I/O and reads no clock. Requests tolerate unknown
+//! fields (Metacontroller and Kubernetes add fields over time); responses
+//! carry exactly the fields Metacontroller's strict decoder accepts.
+
+pub mod conditions;
+mod objects;
+
+pub use objects::{ObjectGroups, group_key};
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The hooks a controller can call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Hook {
+    /// CompositeController `sync`: desired children and status.
+    Sync,
+    /// CompositeController `finalize`: the parent is being deleted.
+    Finalize,
+    /// CompositeController `customize`: which related objects to send.
+    Customize,
+}
+
+impl Hook {
+    /// Every hook, in route order.
+    pub const ALL: [Hook; 3] = [Hook::Sync, Hook::Finalize, Hook::Customize];
+
+    /// The last segment of the hook's route, also its name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Sync => "sync",
+            Hook::Finalize => "finalize",
+            Hook::Customize => "customize",
+        }
+    }
+
+    /// Parses a route segment or command-line word.
+    pub fn parse(word: &str) -> Option<Hook> {
+        Hook::ALL.into_iter().find(|hook| hook.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a request body could not be used. Each message names the field.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DecodeError {
+    /// The body is not JSON, or lacks a field every hook request has.
+    #[error("{0}")]
+    Malformed(String),
+    /// The parent decodes as JSON but does not fit the operator's resource.
+    #[error("{0}")]
+    Parent(String),
+}
+
+/// Decodes a whole request body, naming the offending field on failure.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de)
+        .map_err(|err| DecodeError::Malformed(describe("request body", err)))?;
+    de.end()
+        .map_err(|err| DecodeError::Malformed(format!("request body: {err}")))?;
+    Ok(value)
+}
+
+/// Decodes the parent object into the operator's typed resource.
+pub fn decode_parent<P: DeserializeOwned>(parent: Value) -> Result<P, DecodeError> {
+    serde_path_to_error::deserialize(parent).map_err(|err| DecodeError::Parent(describe("", err)))
+}
+
+/// Renders a serde error with the JSON path where it happened.
+pub(crate) fn describe<E: std::fmt::Display>(
+    what: &str,
+    err: serde_path_to_error::Error<E>,
+) -> String {
+    let path = err.path().to_string();
+    let inner = err.into_inner().to_string();
+    // serde appends " at line 1 column 9"; the path already says where.
+    let inner = match inner.rfind(" at line ") {
+        Some(at) => inner[..at].to_string(),
+        None => inner,
+    };
+    match (what.is_empty(), path.as_str()) {
+        (true, ".") => inner,
+        (true, _) => format!("{path}: {inner}"),
+        (false, ".") => format!("{what}: {inner}"),
+        (false, _) => format!("{what}: {path}: {inner}"),
+    }
+}
+
+/// The body of a CompositeController `sync` or `finalize` call.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct SyncRequest<P = Value> {
+    /// The CompositeController that called; opaque to operators.
+    #[serde(default)]
+    pub controller: Value,
+    /// The parent object as stored in the API server.
+    pub parent: P,
+    /// Observed children, grouped by `<Kind>.<apiVersion>`.
+    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    pub children: ObjectGroups,
+    /// Related objects chosen by the customize hook, grouped like `children`.
+    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    pub related: ObjectGroups,
+    /// True only when the finalize hook is called.
+    #[serde(default)]
+    pub finalizing: bool,
+}
+
+impl SyncRequest<Value> {
+    /// Replaces the untyped parent with the operator's typed resource.
+    pub fn typed<P: DeserializeOwned>(self) -> Result<SyncRequest<P>, DecodeError> {
+        Ok(SyncRequest {
+            controller: self.controller,
+            parent: decode_parent(self.parent)?,
+            children: self.children,
+            related: self.related,
+            finalizing: self.finalizing,
+        })
+    }
+}
+
+/// The answer to a CompositeController `sync` or `finalize` call.
+///
+/// Exactly the four fields of Metacontroller's `SyncHookResponse`, so its
+/// strict decoder accepts it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncResponse {
+    /// The parent's whole new status; Metacontroller adds `observedGeneration`.
+    pub status: Value,
+    /// Every desired child, sorted; an observed child missing here is deleted.
+    pub children: Vec<Value>,
+    /// Asks Metacontroller to call again after this many seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resync_after_seconds: Option<f64>,
+    /// On finalize: true once nothing is left to clean up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finalized: Option<bool>,
+}
+
+/// The body of a `customize` call.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct CustomizeRequest<P = Value> {
+    /// The CompositeController that called; opaque to operators.
+    #[serde(default)]
+    pub controller: Value,
+    /// The parent object as stored in the API server.
+    pub parent: P,
+}
+
+impl CustomizeRequest<Value> {
+    /// Replaces the untyped parent with the operator's typed resource.
+    pub fn typed<P: DeserializeOwned>(self) -> Result<CustomizeRequest<P>, DecodeError> {
+        Ok(CustomizeRequest {
+            controller: self.controller,
+            parent: decode_parent(self.parent)?,
+        })
+    }
+}
+
+/// The answer to a `customize` call.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomizeResponse {
+    /// Which objects Metacontroller should send in `related`.
+    pub related_resources: Vec<RelatedResourceRule>,
+}
+
+/// One rule of a customize answer: a kind of object, narrowed by a selector
+/// or by names, never both.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedResourceRule {
+    /// The API version, `v1` or `group/version`.
+    pub api_version: String,
+    /// The plural resource name, `pods`.
+    pub resource: String,
+    /// Objects whose labels match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Objects in the namespaces whose labels match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Objects in this namespace only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Objects with exactly these names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+}
+
+impl RelatedResourceRule {
+    /// Objects of a resource with these labels, optionally in one namespace.
+    pub fn labelled(
+        api_version: &str,
+        resource: &str,
+        labels: BTreeMap<String, String>,
+        namespace: Option<String>,
+    ) -> Self {
+        RelatedResourceRule {
+            api_version: api_version.to_string(),
+            resource: resource.to_string(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(labels),
+                match_expressions: None,
+            }),
+            namespace_selector: None,
+            namespace,
+            names: None,
+        }
+    }
+
+    /// Objects of a resource with exactly these names, optionally in one namespace.
+    pub fn named(
+        api_version: &str,
+        resource: &str,
+        names: Vec<String>,
+        namespace: Option<String>,
+    ) -> Self {
+        RelatedResourceRule {
+            api_version: api_version.to_string(),
+            resource: resource.to_string(),
+            label_selector: None,
+            namespace_selector: None,
+            namespace,
+            names: Some(names),
+        }
+    }
+}
+
+/// The body of a DecoratorController `sync` or `finalize` call.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct DecoratorRequest<T = Value> {
+    /// The DecoratorController that called; opaque to operators.
+    #[serde(default)]
+    pub controller: Value,
+    /// The decorated object.
+    pub object: T,
+    /// Observed attachments, grouped like a composite's children.
+    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    pub attachments: ObjectGroups,
+    /// Related objects chosen by the customize hook.
+    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    pub related: ObjectGroups,
+    /// True only when the finalize hook is called.
+    #[serde(default)]
+    pub finalizing: bool,
+}
+
+/// The answer to a DecoratorController `sync` or `finalize` call.
+///
+/// A `None` label or annotation value removes that key from the object;
+/// `status: None` (sent as `null`) leaves the object's status alone.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DecoratorResponse {
+    /// Labels to set, or to remove where the value is `None`.
+    pub labels: BTreeMap<String, Option<String>>,
+    /// Annotations to set, or to remove where the value is `None`.
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// The object's new status, or `None` to leave it alone.
+    pub status: Option<Value>,
+    /// Every desired attachment; an observed one missing here is deleted.
+    pub attachments: Vec<Value>,
+    /// Asks Metacontroller to call again after this many seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resync_after_seconds: Option<f64>,
+    /// On finalize: true once nothing is left to clean up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finalized: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sync_request_tolerates_unknown_fields_and_null_groups() {
+        let body = br#"{"controller":{},"parent":{"a":1},"children":null,"extra":true}"#;
+        let req: SyncRequest = decode_body(body).unwrap();
+        assert_eq!(req.parent, json!({"a": 1}));
+        assert_eq!(req.children.len(), 0);
+        assert!(!req.finalizing);
+    }
+
+    #[test]
+    fn missing_parent_names_the_field() {
+        let err = decode_body::<SyncRequest>(br#"{"children":{}}"#).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::Malformed("request body: missing field `parent`".into())
+        );
+    }
+
+    #[test]
+    fn wrong_type_inside_children_names_the_path() {
+        let err = decode_body::<SyncRequest>(br#"{"parent":{},"children":{"Pod.v1":[]}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("request body: children.Pod.v1: invalid type"), "{err}");
+    }
+
+    #[test]
+    fn trailing_garbage_is_malformed() {
+        assert!(matches!(
+            decode_body::<SyncRequest>(br#"{"parent":{}} x"#),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn sync_response_has_only_the_fields_metacontroller_knows() {
+        let plain = SyncResponse {
+            status: json!({}),
+            children: vec![],
+            ..SyncResponse::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&plain).unwrap(),
+            r#"{"status":{},"children":[]}"#
+        );
+        let full = SyncResponse {
+            status: json!({}),
+            children: vec![],
+            resync_after_seconds: Some(30.0),
+            finalized: Some(true),
+        };
+        assert_eq!(
+            serde_json::to_string(&full).unwrap(),
+            r#"{"status":{},"children":[],"resyncAfterSeconds":30.0,"finalized":true}"#
+        );
+    }
+
+    #[test]
+    fn decorator_response_removes_keys_with_null() {
+        let mut answer = DecoratorResponse::default();
+        answer.labels.insert("gone".into(), None);
+        answer.labels.insert("kept".into(), Some("yes".into()));
+        assert_eq!(
+            serde_json::to_value(&answer).unwrap(),
+            json!({"labels": {"gone": null, "kept": "yes"}, "annotations": {}, "status": null, "attachments": []})
+        );
+    }
+
+    #[test]
+    fn related_rule_never_mixes_names_and_selectors() {
+        let named = RelatedResourceRule::named("apps/v1", "statefulsets", vec!["db".into()], None);
+        let value = serde_json::to_value(&named).unwrap();
+        assert_eq!(
+            value,
+            json!({"apiVersion": "apps/v1", "resource": "statefulsets", "names": ["db"]})
+        );
+        let labelled = RelatedResourceRule::labelled(
+            "v1",
+            "pods",
+            BTreeMap::from([("app".to_string(), "x".to_string())]),
+            Some("ns".into()),
+        );
+        assert_eq!(
+            serde_json::to_value(&labelled).unwrap(),
+            json!({"apiVersion": "v1", "resource": "pods", "labelSelector": {"matchLabels": {"app": "x"}}, "namespace": "ns"})
+        );
+    }
+
+    #[test]
+    fn hooks_round_trip_through_their_names() {
+        for hook in Hook::ALL {
+            assert_eq!(Hook::parse(hook.as_str()), Some(hook));
+        }
+        assert_eq!(Hook::parse("delete"), None);
+    }
+}

@@ -1,0 +1,175 @@
+//! Status conditions in the Kubernetes convention, and the one rule that
+//! keeps them stable: a condition keeps its `lastTransitionTime` unless its
+//! status flips.
+//!
+//! The current time is an argument, never read here, so the same observed
+//! parent gives byte-identical conditions.
+
+use k8s_openapi::jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A condition's status.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// Not known yet.
+    Unknown,
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(holds: bool) -> Self {
+        if holds {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
+/// One condition of a parent's status, as `kubectl describe` shows it.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The aspect this condition reports, such as `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Whether the condition holds: True, False or Unknown.
+    pub status: ConditionStatus,
+    /// A CamelCase word for why, for machines.
+    pub reason: String,
+    /// One sentence for why, for people.
+    pub message: String,
+    /// When the status last changed (RFC 3339, seconds).
+    #[schemars(extend("format" = "date-time"))]
+    pub last_transition_time: String,
+    /// The parent's `metadata.generation` this condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A condition as an operator decides it, before its transition time is known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    /// The condition type.
+    pub type_: &'static str,
+    /// Whether it holds.
+    pub status: ConditionStatus,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Human message.
+    pub message: String,
+}
+
+impl Observation {
+    /// A condition that holds or not, with its reason and message.
+    pub fn new(
+        type_: &'static str,
+        status: impl Into<ConditionStatus>,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Observation {
+            type_,
+            status: status.into(),
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Formats a time the way Kubernetes stores `metav1.Time`: RFC 3339 in UTC,
+/// whole seconds.
+pub fn format_time(time: Timestamp) -> String {
+    time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Turns observations into conditions, keeping each previously observed
+/// condition's `lastTransitionTime` when its status did not change.
+pub fn reconcile(
+    previous: &[Condition],
+    observations: Vec<Observation>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    observations
+        .into_iter()
+        .map(|seen| {
+            let last_transition_time = previous
+                .iter()
+                .find(|old| old.type_ == seen.type_ && old.status == seen.status)
+                .map(|old| old.last_transition_time.clone())
+                .unwrap_or_else(|| format_time(now));
+            Condition {
+                type_: seen.type_.to_string(),
+                status: seen.status,
+                reason: seen.reason.to_string(),
+                message: seen.message,
+                last_transition_time,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn ready(status: bool) -> Observation {
+        Observation::new("Ready", status, "Because", "a reason")
+    }
+
+    #[test]
+    fn transition_time_rules() {
+        let earlier = reconcile(&[], vec![ready(true)], Some(1), at("2026-01-01T00:00:00Z"));
+        struct Case {
+            reason: &'static str,
+            observation: Observation,
+            want_time: &'static str,
+        }
+        let cases = [
+            Case {
+                reason: "same status keeps the old time",
+                observation: ready(true),
+                want_time: "2026-01-01T00:00:00Z",
+            },
+            Case {
+                reason: "a flip takes the current time",
+                observation: ready(false),
+                want_time: "2026-02-02T10:20:30Z",
+            },
+            Case {
+                reason: "a new type takes the current time",
+                observation: Observation::new("Other", true, "R", "m"),
+                want_time: "2026-02-02T10:20:30Z",
+            },
+        ];
+        for case in cases {
+            let got = reconcile(
+                &earlier,
+                vec![case.observation],
+                Some(2),
+                at("2026-02-02T10:20:30.999Z"),
+            );
+            assert_eq!(got[0].last_transition_time, case.want_time, "{}", case.reason);
+            assert_eq!(got[0].observed_generation, Some(2), "{}", case.reason);
+        }
+    }
+
+    #[test]
+    fn conditions_serialize_in_kubernetes_shape() {
+        let got = reconcile(&[], vec![ready(true)], None, at("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            serde_json::to_string(&got[0]).unwrap(),
+            r#"{"type":"Ready","status":"True","reason":"Because","message":"a reason","lastTransitionTime":"2026-01-01T00:00:00Z"}"#
+        );
+    }
+}

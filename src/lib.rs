@@ -1,0 +1,24 @@
+//! opshooks: Kubernetes operators as pure Metacontroller hooks.
+//!
+//! Metacontroller watches custom resources and their children, POSTs the
+//! observed state to a hook, and applies the desired state the hook answers.
+//! Every operator here is a pure, deterministic function from one to the
+//! other; nothing in this crate talks to the Kubernetes API.
+//!
+//! The map:
+//! - [`hook`]: Metacontroller's wire types, typed access to observed objects,
+//!   status conditions. No axum, no I/O.
+//! - [`operators`]: the route table and one module per operator, each with
+//!   its CRD types, `sync`/`finalize`/`customize` and child builders.
+//! - [`http`]: the axum router, the one adapter from a route to an operator,
+//!   errors as `application/problem+json`, metrics and the OpenAPI document.
+//! - [`manifests`]: the CRDs and CompositeControllers generated from the code.
+//! - [`config`]: command-line flags, each also read from the environment.
+//! - [`telemetry`]: logging set-up.
+
+pub mod config;
+pub mod hook;
+pub mod http;
+pub mod manifests;
+pub mod operators;
+pub mod telemetry;

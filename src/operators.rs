@@ -1,0 +1,302 @@
+//! The route table: which operators exist and which hooks each answers, and
+//! the one adapter that turns a request body into a call of an operator's
+//! pure function and its result into a response body.
+//!
+//! The HTTP server and `opshooks hook` both go through [`Operator::call`], so
+//! what the command line prints is exactly what the server would send.
+//!
+//! Adding an operator: write `operators/<kind>.rs` with a `pub fn operator()`
+//! and add one line to [`all`].
+
+pub mod validate;
+pub mod webserver;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::CustomResourceExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::hook::{
+    CustomizeRequest, CustomizeResponse, DecodeError, Hook, SyncRequest, SyncResponse, decode_body,
+};
+pub use validate::InvalidSpec;
+
+/// Every operator opshooks serves, in route order.
+pub fn all() -> Vec<Operator> {
+    vec![webserver::operator()]
+}
+
+/// What a hook call may use besides the request: everything that is not a
+/// pure function of the observed state.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The current time, for condition transition times and schedules.
+    pub now: Timestamp,
+}
+
+/// Why a hook call has no answer. Never answered with a 200.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum HookError {
+    /// The request body could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The parent's spec is invalid for the operator.
+    #[error(transparent)]
+    Invalid(#[from] InvalidSpec),
+}
+
+/// A successful answer: the exact response body.
+#[derive(Debug)]
+pub struct Answer {
+    /// The JSON body to send.
+    pub body: Vec<u8>,
+    /// How many desired children or related rules the body holds.
+    pub children_out: usize,
+}
+
+/// The result of one hook call, with what is known of the request for logs.
+#[derive(Debug)]
+pub struct Call {
+    /// `namespace/name` of the parent, when the body got that far.
+    pub parent: Option<String>,
+    /// How many observed children (and related objects) the request carried.
+    pub children_in: usize,
+    /// The answer, or why there is none.
+    pub result: Result<Answer, HookError>,
+}
+
+/// The pure function behind a composite `sync` or `finalize` hook.
+pub type SyncFn<P> = fn(&SyncRequest<P>, &Context) -> Result<SyncResponse, HookError>;
+/// The pure function behind a `customize` hook.
+pub type CustomizeFn<P> = fn(&CustomizeRequest<P>, &Context) -> Result<CustomizeResponse, HookError>;
+
+type Handler = Box<dyn Fn(&[u8], &Context) -> Call + Send + Sync>;
+
+/// One child type of a CompositeController and how Metacontroller updates it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildResource {
+    /// `v1` or `group/version`.
+    pub api_version: &'static str,
+    /// Plural resource name.
+    pub resource: &'static str,
+    /// Metacontroller's update method for existing children of this type.
+    pub update_method: &'static str,
+    /// Conditions a child must show before a rolling update moves on.
+    pub status_checks: Vec<(&'static str, &'static str)>,
+    /// Why this update method, for the manifest's reader.
+    #[serde(skip)]
+    pub why: &'static str,
+}
+
+/// How an operator's CompositeController is set up.
+#[derive(Clone, Debug)]
+pub struct ControllerSpec {
+    /// Child types, in manifest order.
+    pub children: Vec<ChildResource>,
+    /// Let Metacontroller label children with the parent's uid instead of
+    /// reading a selector from the parent's spec.
+    pub generate_selector: bool,
+    /// Periodic resync, for operators whose status depends on time.
+    pub resync_period_seconds: Option<i32>,
+}
+
+/// One operator: its resource, its controller and its hooks.
+pub struct Operator {
+    /// The route segment, `webserver`.
+    pub name: &'static str,
+    /// The parent's kind, `WebServer`.
+    pub kind: String,
+    /// The parent's CRD, generated from its Rust types.
+    pub crd: CustomResourceDefinition,
+    /// How its CompositeController is set up.
+    pub controller: ControllerSpec,
+    /// What a user reads in the README table: the children it manages.
+    pub children_summary: &'static str,
+    hooks: BTreeMap<Hook, Handler>,
+}
+
+impl Operator {
+    /// An operator for the custom resource `P`, with no hooks yet.
+    pub fn new<P: CustomResourceExt>(
+        name: &'static str,
+        controller: ControllerSpec,
+        children_summary: &'static str,
+    ) -> Self {
+        Operator {
+            name,
+            kind: P::crd().spec.names.kind,
+            crd: P::crd(),
+            controller,
+            children_summary,
+            hooks: BTreeMap::new(),
+        }
+    }
+
+    /// Adds the `sync` hook.
+    pub fn sync<P: DeserializeOwned + 'static>(self, f: SyncFn<P>) -> Self {
+        self.composite(Hook::Sync, f)
+    }
+
+    /// Adds the `finalize` hook.
+    pub fn finalize<P: DeserializeOwned + 'static>(self, f: SyncFn<P>) -> Self {
+        self.composite(Hook::Finalize, f)
+    }
+
+    /// Adds the `customize` hook.
+    pub fn customize<P: DeserializeOwned + 'static>(mut self, f: CustomizeFn<P>) -> Self {
+        let handler = move |body: &[u8], ctx: &Context| {
+            let mut call = Call::new();
+            call.result = (|| {
+                let req: CustomizeRequest = decode_body(body)?;
+                call.parent = parent_ref(&req.parent);
+                let answer = f(&req.typed::<P>()?, ctx)?;
+                Ok(Answer {
+                    children_out: answer.related_resources.len(),
+                    body: to_body(&answer),
+                })
+            })();
+            call
+        };
+        self.hooks.insert(Hook::Customize, Box::new(handler));
+        self
+    }
+
+    fn composite<P: DeserializeOwned + 'static>(mut self, hook: Hook, f: SyncFn<P>) -> Self {
+        let finalizing = hook == Hook::Finalize;
+        let handler = move |body: &[u8], ctx: &Context| {
+            let mut call = Call::new();
+            call.result = (|| {
+                let mut req: SyncRequest = decode_body(body)?;
+                call.parent = parent_ref(&req.parent);
+                call.children_in = req.children.len() + req.related.len();
+                // The route decides which hook this is, whatever the body says.
+                req.finalizing = finalizing;
+                let answer = f(&req.typed::<P>()?, ctx)?;
+                Ok(Answer {
+                    children_out: answer.children.len(),
+                    body: to_body(&answer),
+                })
+            })();
+            call
+        };
+        self.hooks.insert(hook, Box::new(handler));
+        self
+    }
+
+    /// The hooks this operator answers, in route order.
+    pub fn hooks(&self) -> impl Iterator<Item = Hook> + '_ {
+        self.hooks.keys().copied()
+    }
+
+    /// Answers one hook call from its raw request body; `None` when this
+    /// operator has no such hook.
+    pub fn call(&self, hook: Hook, body: &[u8], ctx: &Context) -> Option<Call> {
+        self.hooks.get(&hook).map(|handler| handler(body, ctx))
+    }
+
+    /// The plural resource name of the parent, `webservers`.
+    pub fn plural(&self) -> &str {
+        &self.crd.spec.names.plural
+    }
+
+    /// The parent's `group/version`.
+    pub fn api_version(&self) -> String {
+        let version = &self.crd.spec.versions[0].name;
+        format!("{}/{version}", self.crd.spec.group)
+    }
+}
+
+impl Call {
+    fn new() -> Self {
+        Call {
+            parent: None,
+            children_in: 0,
+            result: Err(HookError::Decode(DecodeError::Malformed(String::new()))),
+        }
+    }
+}
+
+/// Serializes an answer. Our own response types always serialize.
+fn to_body<T: Serialize>(answer: &T) -> Vec<u8> {
+    serde_json::to_vec(answer).expect("hook responses are plain JSON")
+}
+
+/// `namespace/name` (or `name`) of a parent, for logs.
+fn parent_ref(parent: &Value) -> Option<String> {
+    let meta = parent.get("metadata")?;
+    let name = meta.get("name")?.as_str()?;
+    Some(match meta.get("namespace").and_then(Value::as_str) {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    })
+}
+
+/// Sorts children by apiVersion, kind, namespace and name, so the answer is
+/// the same whatever order a builder produced them in.
+pub fn sorted_children(children: Vec<Value>) -> Vec<Value> {
+    let mut keyed: Vec<_> = children
+        .into_iter()
+        .map(|child| {
+            let key = ["apiVersion", "kind"]
+                .iter()
+                .map(|f| child.get(f).and_then(Value::as_str).unwrap_or_default().to_string())
+                .chain(["namespace", "name"].iter().map(|f| {
+                    child
+                        .pointer(&format!("/metadata/{f}"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                }))
+                .collect::<Vec<_>>();
+            (key, child)
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, child)| child).collect()
+}
+
+/// A typed Kubernetes object as a desired child.
+pub fn child<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
+    serde_json::to_value(object).expect("Kubernetes objects serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn operator_names_are_unique_route_segments() {
+        let ops = all();
+        let mut names: Vec<_> = ops.iter().map(|op| op.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ops.len());
+        for name in names {
+            assert!(name.chars().all(|c| c.is_ascii_lowercase()), "{name}");
+        }
+    }
+
+    #[test]
+    fn children_sort_by_kind_then_name() {
+        let pod = |n: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n}});
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}});
+        let sorted = sorted_children(vec![svc.clone(), pod("b"), pod("a")]);
+        assert_eq!(sorted, vec![pod("a"), pod("b"), svc]);
+    }
+
+    #[test]
+    fn parent_ref_handles_cluster_scoped_and_missing_metadata() {
+        assert_eq!(
+            parent_ref(&json!({"metadata": {"name": "a", "namespace": "n"}})),
+            Some("n/a".into())
+        );
+        assert_eq!(parent_ref(&json!({"metadata": {"name": "a"}})), Some("a".into()));
+        assert_eq!(parent_ref(&json!({})), None);
+    }
+}

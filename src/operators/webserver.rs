@@ -1,0 +1,434 @@
+//! WebServer: keeps N identical web server pods running, the classic first
+//! example of the operator pattern.
+//!
+//! Desired state is exactly `spec.replicas` Pods named `<name>-0` to
+//! `<name>-(n-1)`, so scaling down drops the highest indices first. Pods
+//! cannot change their ports in place, so the controller uses Metacontroller's
+//! `RollingRecreate`: a pod whose desired image or port differs is deleted
+//! and recreated, one at a time, each waiting for the previous to be Ready.
+//! Status reports only what was observed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodSpec, Probe, TCPSocketAction,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::validate::{self, InvalidSpec};
+use super::{ChildResource, Context, ControllerSpec, HookError, Operator, child, sorted_children};
+use crate::hook::SyncRequest;
+use crate::hook::SyncResponse;
+use crate::hook::conditions::{self, Condition, Observation};
+
+/// The image a WebServer runs when its spec names none.
+pub const DEFAULT_IMAGE: &str = "nginxdemos/hello";
+/// The port a WebServer listens on when its spec names none.
+pub const DEFAULT_PORT: i32 = 80;
+/// The most pods one WebServer may ask for: a guard against a typo such as
+/// `replicas: 10000` flooding a cluster.
+pub const MAX_REPLICAS: i32 = 1000;
+/// The longest WebServer name: `<name>-999` must still fit a 63-character
+/// label and hostname.
+pub const MAX_NAME: usize = 59;
+/// The container name inside every pod.
+pub const CONTAINER: &str = "web";
+/// Label naming the application.
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// Label naming the WebServer a pod belongs to.
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// Label naming who manages the pod.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// A set of identical web server pods.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "opshooks.io",
+    version = "v1alpha1",
+    kind = "WebServer",
+    namespaced,
+    status = "WebServerStatus",
+    shortname = "ws",
+    category = "opshooks",
+    doc = "WebServer runs a fixed number of identical web server pods.",
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.count"),
+    validation = Rule::new("self.metadata.name.size() <= 59").message("metadata.name must be at most 59 characters, so that pod names <name>-<index> fit in 63")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WebServerSpec {
+    /// How many web server pods to run, from 0 to 1000.
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: i32,
+    /// The container image every pod runs, for example nginx:1.27.
+    #[serde(default = "default_image")]
+    #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
+    pub image: String,
+    /// The TCP port the web server listens on; declared on the container and
+    /// used for the readiness probe.
+    #[serde(default = "default_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_string()
+}
+
+fn default_port() -> i32 {
+    DEFAULT_PORT
+}
+
+/// What was observed of a WebServer's pods.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct WebServerStatus {
+    /// Observed pods in phase Running or Pending.
+    pub count: i32,
+    /// Observed pods whose Ready condition is True.
+    pub ready_replicas: i32,
+    /// Ready: every desired pod exists and is ready.
+    pub conditions: Vec<Condition>,
+    /// The parent generation Metacontroller last synced; set by Metacontroller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The WebServer operator and its routes.
+pub fn operator() -> Operator {
+    let controller = ControllerSpec {
+        children: vec![ChildResource {
+            api_version: "v1",
+            resource: "pods",
+            update_method: "RollingRecreate",
+            status_checks: vec![("Ready", "True")],
+            why: "pods cannot change ports in place: recreate each changed pod, one at a time, once the previous is Ready",
+        }],
+        generate_selector: true,
+        resync_period_seconds: None,
+    };
+    Operator::new::<WebServer>("webserver", controller, "Pod × replicas").sync(sync)
+}
+
+/// Desired pods and observed status of one WebServer.
+pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse, HookError> {
+    let ws = &req.parent;
+    validate(ws)?;
+    let observed = req.children.of::<Pod>()?;
+    let desired = (0..ws.spec.replicas).map(|index| child(&pod(ws, index)));
+    Ok(SyncResponse {
+        status: serde_json::to_value(status(ws, &observed, ctx))
+            .expect("status serializes"),
+        children: sorted_children(desired.collect()),
+        ..SyncResponse::default()
+    })
+}
+
+/// Checks what the CRD schema checks, for requests that bypassed it.
+pub fn validate(ws: &WebServer) -> Result<(), InvalidSpec> {
+    let name = ws.metadata.name.as_deref().unwrap_or_default();
+    validate::dns_label("metadata.name", name, MAX_NAME)?;
+    validate::in_range("spec.replicas", ws.spec.replicas.into(), 0, MAX_REPLICAS.into())?;
+    validate::image("spec.image", &ws.spec.image)?;
+    validate::in_range("spec.port", ws.spec.port.into(), 1, 65535)?;
+    Ok(())
+}
+
+/// The labels of every pod of a WebServer.
+pub fn labels(ws: &WebServer) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_string(), "webserver".to_string()),
+        (
+            LABEL_INSTANCE.to_string(),
+            ws.metadata.name.clone().unwrap_or_default(),
+        ),
+        (LABEL_MANAGED_BY.to_string(), "opshooks".to_string()),
+    ])
+}
+
+/// The name of the pod at `index`.
+pub fn pod_name(ws: &WebServer, index: i32) -> String {
+    format!("{}-{index}", ws.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// The pod at `index`: the image with its port declared and probed.
+pub fn pod(ws: &WebServer, index: i32) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(ws, index)),
+            namespace: ws.metadata.namespace.clone(),
+            labels: Some(labels(ws)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: CONTAINER.to_string(),
+                image: Some(ws.spec.image.clone()),
+                ports: Some(vec![ContainerPort {
+                    name: Some("http".to_string()),
+                    container_port: ws.spec.port,
+                    protocol: Some("TCP".to_string()),
+                    ..ContainerPort::default()
+                }]),
+                readiness_probe: Some(Probe {
+                    tcp_socket: Some(TCPSocketAction {
+                        port: IntOrString::String("http".to_string()),
+                        host: None,
+                    }),
+                    period_seconds: Some(5),
+                    ..Probe::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// True when the pod is Running or Pending, the original example's "count".
+pub fn is_counted(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Running" | "Pending"))
+}
+
+/// True when the pod is not being deleted and its Ready condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|conds| {
+                conds
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+}
+
+/// The status of a WebServer from its observed pods.
+pub fn status(ws: &WebServer, observed: &[Pod], ctx: &Context) -> WebServerStatus {
+    let count = observed.iter().filter(|p| is_counted(p)).count();
+    let ready = observed.iter().filter(|p| is_ready(p)).count();
+    let unready: Vec<String> = (0..ws.spec.replicas)
+        .map(|index| pod_name(ws, index))
+        .filter(|name| {
+            !observed
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(name) && is_ready(p))
+        })
+        .collect();
+    let desired = ws.spec.replicas;
+    let observation = if desired == 0 {
+        Observation::new("Ready", true, "ScaledToZero", "no pods are requested")
+    } else if unready.is_empty() {
+        Observation::new(
+            "Ready",
+            true,
+            "AllPodsReady",
+            format!("{desired} of {desired} pods are ready"),
+        )
+    } else {
+        Observation::new(
+            "Ready",
+            false,
+            "PodsNotReady",
+            format!(
+                "{} of {desired} pods are ready; waiting for {}",
+                desired as usize - unready.len(),
+                summarize(&unready)
+            ),
+        )
+    };
+    let previous = ws
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    WebServerStatus {
+        count: count as i32,
+        ready_replicas: ready as i32,
+        conditions: conditions::reconcile(
+            previous,
+            vec![observation],
+            ws.metadata.generation,
+            ctx.now,
+        ),
+        observed_generation: None,
+    }
+}
+
+/// Names a few items and counts the rest, to keep messages one line.
+fn summarize(names: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = names[..names.len().min(SHOWN)].join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn ws(replicas: i32) -> WebServer {
+        let mut ws = WebServer::new(
+            "web",
+            WebServerSpec {
+                replicas,
+                image: DEFAULT_IMAGE.into(),
+                port: DEFAULT_PORT,
+            },
+        );
+        ws.metadata.namespace = Some("shop".into());
+        ws.metadata.generation = Some(3);
+        ws
+    }
+
+    fn observed(name: &str, phase: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn ctx() -> Context {
+        Context {
+            now: "2026-03-04T05:06:07Z".parse::<Timestamp>().unwrap(),
+        }
+    }
+
+    #[test]
+    fn pods_carry_image_port_labels_and_namespace() {
+        let mut server = ws(2);
+        server.spec.image = "nginx:1.27".into();
+        server.spec.port = 8080;
+        let pod = pod(&server, 1);
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_INSTANCE], "web");
+        let container = &pod.spec.unwrap().containers[0];
+        assert_eq!(container.image.as_deref(), Some("nginx:1.27"));
+        assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
+    }
+
+    #[test]
+    fn status_rules() {
+        struct Case {
+            reason: &'static str,
+            replicas: i32,
+            pods: Vec<Pod>,
+            want: (i32, i32, &'static str, &'static str),
+        }
+        let cases = [
+            Case {
+                reason: "nothing observed yet",
+                replicas: 2,
+                pods: vec![],
+                want: (0, 0, "False", "0 of 2 pods are ready; waiting for web-0, web-1"),
+            },
+            Case {
+                reason: "all ready",
+                replicas: 2,
+                pods: vec![observed("web-0", "Running", true), observed("web-1", "Running", true)],
+                want: (2, 2, "True", "2 of 2 pods are ready"),
+            },
+            Case {
+                reason: "pending counts but is not ready",
+                replicas: 2,
+                pods: vec![observed("web-0", "Running", true), observed("web-1", "Pending", false)],
+                want: (2, 1, "False", "1 of 2 pods are ready; waiting for web-1"),
+            },
+            Case {
+                reason: "failed and succeeded pods are not counted",
+                replicas: 1,
+                pods: vec![observed("web-0", "Failed", false), observed("web-1", "Succeeded", false)],
+                want: (0, 0, "False", "0 of 1 pods are ready; waiting for web-0"),
+            },
+            Case {
+                reason: "an extra ready pod being scaled away does not make a missing one ready",
+                replicas: 1,
+                pods: vec![observed("web-1", "Running", true)],
+                want: (1, 1, "False", "0 of 1 pods are ready; waiting for web-0"),
+            },
+            Case {
+                reason: "scaled to zero is ready",
+                replicas: 0,
+                pods: vec![observed("web-0", "Running", true)],
+                want: (1, 1, "True", "no pods are requested"),
+            },
+        ];
+        for case in cases {
+            let got = status(&ws(case.replicas), &case.pods, &ctx());
+            let cond = &got.conditions[0];
+            let status = serde_json::to_value(cond.status).unwrap();
+            assert_eq!(
+                (got.count, got.ready_replicas, status.as_str().unwrap(), cond.message.as_str()),
+                case.want,
+                "{}",
+                case.reason
+            );
+        }
+    }
+
+    #[test]
+    fn long_waiting_lists_are_summarized() {
+        let got = status(&ws(5), &[], &ctx());
+        assert_eq!(
+            got.conditions[0].message,
+            "0 of 5 pods are ready; waiting for web-0, web-1, web-2 and 2 more"
+        );
+    }
+
+    #[test]
+    fn terminating_pods_are_not_ready() {
+        let mut pod = observed("web-0", "Running", true);
+        pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::UNIX_EPOCH,
+        ));
+        assert!(!is_ready(&pod));
+        assert!(is_counted(&pod));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let cases = [
+            (-1, "web", DEFAULT_IMAGE, 80, "spec.replicas"),
+            (1001, "web", DEFAULT_IMAGE, 80, "spec.replicas"),
+            (1, "web", "my image", 80, "spec.image"),
+            (1, "web", DEFAULT_IMAGE, 0, "spec.port"),
+            (1, "Web", DEFAULT_IMAGE, 80, "metadata.name"),
+            (1, &"w".repeat(60), DEFAULT_IMAGE, 80, "metadata.name"),
+        ];
+        for (replicas, name, image, port, field) in cases {
+            let mut server = ws(replicas);
+            server.metadata.name = Some(name.to_string());
+            server.spec.image = image.into();
+            server.spec.port = port;
+            assert_eq!(validate(&server).unwrap_err().field, field);
+        }
+        assert!(validate(&ws(1000)).is_ok());
+    }
+}
