@@ -1,1 +1,140 @@
-//! todo
+//! Command-line flags and subcommands. Every flag can also be set from the
+//! environment (`OPSHOOKS_*`), so the Helm chart configures the server
+//! without a config file; with no arguments at all, opshooks serves every
+//! operator on 127.0.0.1:8080.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// opshooks: Kubernetes operators as pure Metacontroller hooks.
+#[derive(Debug, Parser)]
+#[command(name = "opshooks", version, about)]
+pub struct Config {
+    /// What to do; serves the hooks when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Server settings, used when serving.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Logging settings.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve every operator's hooks over HTTP (the default).
+    Serve,
+    /// Answer one hook request from FILE (or stdin) and print exactly the
+    /// body the server would send.
+    Hook(HookArgs),
+    /// Print the OpenAPI document (openapi.yaml).
+    Openapi,
+    /// Print the CRDs and CompositeControllers, or write them to a folder.
+    Manifests(ManifestArgs),
+}
+
+/// Flags of `opshooks hook`.
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// The operator, as in its route: `webserver`.
+    pub operator: String,
+    /// The hook: sync, finalize or customize.
+    pub hook: String,
+    /// The request body; stdin when omitted or `-`.
+    pub file: Option<PathBuf>,
+    /// The current time the operator sees (RFC 3339), for reproducible
+    /// answers; the wall clock when omitted.
+    #[arg(long, env = "OPSHOOKS_NOW")]
+    pub now: Option<String>,
+}
+
+/// Flags of `opshooks manifests`.
+#[derive(Debug, Args)]
+pub struct ManifestArgs {
+    /// Base URL at which Metacontroller reaches opshooks.
+    #[arg(long, env = "OPSHOOKS_BASE_URL", default_value = crate::manifests::DEFAULT_BASE_URL)]
+    pub base_url: String,
+    /// Metacontroller hook version.
+    #[arg(long, default_value = "v2", value_parser = ["v1", "v2"])]
+    pub hook_version: String,
+    /// Hook timeout, as a Go duration.
+    #[arg(long, default_value = "10s")]
+    pub hook_timeout: String,
+    /// Write one file per object into this folder instead of printing.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Server flags.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Address to listen on; the Helm chart passes 0.0.0.0:8080.
+    #[arg(long, env = "OPSHOOKS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Largest accepted request body in bytes (a parent with thousands of
+    /// children needs tens of MiB).
+    #[arg(long, env = "OPSHOOKS_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Seconds to read and answer one hook call; keep it below the hook
+    /// timeout of the controllers (10 s by default).
+    #[arg(long, env = "OPSHOOKS_REQUEST_TIMEOUT_SECONDS", default_value_t = 9.0)]
+    pub request_timeout_seconds: f64,
+    /// Seconds to let in-flight calls finish after SIGTERM or Ctrl-C.
+    #[arg(long, env = "OPSHOOKS_SHUTDOWN_GRACE_SECONDS", default_value_t = 20.0)]
+    pub shutdown_grace_seconds: f64,
+}
+
+/// Logging flags.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log line format.
+    #[arg(long, env = "OPSHOOKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain, global = true)]
+    pub log_format: LogFormat,
+    /// Log filter, in tracing's EnvFilter syntax: `info`, `debug`,
+    /// `opshooks=debug`. Bodies are logged at debug, with Secret data removed.
+    #[arg(long, env = "OPSHOOKS_LOG", default_value = "info", global = true)]
+    pub log_level: String,
+}
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_consistent() {
+        Config::command().debug_assert();
+    }
+
+    #[test]
+    fn no_arguments_serves_on_loopback() {
+        let config = Config::try_parse_from(["opshooks"]).unwrap();
+        assert!(config.command.is_none());
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+        assert!(config.server.max_body_bytes >= 32 * 1024 * 1024);
+    }
+
+    #[test]
+    fn every_server_flag_reads_the_environment() {
+        let command = Config::command();
+        for arg in command.get_arguments() {
+            if arg.get_id() == "help" || arg.get_id() == "version" {
+                continue;
+            }
+            assert!(arg.get_env().is_some(), "--{} has no env", arg.get_id());
+        }
+    }
+}

@@ -1,1 +1,432 @@
-//! todo
+//! The HTTP face of opshooks: `router()` with one POST route per operator
+//! hook, health and readiness, Prometheus metrics, the OpenAPI document, and
+//! `serve()` with graceful shutdown.
+//!
+//! Every hook route goes through [`hook_call`], the one adapter that checks
+//! the content type and size, reads the body under a deadline, runs the
+//! operator's pure function off the async workers and turns the result into
+//! a response. Failures are never a 200: they are `application/problem+json`
+//! with a one-line `detail` that Metacontroller shows users as an event.
+
+mod error;
+pub mod metrics;
+pub mod openapi;
+
+pub use error::Problem;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::{Level, debug, info, warn};
+
+use crate::hook::Hook;
+use crate::operators::{Call, Context, HookError, Operator};
+use metrics::Metrics;
+
+/// Limits the server enforces on every hook call.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Deadline for reading a body and answering it.
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 32 * 1024 * 1024,
+            request_timeout: Duration::from_secs(9),
+        }
+    }
+}
+
+/// Where hook calls get the current time; tests pass a fixed clock.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The wall clock.
+pub fn system_clock() -> Clock {
+    Arc::new(Timestamp::now)
+}
+
+/// What every request handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    operators: Arc<Vec<Operator>>,
+    limits: Limits,
+    metrics: Metrics,
+    clock: Clock,
+    ready: Arc<AtomicBool>,
+}
+
+impl AppState {
+    /// State for serving `operators` under `limits`, reading time from `clock`.
+    pub fn new(operators: Vec<Operator>, limits: Limits, clock: Clock) -> Self {
+        AppState {
+            operators: Arc::new(operators),
+            limits,
+            metrics: Metrics::new(),
+            clock,
+            ready: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Marks the server as draining: `/readyz` answers 503 from now on.
+    pub fn drain(&self) {
+        self.ready.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The router of every route opshooks serves.
+pub fn router(state: AppState) -> Router {
+    let mut router = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/openapi.json", get(openapi_json));
+    for (index, op) in state.operators.iter().enumerate() {
+        for hook in op.hooks() {
+            let path = format!("/{}/{}", op.name, hook);
+            router = router.route(
+                &path,
+                post(move |state: State<AppState>, headers: HeaderMap, body: Body| {
+                    hook_call(state, index, hook, headers, body)
+                }),
+            );
+        }
+    }
+    router
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &axum::http::Request<Body>| {
+                    let route = req
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("unmatched", MatchedPath::as_str);
+                    tracing::info_span!("http", method = %req.method(), route)
+                })
+                .on_request(())
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+        )
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.ready.load(Ordering::SeqCst) {
+        "ok\n".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    }
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn openapi_json(State(state): State<AppState>) -> Response {
+    let doc = openapi::document(&state.operators);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.to_json().expect("the OpenAPI document serializes"),
+    )
+        .into_response()
+}
+
+async fn not_found(State(state): State<AppState>, uri: Uri) -> Problem {
+    let path = uri.path();
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let (first, second) = (parts.next().unwrap_or_default(), parts.next());
+    let detail = match (state.operators.iter().find(|op| op.name == first), second) {
+        (Some(op), Some(hook)) => format!(
+            "operator {} has no {hook:?} hook; its hooks are: {}",
+            op.name,
+            op.hooks().map(|h| h.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        _ => format!(
+            "no route {path}; hooks are POST /<operator>/<hook> with operator one of: {}",
+            state
+                .operators
+                .iter()
+                .map(|op| op.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Problem::new(StatusCode::NOT_FOUND, detail)
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> Problem {
+    let allowed = if uri.path().matches('/').count() == 2 {
+        "POST"
+    } else {
+        "GET"
+    };
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}; use {allowed}", uri.path()),
+    )
+}
+
+/// The one adapter from a hook route to an operator's pure function.
+async fn hook_call(
+    State(state): State<AppState>,
+    index: usize,
+    hook: Hook,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let op_name = state.operators[index].name;
+    let outcome = answer(&state, index, hook, &headers, body, started).await;
+    let elapsed = started.elapsed();
+    let (response, parent, children_in, children_out) = match outcome {
+        Ok((done, answer_body)) => {
+            let response = (
+                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                answer_body,
+            )
+                .into_response();
+            (response, done.parent, done.children_in, Some(done.children_out))
+        }
+        Err((problem, parent, children_in)) => {
+            let detail = problem.detail.clone();
+            warn!(
+                operator = op_name,
+                hook = %hook,
+                parent = parent.as_deref().unwrap_or("-"),
+                status = problem.status.as_u16(),
+                detail,
+                "hook call refused"
+            );
+            (problem.into_response(), parent, children_in, None)
+        }
+    };
+    let status = response.status();
+    let outcome = error::outcome(status);
+    state
+        .metrics
+        .observe(op_name, hook.as_str(), outcome, elapsed.as_secs_f64());
+    info!(
+        operator = op_name,
+        hook = %hook,
+        parent = parent.as_deref().unwrap_or("-"),
+        children_in,
+        children_out = children_out.unwrap_or(0),
+        duration_ms = elapsed.as_secs_f64() * 1000.0,
+        status = status.as_u16(),
+        outcome,
+        "hook call"
+    );
+    response
+}
+
+/// A refused call: the problem, and the parent and input size if known.
+type Refusal = (Problem, Option<String>, usize);
+
+/// What is known of an answered call, for the log line.
+struct Done {
+    parent: Option<String>,
+    children_in: usize,
+    children_out: usize,
+}
+
+async fn answer(
+    state: &AppState,
+    index: usize,
+    hook: Hook,
+    headers: &HeaderMap,
+    body: Body,
+    started: Instant,
+) -> Result<(Done, Bytes), Refusal> {
+    let refuse = |problem: Problem| (problem, None, 0);
+    error::check_content_type(headers).map_err(refuse)?;
+    let limits = &state.limits;
+    let bytes = error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout)
+        .await
+        .map_err(refuse)?;
+    if tracing::enabled!(Level::DEBUG) {
+        debug!(body = %redacted(&bytes), "hook request");
+    }
+    let ctx = Context {
+        now: (state.clock)(),
+    };
+    let operators = Arc::clone(&state.operators);
+    let work = tokio::task::spawn_blocking(move || {
+        operators[index]
+            .call(hook, &bytes, &ctx)
+            .expect("routes exist only for registered hooks")
+    });
+    let remaining = limits.request_timeout.saturating_sub(started.elapsed());
+    let call = match tokio::time::timeout(remaining, work).await {
+        Err(_) => {
+            return Err(refuse(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
+                    limits.request_timeout.as_secs_f64()
+                ),
+            )));
+        }
+        Ok(Err(join)) => {
+            return Err(refuse(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"),
+            )));
+        }
+        Ok(Ok(call)) => call,
+    };
+    let Call {
+        parent,
+        children_in,
+        result,
+    } = call;
+    match result {
+        Ok(answer) => {
+            if tracing::enabled!(Level::DEBUG) {
+                debug!(body = %redacted(&answer.body), "hook response");
+            }
+            let done = Done {
+                parent,
+                children_in,
+                children_out: answer.children_out,
+            };
+            Ok((done, Bytes::from(answer.body)))
+        }
+        Err(err) => Err((Problem::from_hook_error(&err), parent, children_in)),
+    }
+}
+
+/// A body for debug logs, with the data of every Secret replaced.
+pub fn redacted(body: &[u8]) -> String {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(mut value) => {
+            redact(&mut value);
+            value.to_string()
+        }
+        Err(_) => format!("<{} bytes, not JSON>", body.len()),
+    }
+}
+
+fn redact(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("kind").and_then(Value::as_str) == Some("Secret") {
+                for field in ["data", "stringData"] {
+                    if let Some(Value::Object(data)) = map.get_mut(field) {
+                        for v in data.values_mut() {
+                            *v = Value::String("<redacted>".into());
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(redact);
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+impl Problem {
+    /// The answer to a failed hook call: 400 for an undecodable body, 422 for
+    /// a spec the operator cannot act on.
+    pub fn from_hook_error(err: &HookError) -> Problem {
+        use crate::hook::DecodeError;
+        let status = match err {
+            HookError::Decode(DecodeError::Malformed(_)) => StatusCode::BAD_REQUEST,
+            HookError::Decode(DecodeError::Parent(_)) | HookError::Invalid(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+        };
+        Problem::new(status, err.to_string())
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then stops
+/// accepting, lets in-flight calls finish for at most `grace`, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
+    let drain_state = state.clone();
+    let app = router(state);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        drain_state.drain();
+        info!("shutting down: no new connections, finishing in-flight calls");
+        let _ = draining_tx.send(());
+    });
+    let deadline = async move {
+        if draining_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = server => result,
+        () = deadline => {
+            warn!(grace_seconds = grace.as_secs_f64(), "in-flight calls did not finish in time; exiting anyway");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_redacted_wherever_they_appear() {
+        let body = json!({"children": {"Secret.v1": {"s": {"kind": "Secret", "data": {"password": "aHVudGVyMg=="}, "stringData": {"u": "root"}}}},
+                          "parent": {"kind": "Thing", "data": {"kept": "yes"}}});
+        let out = redacted(body.to_string().as_bytes());
+        assert!(!out.contains("aHVudGVyMg=="), "{out}");
+        assert!(!out.contains("root"), "{out}");
+        assert!(out.contains("kept"), "{out}");
+        assert_eq!(redacted(b"not json"), "<8 bytes, not JSON>");
+    }
+}

@@ -13,9 +13,11 @@
 //! - [`http`]: the axum router, the one adapter from a route to an operator,
 //!   errors as `application/problem+json`, metrics and the OpenAPI document.
 //! - [`manifests`]: the CRDs and CompositeControllers generated from the code.
+//! - [`cli`]: the `hook`, `openapi` and `manifests` subcommands.
 //! - [`config`]: command-line flags, each also read from the environment.
 //! - [`telemetry`]: logging set-up.
 
+pub mod cli;
 pub mod config;
 pub mod hook;
 pub mod http;

@@ -1,0 +1,131 @@
+//! The subcommands that do not serve: `hook`, `openapi`, `manifests`.
+//!
+//! `hook` runs a request through [`crate::operators::Operator::call`], the
+//! same code path as the server, and prints the exact body the server would
+//! send; a refusal prints the same problem document and fails.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::config::{HookArgs, ManifestArgs};
+use crate::hook::Hook;
+use crate::http::Problem;
+use crate::manifests::{self, ControllerOptions};
+use crate::operators::{self, Context};
+
+/// A subcommand's failure: what to print on stderr and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// One line for stderr.
+    pub message: String,
+    /// 1 for a refused request, 2 for bad usage or I/O.
+    pub code: i32,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: 2,
+        }
+    }
+}
+
+/// `opshooks hook OPERATOR HOOK [FILE]`.
+pub fn hook(args: &HookArgs) -> Result<(), Failure> {
+    let ops = operators::all();
+    let names = || ops.iter().map(|op| op.name).collect::<Vec<_>>().join(", ");
+    let op = ops
+        .iter()
+        .find(|op| op.name == args.operator)
+        .ok_or_else(|| Failure::usage(format!("unknown operator {:?}; use one of: {}", args.operator, names())))?;
+    let hook = Hook::parse(&args.hook)
+        .ok_or_else(|| Failure::usage(format!("unknown hook {:?}; use sync, finalize or customize", args.hook)))?;
+    let now = match &args.now {
+        Some(text) => text
+            .parse::<Timestamp>()
+            .map_err(|err| Failure::usage(format!("--now {text:?}: {err}; use RFC 3339 like 2026-01-01T00:00:00Z")))?,
+        None => Timestamp::now(),
+    };
+    let body = read_input(args.file.as_deref())?;
+    let call = op.call(hook, &body, &Context { now }).ok_or_else(|| {
+        let hooks: Vec<_> = op.hooks().map(|h| h.as_str()).collect();
+        Failure::usage(format!("operator {} has no {hook} hook; its hooks are: {}", op.name, hooks.join(", ")))
+    })?;
+    let (out, failure) = match call.result {
+        Ok(answer) => (answer.body, None),
+        Err(err) => {
+            let problem = Problem::from_hook_error(&err);
+            let line = format!("{} {}: {}", problem.status.as_u16(), problem.title, problem.detail);
+            (serde_json::to_vec(&problem).expect("problems serialize"), Some(line))
+        }
+    };
+    print_body(&out)?;
+    match failure {
+        None => Ok(()),
+        Some(message) => Err(Failure { message, code: 1 }),
+    }
+}
+
+/// `opshooks openapi`.
+pub fn openapi() -> Result<(), Failure> {
+    print_text(&crate::http::openapi::yaml(&operators::all()))
+}
+
+/// `opshooks manifests [--dir DIR]`.
+pub fn manifests(args: &ManifestArgs) -> Result<(), Failure> {
+    let opts = ControllerOptions {
+        base_url: args.base_url.trim_end_matches('/').to_string(),
+        hook_version: args.hook_version.clone(),
+        timeout: args.hook_timeout.clone(),
+    };
+    let ops = operators::all();
+    match &args.dir {
+        None => print_text(&manifests::stream(&ops, &opts)),
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|err| Failure::usage(format!("{}: {err}", dir.display())))?;
+            for (name, text) in manifests::files(&ops, &opts) {
+                let path = dir.join(name);
+                std::fs::write(&path, text).map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    match file {
+        Some(path) if path != Path::new("-") => {
+            std::fs::read(path).map_err(|err| Failure::usage(format!("{}: {err}", path.display())))
+        }
+        _ => {
+            let mut body = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .map_err(|err| Failure::usage(format!("stdin: {err}")))?;
+            Ok(body)
+        }
+    }
+}
+
+/// Writes the body exactly; a newline follows only on a terminal, so a pipe
+/// receives the same bytes the server would send.
+fn print_body(body: &[u8]) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    let newline: &[u8] = if stdout.is_terminal() { b"\n" } else { b"" };
+    stdout
+        .write_all(body)
+        .and_then(|()| stdout.write_all(newline))
+        .and_then(|()| stdout.flush())
+        .map_err(|err| Failure::usage(format!("stdout: {err}")))
+}
+
+fn print_text(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|err| Failure::usage(format!("stdout: {err}")))
+}

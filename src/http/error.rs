@@ -1,0 +1,220 @@
+//! Errors as HTTP answers: the one place that decides status codes, and the
+//! checks that come before a body reaches an operator (content type, size,
+//! read deadline).
+//!
+//! Every refusal is `application/problem+json` (RFC 9457) whose `detail` is
+//! one line naming what to fix: Metacontroller copies our body into a
+//! Warning event on the parent, so this text is what users read.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+/// The media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error answer in RFC 9457 shape.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct Problem {
+    /// Always `about:blank`: the status code says what kind of problem it is.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The status code's reason phrase.
+    pub title: String,
+    /// The HTTP status code, repeated for clients that only see the body.
+    #[serde(with = "status_code")]
+    #[schema(value_type = u16)]
+    pub status: StatusCode,
+    /// One line for people: which field is wrong and how to fix it.
+    pub detail: String,
+}
+
+impl Problem {
+    /// A problem with `status` and a one-line `detail`.
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        // A newline would break the one-line event message users read.
+        let detail = detail.into().replace(['\n', '\r'], " ");
+        Problem {
+            type_: "about:blank".into(),
+            title: status.canonical_reason().unwrap_or("Error").into(),
+            status,
+            detail,
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self).expect("problems serialize");
+        let mut response = (self.status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_JSON),
+        );
+        if self.status == StatusCode::METHOD_NOT_ALLOWED && !response.headers().contains_key(header::ALLOW) {
+            let allow = if self.detail.ends_with("use POST") {
+                "POST"
+            } else {
+                "GET"
+            };
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        response
+    }
+}
+
+mod status_code {
+    use axum::http::StatusCode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u16(status.as_u16())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
+        let code = u16::deserialize(d)?;
+        StatusCode::from_u16(code).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The metrics label for a response status.
+pub fn outcome(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::OK => "ok",
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_spec",
+        StatusCode::SERVICE_UNAVAILABLE => "timeout",
+        _ if status.is_server_error() => "internal",
+        _ => "other",
+    }
+}
+
+/// Hook bodies must be JSON: `application/json` or any `+json` type.
+pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
+    let given = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = given.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json")) {
+        Ok(())
+    } else {
+        let given = if given.is_empty() { "none" } else { given };
+        Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Type is {given}; send the hook request as JSON with Content-Type: application/json"
+            ),
+        ))
+    }
+}
+
+/// Reads a whole body of at most `max` bytes within `deadline`.
+pub async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    max: usize,
+    deadline: Duration,
+) -> Result<Bytes, Problem> {
+    let too_large = |size: Option<u64>| {
+        let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body{size} is over the limit of {max} bytes; raise --max-body-bytes (OPSHOOKS_MAX_BODY_BYTES)"
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared
+        && length > max as u64
+    {
+        return Err(too_large(Some(length)));
+    }
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+        Err(_) => Err(Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} s",
+                deadline.as_secs_f64()
+            ),
+        )),
+        Ok(Err(err)) if is_length_limit(&err) => Err(too_large(None)),
+        Ok(Err(err)) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            format!("the request body could not be read: {err}"),
+        )),
+        Ok(Ok(bytes)) => Ok(bytes),
+    }
+}
+
+fn is_length_limit(err: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_type(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn json_content_types() {
+        for ok in ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"] {
+            assert!(check_content_type(&with_type(ok)).is_ok(), "{ok}");
+        }
+        for bad in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
+            let problem = check_content_type(&with_type(bad)).unwrap_err();
+            assert_eq!(problem.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{bad}");
+        }
+        let none = check_content_type(&HeaderMap::new()).unwrap_err();
+        assert!(none.detail.starts_with("Content-Type is none;"), "{}", none.detail);
+    }
+
+    #[test]
+    fn details_stay_on_one_line() {
+        let problem = Problem::new(StatusCode::BAD_REQUEST, "a\nb\r\nc");
+        assert_eq!(problem.detail, "a b  c");
+        assert_eq!(problem.title, "Bad Request");
+    }
+
+    #[tokio::test]
+    async fn declared_and_streamed_oversize_bodies_are_refused() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("11"));
+        let declared = read_body(Body::from("x".repeat(11)), &headers, 10, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(declared.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let streamed = read_body(Body::from("x".repeat(11)), &HeaderMap::new(), 10, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(streamed.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let fits = read_body(Body::from("x".repeat(10)), &HeaderMap::new(), 10, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(fits.len(), 10);
+    }
+}
