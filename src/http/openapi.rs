@@ -1,4 +1,386 @@
-//! todo
+//! The OpenAPI document of every route, generated from the code: hook routes
+//! from the route table, each operator's parent and status schemas from the
+//! same Rust types that generate its CRD, and the error body from
+//! [`Problem`]. `openapi.yaml` at the repository root is this document; a
+//! test fails when the two differ.
+
+use serde_json::{Value, json};
+use utoipa::openapi::path::{HttpMethod, Operation, PathItem};
+use utoipa::openapi::request_body::RequestBody;
+use utoipa::openapi::schema::{Components, Schema};
+use utoipa::openapi::{Content, Info, OpenApi, Paths, Ref, RefOr, Required, Response, Tag};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::Problem;
+use super::error::PROBLEM_JSON;
+use crate::hook::Hook;
 use crate::operators::Operator;
-pub fn document(_ops: &[Operator]) -> utoipa::openapi::OpenApi { utoipa::openapi::OpenApi::default() }
-pub fn yaml(ops: &[Operator]) -> String { document(ops).to_yaml().unwrap() }
+
+/// The OpenAPI document for `operators`.
+pub fn document(operators: &[Operator]) -> OpenApi {
+    let mut components = Components::new();
+    let mut paths = Paths::new();
+    components.schemas.insert(Problem::name().into_owned(), Problem::schema());
+    components
+        .schemas
+        .insert("KubernetesObject".into(), schema(kubernetes_object()));
+    components
+        .schemas
+        .insert("ObservedObjects".into(), schema(observed_objects()));
+    components
+        .schemas
+        .insert("RelatedResourceRule".into(), schema(related_resource_rule()));
+    components
+        .schemas
+        .insert("CustomizeResponse".into(), schema(customize_response()));
+    for op in operators {
+        add_operator(op, &mut components, &mut paths);
+    }
+    add_plain(&mut paths, "/healthz", "health", "Liveness: 200 while the process serves.", "text/plain");
+    add_plain(
+        &mut paths,
+        "/readyz",
+        "health",
+        "Readiness: 200 while serving, 503 once draining for shutdown.",
+        "text/plain",
+    );
+    add_plain(
+        &mut paths,
+        "/metrics",
+        "health",
+        "Prometheus metrics: opshooks_hook_requests_total and opshooks_hook_duration_seconds by operator, hook and outcome.",
+        "text/plain",
+    );
+    add_plain(&mut paths, "/openapi.json", "health", "This document.", "application/json");
+    let mut doc = OpenApi::new(
+        Info::builder()
+            .title("opshooks")
+            .version(env!("CARGO_PKG_VERSION"))
+            .description(Some(
+                "Kubernetes operators as Metacontroller hooks. Every hook answers 200 with the desired state, \
+                 or an application/problem+json error whose detail names the field to fix; a failure is never a 200.",
+            ))
+            .build(),
+        paths,
+    );
+    doc.components = Some(components);
+    doc.tags = Some(
+        operators
+            .iter()
+            .map(|op| Tag::builder().name(op.name).description(Some(format!("The {} operator: {}.", op.kind, op.children_summary))).build())
+            .chain([Tag::builder().name("health").description(Some("Probes, metrics and this document.")).build()])
+            .collect(),
+    );
+    doc
+}
+
+/// The document as YAML, as committed in `openapi.yaml`.
+pub fn yaml(operators: &[Operator]) -> String {
+    document(operators)
+        .to_yaml()
+        .expect("the OpenAPI document serializes")
+}
+
+fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
+    let kind = &op.kind;
+    let root = op.crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .map(|s| serde_json::to_value(s).expect("schemas serialize"))
+        .unwrap_or_else(|| json!({"type": "object"}));
+    let status = root
+        .pointer("/properties/status")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    let mut parent = root;
+    parent["properties"]["apiVersion"] = json!({"type": "string", "enum": [op.api_version()]});
+    parent["properties"]["kind"] = json!({"type": "string", "enum": [kind]});
+    parent["properties"]["metadata"] = json!({"$ref": "#/components/schemas/ObjectMeta"});
+    parent["required"] = json!(["metadata", "spec"]);
+    components.schemas.insert(kind.clone(), schema(parent));
+    components.schemas.insert(format!("{kind}Status"), schema(status));
+    components.schemas.insert("ObjectMeta".into(), schema(object_meta()));
+    components.schemas.insert(
+        format!("{kind}SyncRequest"),
+        schema(json!({
+            "type": "object",
+            "description": format!("A CompositeController sync or finalize call for a {kind}."),
+            "required": ["parent"],
+            "properties": {
+                "controller": {"type": "object", "description": "The CompositeController that called."},
+                "parent": {"$ref": format!("#/components/schemas/{kind}")},
+                "children": {"$ref": "#/components/schemas/ObservedObjects"},
+                "related": {"$ref": "#/components/schemas/ObservedObjects"},
+                "finalizing": {"type": "boolean", "description": "True on the finalize hook."},
+            },
+        })),
+    );
+    components.schemas.insert(
+        format!("{kind}SyncResponse"),
+        schema(json!({
+            "type": "object",
+            "description": "The desired state. Every observed child missing from children is deleted by Metacontroller.",
+            "required": ["status", "children"],
+            "additionalProperties": false,
+            "properties": {
+                "status": {"$ref": format!("#/components/schemas/{kind}Status")},
+                "children": {"type": "array", "items": {"$ref": "#/components/schemas/KubernetesObject"}},
+                "resyncAfterSeconds": {"type": "number", "minimum": 0, "description": "Call again after this many seconds."},
+                "finalized": {"type": "boolean", "description": "On finalize: true once nothing is left to clean up."},
+            },
+        })),
+    );
+    components.schemas.insert(
+        format!("{kind}CustomizeRequest"),
+        schema(json!({
+            "type": "object",
+            "required": ["parent"],
+            "properties": {
+                "controller": {"type": "object"},
+                "parent": {"$ref": format!("#/components/schemas/{kind}")},
+            },
+        })),
+    );
+    for hook in op.hooks() {
+        let (request, response, summary) = match hook {
+            Hook::Sync => (
+                format!("{kind}SyncRequest"),
+                format!("{kind}SyncResponse"),
+                format!("Desired children and observed status of a {kind}."),
+            ),
+            Hook::Finalize => (
+                format!("{kind}SyncRequest"),
+                format!("{kind}SyncResponse"),
+                format!("Clean-up before a {kind} is deleted; finalized once nothing is left."),
+            ),
+            Hook::Customize => (
+                format!("{kind}CustomizeRequest"),
+                "CustomizeResponse".to_string(),
+                format!("Which related objects Metacontroller sends with each {kind} sync."),
+            ),
+        };
+        let operation = Operation::builder()
+            .tag(op.name)
+            .operation_id(Some(format!("{}_{}", op.name, hook)))
+            .summary(Some(summary))
+            .request_body(Some(
+                RequestBody::builder()
+                    .required(Some(Required::True))
+                    .content("application/json", Content::new(Some(Ref::from_schema_name(request))))
+                    .build(),
+            ))
+            .response(
+                "200",
+                Response::builder()
+                    .description("The answer Metacontroller applies.")
+                    .content("application/json", Content::new(Some(Ref::from_schema_name(response)))),
+            )
+            .response("400", problem("The body is not JSON or lacks a required field."))
+            .response("404", problem("No such operator or hook."))
+            .response("405", problem("Hooks take POST only."))
+            .response("408", problem("The body did not arrive in time."))
+            .response("413", problem("The body is over --max-body-bytes."))
+            .response("415", problem("The body is not sent as application/json."))
+            .response("422", problem("The parent's spec is invalid; detail names the field and the fix."))
+            .response("500", problem("A bug in opshooks."))
+            .response("503", problem("The answer took longer than --request-timeout-seconds."))
+            .build();
+        paths
+            .paths
+            .insert(format!("/{}/{}", op.name, hook), PathItem::new(HttpMethod::Post, operation));
+    }
+}
+
+fn problem(description: &str) -> Response {
+    Response::builder()
+        .description(description)
+        .content(PROBLEM_JSON, Content::new(Some(Ref::from_schema_name(Problem::name()))))
+        .build()
+}
+
+fn add_plain(paths: &mut Paths, path: &str, tag: &str, description: &str, media: &str) {
+    let operation = Operation::builder()
+        .tag(tag)
+        .operation_id(Some(path.trim_start_matches('/').replace('.', "_")))
+        .summary(Some(description))
+        .response(
+            "200",
+            Response::builder()
+                .description(description)
+                .content(media, Content::new(Some(RefOr::T(schema_object(media))))),
+        )
+        .build();
+    paths
+        .paths
+        .insert(path.to_string(), PathItem::new(HttpMethod::Get, operation));
+}
+
+fn schema_object(media: &str) -> Schema {
+    match schema(if media == "application/json" {
+        json!({"type": "object"})
+    } else {
+        json!({"type": "string"})
+    }) {
+        RefOr::T(schema) => schema,
+        RefOr::Ref(_) => unreachable!("inline schemas are not references"),
+    }
+}
+
+/// Converts a JSON Schema (Kubernetes' OpenAPI v3 dialect) into utoipa's
+/// model: `nullable` becomes a `null` type, as OpenAPI 3.1 spells it.
+fn schema(mut value: Value) -> RefOr<Schema> {
+    to_openapi_31(&mut value);
+    serde_json::from_value(value).expect("generated schemas are valid")
+}
+
+fn to_openapi_31(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.remove("nullable") == Some(Value::Bool(true))
+                && let Some(Value::String(t)) = map.get("type").cloned()
+            {
+                map.insert("type".into(), json!([t, "null"]));
+            }
+            map.values_mut().for_each(to_openapi_31);
+        }
+        Value::Array(items) => items.iter_mut().for_each(to_openapi_31),
+        _ => {}
+    }
+}
+
+fn object_meta() -> Value {
+    json!({
+        "type": "object",
+        "description": "Kubernetes object metadata; only the fields operators read are listed.",
+        "properties": {
+            "name": {"type": "string"},
+            "namespace": {"type": "string"},
+            "uid": {"type": "string"},
+            "generation": {"type": "integer", "format": "int64"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+            "creationTimestamp": {"type": "string", "format": "date-time"},
+            "deletionTimestamp": {"type": "string", "format": "date-time"},
+        },
+    })
+}
+
+fn kubernetes_object() -> Value {
+    json!({
+        "type": "object",
+        "description": "A whole Kubernetes object with only the fields opshooks owns.",
+        "required": ["apiVersion", "kind", "metadata"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"$ref": "#/components/schemas/ObjectMeta"},
+        },
+        "additionalProperties": true,
+    })
+}
+
+fn observed_objects() -> Value {
+    json!({
+        "type": "object",
+        "description": "Observed objects keyed by `<Kind>.<apiVersion>` (Pod.v1, StatefulSet.apps/v1), then by `name` (hook version v1) or `namespace/name` (v2).",
+        "additionalProperties": {
+            "type": "object",
+            "additionalProperties": {"$ref": "#/components/schemas/KubernetesObject"},
+        },
+    })
+}
+
+fn label_selector() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": {
+                "type": "object",
+                "required": ["key", "operator"],
+                "properties": {
+                    "key": {"type": "string"},
+                    "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {"type": "array", "items": {"type": "string"}},
+                },
+            }},
+        },
+    })
+}
+
+fn related_resource_rule() -> Value {
+    json!({
+        "type": "object",
+        "description": "Objects Metacontroller sends in `related`: a selector or names, never both.",
+        "required": ["apiVersion", "resource"],
+        "additionalProperties": false,
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "resource": {"type": "string"},
+            "labelSelector": label_selector(),
+            "namespaceSelector": label_selector(),
+            "namespace": {"type": "string"},
+            "names": {"type": "array", "items": {"type": "string"}},
+        },
+    })
+}
+
+fn customize_response() -> Value {
+    json!({
+        "type": "object",
+        "required": ["relatedResources"],
+        "additionalProperties": false,
+        "properties": {
+            "relatedResources": {"type": "array", "items": {"$ref": "#/components/schemas/RelatedResourceRule"}},
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators;
+
+    #[test]
+    fn every_route_and_schema_reference_resolves() {
+        let doc = serde_json::to_value(document(&operators::all())).unwrap();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut refs = Vec::new();
+        collect_refs(&doc, &mut refs);
+        assert!(!refs.is_empty());
+        for r in refs {
+            let name = r.trim_start_matches("#/components/schemas/");
+            assert!(schemas.contains_key(name), "dangling {r}");
+        }
+        for op in operators::all() {
+            for hook in op.hooks() {
+                let path = format!("/{}/{}", op.name, hook);
+                assert!(doc["paths"][&path]["post"].is_object(), "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn parent_schemas_keep_their_validation() {
+        let doc = serde_json::to_value(document(&operators::all())).unwrap();
+        let replicas = &doc["components"]["schemas"]["WebServer"]["properties"]["spec"]["properties"]["replicas"];
+        assert_eq!(replicas["minimum"].as_f64(), Some(0.0));
+        assert_eq!(replicas["maximum"].as_f64(), Some(1000.0));
+        let status = &doc["components"]["schemas"]["WebServerStatus"];
+        assert_eq!(status["type"], json!(["object", "null"]));
+    }
+
+    fn collect_refs(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get("$ref") {
+                    out.push(r.clone());
+                }
+                map.values().for_each(|v| collect_refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| collect_refs(v, out)),
+            _ => {}
+        }
+    }
+}
