@@ -40,26 +40,50 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
     let op = ops
         .iter()
         .find(|op| op.name == args.operator)
-        .ok_or_else(|| Failure::usage(format!("unknown operator {:?}; use one of: {}", args.operator, names())))?;
-    let hook = Hook::parse(&args.hook)
-        .ok_or_else(|| Failure::usage(format!("unknown hook {:?}; use sync, finalize or customize", args.hook)))?;
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "unknown operator {:?}; use one of: {}",
+                args.operator,
+                names()
+            ))
+        })?;
+    let hook = Hook::parse(&args.hook).ok_or_else(|| {
+        Failure::usage(format!(
+            "unknown hook {:?}; use sync, finalize or customize",
+            args.hook
+        ))
+    })?;
     let now = match &args.now {
-        Some(text) => text
-            .parse::<Timestamp>()
-            .map_err(|err| Failure::usage(format!("--now {text:?}: {err}; use RFC 3339 like 2026-01-01T00:00:00Z")))?,
+        Some(text) => text.parse::<Timestamp>().map_err(|err| {
+            Failure::usage(format!(
+                "--now {text:?}: {err}; use RFC 3339 like 2026-01-01T00:00:00Z"
+            ))
+        })?,
         None => Timestamp::now(),
     };
     let body = read_input(args.file.as_deref())?;
     let call = op.call(hook, &body, &Context { now }).ok_or_else(|| {
         let hooks: Vec<_> = op.hooks().map(|h| h.as_str()).collect();
-        Failure::usage(format!("operator {} has no {hook} hook; its hooks are: {}", op.name, hooks.join(", ")))
+        Failure::usage(format!(
+            "operator {} has no {hook} hook; its hooks are: {}",
+            op.name,
+            hooks.join(", ")
+        ))
     })?;
     let (out, failure) = match call.result {
         Ok(answer) => (answer.body, None),
         Err(err) => {
             let problem = Problem::from_hook_error(&err);
-            let line = format!("{} {}: {}", problem.status.as_u16(), problem.title, problem.detail);
-            (serde_json::to_vec(&problem).expect("problems serialize"), Some(line))
+            let line = format!(
+                "{} {}: {}",
+                problem.status.as_u16(),
+                problem.title,
+                problem.detail
+            );
+            (
+                serde_json::to_vec(&problem).expect("problems serialize"),
+                Some(line),
+            )
         }
     };
     print_body(&out)?;
@@ -85,10 +109,12 @@ pub fn manifests(args: &ManifestArgs) -> Result<(), Failure> {
     match &args.dir {
         None => print_text(&manifests::stream(&ops, &opts)),
         Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|err| Failure::usage(format!("{}: {err}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|err| Failure::usage(format!("{}: {err}", dir.display())))?;
             for (name, text) in manifests::files(&ops, &opts) {
                 let path = dir.join(name);
-                std::fs::write(&path, text).map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
+                std::fs::write(&path, text)
+                    .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
             }
             Ok(())
         }

@@ -87,16 +87,19 @@ pub(crate) fn describe<E: std::fmt::Display>(
 ) -> String {
     let path = err.path().to_string();
     let inner = err.into_inner().to_string();
-    // serde appends " at line 1 column 9"; the path already says where.
+    // serde appends " at line 1 column 9": keep it for syntax errors (path
+    // "?"), where it is all the user has, and drop it elsewhere.
+    let syntax = path == "?";
+    let located = path != "." && !syntax;
     let inner = match inner.rfind(" at line ") {
-        Some(at) => inner[..at].to_string(),
-        None => inner,
+        Some(at) if !syntax => inner[..at].to_string(),
+        _ => inner,
     };
-    match (what.is_empty(), path.as_str()) {
-        (true, ".") => inner,
-        (true, _) => format!("{path}: {inner}"),
-        (false, ".") => format!("{what}: {inner}"),
-        (false, _) => format!("{what}: {path}: {inner}"),
+    match (what.is_empty(), located) {
+        (true, false) => inner,
+        (true, true) => format!("{path}: {inner}"),
+        (false, false) => format!("{what}: {inner}"),
+        (false, true) => format!("{what}: {path}: {inner}"),
     }
 }
 
@@ -311,7 +314,10 @@ mod tests {
         let err = decode_body::<SyncRequest>(br#"{"parent":{},"children":{"Pod.v1":[]}}"#)
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("request body: children.Pod.v1: invalid type"), "{err}");
+        assert!(
+            err.starts_with("request body: children.Pod.v1: invalid type"),
+            "{err}"
+        );
     }
 
     #[test]

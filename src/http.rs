@@ -101,9 +101,11 @@ pub fn router(state: AppState) -> Router {
             let path = format!("/{}/{}", op.name, hook);
             router = router.route(
                 &path,
-                post(move |state: State<AppState>, headers: HeaderMap, body: Body| {
-                    hook_call(state, index, hook, headers, body)
-                }),
+                post(
+                    move |state: State<AppState>, headers: HeaderMap, body: Body| {
+                        hook_call(state, index, hook, headers, body)
+                    },
+                ),
             );
         }
     }
@@ -158,7 +160,10 @@ async fn not_found(State(state): State<AppState>, uri: Uri) -> Problem {
         (Some(op), Some(hook)) => format!(
             "operator {} has no {hook:?} hook; its hooks are: {}",
             op.name,
-            op.hooks().map(|h| h.as_str()).collect::<Vec<_>>().join(", ")
+            op.hooks()
+                .map(|h| h.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         _ => format!(
             "no route {path}; hooks are POST /<operator>/<hook> with operator one of: {}",
@@ -200,11 +205,19 @@ async fn hook_call(
     let (response, parent, children_in, children_out) = match outcome {
         Ok((done, answer_body)) => {
             let response = (
-                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
                 answer_body,
             )
                 .into_response();
-            (response, done.parent, done.children_in, Some(done.children_out))
+            (
+                response,
+                done.parent,
+                done.children_in,
+                Some(done.children_out),
+            )
         }
         Err((problem, parent, children_in)) => {
             let detail = problem.detail.clone();
@@ -288,7 +301,9 @@ async fn answer(
         Ok(Err(join)) => {
             return Err(refuse(Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"),
+                format!(
+                    "the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"
+                ),
             )));
         }
         Ok(Ok(call)) => call,

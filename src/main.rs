@@ -54,10 +54,12 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
         code: 1,
     })?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen).await.map_err(|err| Failure {
-            message: format!("cannot listen on {listen}: {err}; pick another with --listen"),
-            code: 1,
-        })?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|err| Failure {
+                message: format!("cannot listen on {listen}: {err}; pick another with --listen"),
+                code: 1,
+            })?;
         let ops = operators::all();
         let names: Vec<_> = ops.iter().map(|op| op.name).collect();
         tracing::info!(address = %listen, operators = ?names, "serving");

@@ -72,7 +72,8 @@ pub struct Call {
 /// The pure function behind a composite `sync` or `finalize` hook.
 pub type SyncFn<P> = fn(&SyncRequest<P>, &Context) -> Result<SyncResponse, HookError>;
 /// The pure function behind a `customize` hook.
-pub type CustomizeFn<P> = fn(&CustomizeRequest<P>, &Context) -> Result<CustomizeResponse, HookError>;
+pub type CustomizeFn<P> =
+    fn(&CustomizeRequest<P>, &Context) -> Result<CustomizeResponse, HookError>;
 
 type Handler = Box<dyn Fn(&[u8], &Context) -> Call + Send + Sync>;
 
@@ -244,7 +245,13 @@ pub fn sorted_children(children: Vec<Value>) -> Vec<Value> {
         .map(|child| {
             let key = ["apiVersion", "kind"]
                 .iter()
-                .map(|f| child.get(f).and_then(Value::as_str).unwrap_or_default().to_string())
+                .map(|f| {
+                    child
+                        .get(f)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                })
                 .chain(["namespace", "name"].iter().map(|f| {
                     child
                         .pointer(&format!("/metadata/{f}"))
@@ -296,7 +303,10 @@ mod tests {
             parent_ref(&json!({"metadata": {"name": "a", "namespace": "n"}})),
             Some("n/a".into())
         );
-        assert_eq!(parent_ref(&json!({"metadata": {"name": "a"}})), Some("a".into()));
+        assert_eq!(
+            parent_ref(&json!({"metadata": {"name": "a"}})),
+            Some("a".into())
+        );
         assert_eq!(parent_ref(&json!({})), None);
     }
 }

@@ -15,7 +15,11 @@ pub fn init(args: &LogArgs) -> Result<(), String> {
         .with_writer(std::io::stderr);
     let result = match args.log_format {
         LogFormat::Plain => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
     };
     result.map_err(|err| format!("logging: {err}"))
 }

@@ -159,7 +159,11 @@ mod tests {
                 Some(2),
                 at("2026-02-02T10:20:30.999Z"),
             );
-            assert_eq!(got[0].last_transition_time, case.want_time, "{}", case.reason);
+            assert_eq!(
+                got[0].last_transition_time, case.want_time,
+                "{}",
+                case.reason
+            );
             assert_eq!(got[0].observed_generation, Some(2), "{}", case.reason);
         }
     }

@@ -150,7 +150,9 @@ mod tests {
 
     #[test]
     fn len_counts_across_groups() {
-        let g = groups(json!({"Pod.v1": {"a": {}, "b": {}}, "Service.v1": {"c": {}}, "ConfigMap.v1": {}}));
+        let g = groups(
+            json!({"Pod.v1": {"a": {}, "b": {}}, "Service.v1": {"c": {}}, "ConfigMap.v1": {}}),
+        );
         assert_eq!(g.len(), 3);
         assert!(!g.is_empty());
         assert!(ObjectGroups::default().is_empty());

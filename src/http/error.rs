@@ -50,11 +50,12 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self).expect("problems serialize");
         let mut response = (self.status, body).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(PROBLEM_JSON),
-        );
-        if self.status == StatusCode::METHOD_NOT_ALLOWED && !response.headers().contains_key(header::ALLOW) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if self.status == StatusCode::METHOD_NOT_ALLOWED
+            && !response.headers().contains_key(header::ALLOW)
+        {
             let allow = if self.detail.ends_with("use POST") {
                 "POST"
             } else {
@@ -103,8 +104,15 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let essence = given.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json")) {
+    let essence = given
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    {
         Ok(())
     } else {
         let given = if given.is_empty() { "none" } else { given };
@@ -182,15 +190,28 @@ mod tests {
 
     #[test]
     fn json_content_types() {
-        for ok in ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"] {
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/merge-patch+json",
+        ] {
             assert!(check_content_type(&with_type(ok)).is_ok(), "{ok}");
         }
-        for bad in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "application/jsonx",
+        ] {
             let problem = check_content_type(&with_type(bad)).unwrap_err();
             assert_eq!(problem.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{bad}");
         }
         let none = check_content_type(&HeaderMap::new()).unwrap_err();
-        assert!(none.detail.starts_with("Content-Type is none;"), "{}", none.detail);
+        assert!(
+            none.detail.starts_with("Content-Type is none;"),
+            "{}",
+            none.detail
+        );
     }
 
     #[test]
@@ -204,17 +225,32 @@ mod tests {
     async fn declared_and_streamed_oversize_bodies_are_refused() {
         let mut headers = HeaderMap::new();
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("11"));
-        let declared = read_body(Body::from("x".repeat(11)), &headers, 10, Duration::from_secs(1))
-            .await
-            .unwrap_err();
+        let declared = read_body(
+            Body::from("x".repeat(11)),
+            &headers,
+            10,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(declared.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let streamed = read_body(Body::from("x".repeat(11)), &HeaderMap::new(), 10, Duration::from_secs(1))
-            .await
-            .unwrap_err();
+        let streamed = read_body(
+            Body::from("x".repeat(11)),
+            &HeaderMap::new(),
+            10,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(streamed.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let fits = read_body(Body::from("x".repeat(10)), &HeaderMap::new(), 10, Duration::from_secs(1))
-            .await
-            .unwrap();
+        let fits = read_body(
+            Body::from("x".repeat(10)),
+            &HeaderMap::new(),
+            10,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
         assert_eq!(fits.len(), 10);
     }
 }

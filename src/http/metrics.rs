@@ -1,7 +1,9 @@
 //! Prometheus metrics of hook calls: a counter and a latency histogram per
 //! operator, hook and outcome, in the text exposition format.
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
 
 /// The media type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -27,7 +29,10 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("opshooks_hook_requests_total", "Hook calls answered, by operator, hook and outcome."),
+            Opts::new(
+                "opshooks_hook_requests_total",
+                "Hook calls answered, by operator, hook and outcome.",
+            ),
             &LABELS,
         )
         .expect("valid metric");
@@ -37,7 +42,8 @@ impl Metrics {
                 "Time from receiving a hook call to answering it, by operator, hook and outcome.",
             )
             .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
             ]),
             &LABELS,
         )
@@ -83,7 +89,9 @@ mod tests {
         metrics.observe("webserver", "sync", "ok", 0.003);
         let text = metrics.render();
         assert!(
-            text.contains(r#"opshooks_hook_requests_total{hook="sync",operator="webserver",outcome="ok"} 2"#),
+            text.contains(
+                r#"opshooks_hook_requests_total{hook="sync",operator="webserver",outcome="ok"} 2"#
+            ),
             "{text}"
         );
         assert!(

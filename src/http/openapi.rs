@@ -20,23 +20,32 @@ use crate::operators::Operator;
 pub fn document(operators: &[Operator]) -> OpenApi {
     let mut components = Components::new();
     let mut paths = Paths::new();
-    components.schemas.insert(Problem::name().into_owned(), Problem::schema());
+    components
+        .schemas
+        .insert(Problem::name().into_owned(), Problem::schema());
     components
         .schemas
         .insert("KubernetesObject".into(), schema(kubernetes_object()));
     components
         .schemas
         .insert("ObservedObjects".into(), schema(observed_objects()));
-    components
-        .schemas
-        .insert("RelatedResourceRule".into(), schema(related_resource_rule()));
+    components.schemas.insert(
+        "RelatedResourceRule".into(),
+        schema(related_resource_rule()),
+    );
     components
         .schemas
         .insert("CustomizeResponse".into(), schema(customize_response()));
     for op in operators {
         add_operator(op, &mut components, &mut paths);
     }
-    add_plain(&mut paths, "/healthz", "health", "Liveness: 200 while the process serves.", "text/plain");
+    add_plain(
+        &mut paths,
+        "/healthz",
+        "health",
+        "Liveness: 200 while the process serves.",
+        "text/plain",
+    );
     add_plain(
         &mut paths,
         "/readyz",
@@ -51,7 +60,13 @@ pub fn document(operators: &[Operator]) -> OpenApi {
         "Prometheus metrics: opshooks_hook_requests_total and opshooks_hook_duration_seconds by operator, hook and outcome.",
         "text/plain",
     );
-    add_plain(&mut paths, "/openapi.json", "health", "This document.", "application/json");
+    add_plain(
+        &mut paths,
+        "/openapi.json",
+        "health",
+        "This document.",
+        "application/json",
+    );
     let mut doc = OpenApi::new(
         Info::builder()
             .title("opshooks")
@@ -67,8 +82,19 @@ pub fn document(operators: &[Operator]) -> OpenApi {
     doc.tags = Some(
         operators
             .iter()
-            .map(|op| Tag::builder().name(op.name).description(Some(format!("The {} operator: {}.", op.kind, op.children_summary))).build())
-            .chain([Tag::builder().name("health").description(Some("Probes, metrics and this document.")).build()])
+            .map(|op| {
+                Tag::builder()
+                    .name(op.name)
+                    .description(Some(format!(
+                        "The {} operator: {}.",
+                        op.kind, op.children_summary
+                    )))
+                    .build()
+            })
+            .chain([Tag::builder()
+                .name("health")
+                .description(Some("Probes, metrics and this document."))
+                .build()])
             .collect(),
     );
     doc
@@ -99,8 +125,12 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
     parent["properties"]["metadata"] = json!({"$ref": "#/components/schemas/ObjectMeta"});
     parent["required"] = json!(["metadata", "spec"]);
     components.schemas.insert(kind.clone(), schema(parent));
-    components.schemas.insert(format!("{kind}Status"), schema(status));
-    components.schemas.insert("ObjectMeta".into(), schema(object_meta()));
+    components
+        .schemas
+        .insert(format!("{kind}Status"), schema(status));
+    components
+        .schemas
+        .insert("ObjectMeta".into(), schema(object_meta()));
     components.schemas.insert(
         format!("{kind}SyncRequest"),
         schema(json!({
@@ -167,35 +197,54 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
             .request_body(Some(
                 RequestBody::builder()
                     .required(Some(Required::True))
-                    .content("application/json", Content::new(Some(Ref::from_schema_name(request))))
+                    .content(
+                        "application/json",
+                        Content::new(Some(Ref::from_schema_name(request))),
+                    )
                     .build(),
             ))
             .response(
                 "200",
                 Response::builder()
                     .description("The answer Metacontroller applies.")
-                    .content("application/json", Content::new(Some(Ref::from_schema_name(response)))),
+                    .content(
+                        "application/json",
+                        Content::new(Some(Ref::from_schema_name(response))),
+                    ),
             )
-            .response("400", problem("The body is not JSON or lacks a required field."))
+            .response(
+                "400",
+                problem("The body is not JSON or lacks a required field."),
+            )
             .response("404", problem("No such operator or hook."))
             .response("405", problem("Hooks take POST only."))
             .response("408", problem("The body did not arrive in time."))
             .response("413", problem("The body is over --max-body-bytes."))
             .response("415", problem("The body is not sent as application/json."))
-            .response("422", problem("The parent's spec is invalid; detail names the field and the fix."))
+            .response(
+                "422",
+                problem("The parent's spec is invalid; detail names the field and the fix."),
+            )
             .response("500", problem("A bug in opshooks."))
-            .response("503", problem("The answer took longer than --request-timeout-seconds."))
+            .response(
+                "503",
+                problem("The answer took longer than --request-timeout-seconds."),
+            )
             .build();
-        paths
-            .paths
-            .insert(format!("/{}/{}", op.name, hook), PathItem::new(HttpMethod::Post, operation));
+        paths.paths.insert(
+            format!("/{}/{}", op.name, hook),
+            PathItem::new(HttpMethod::Post, operation),
+        );
     }
 }
 
 fn problem(description: &str) -> Response {
     Response::builder()
         .description(description)
-        .content(PROBLEM_JSON, Content::new(Some(Ref::from_schema_name(Problem::name()))))
+        .content(
+            PROBLEM_JSON,
+            Content::new(Some(Ref::from_schema_name(Problem::name()))),
+        )
         .build()
 }
 
@@ -364,7 +413,8 @@ mod tests {
     #[test]
     fn parent_schemas_keep_their_validation() {
         let doc = serde_json::to_value(document(&operators::all())).unwrap();
-        let replicas = &doc["components"]["schemas"]["WebServer"]["properties"]["spec"]["properties"]["replicas"];
+        let replicas = &doc["components"]["schemas"]["WebServer"]["properties"]["spec"]["properties"]
+            ["replicas"];
         assert_eq!(replicas["minimum"].as_f64(), Some(0.0));
         assert_eq!(replicas["maximum"].as_f64(), Some(1000.0));
         let status = &doc["components"]["schemas"]["WebServerStatus"];

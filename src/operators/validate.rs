@@ -57,7 +57,10 @@ pub fn image(field: &str, value: &str) -> Result<(), InvalidSpec> {
     if value.len() > 255 {
         return Err(InvalidSpec::new(
             field,
-            format!("is {} characters long, the limit is 255; {fix}", value.len()),
+            format!(
+                "is {} characters long, the limit is 255; {fix}",
+                value.len()
+            ),
         ));
     }
     Ok(())
@@ -125,7 +128,10 @@ mod tests {
         assert!(image("spec.image", "r.example.com:5000/a/b@sha256:abc").is_ok());
         let err = image("spec.image", "my image").unwrap_err();
         assert_eq!(err.field, "spec.image");
-        assert!(err.to_string().starts_with("spec.image: \"my image\" contains whitespace; use"));
+        assert!(
+            err.to_string()
+                .starts_with("spec.image: \"my image\" contains whitespace; use")
+        );
         assert!(image("spec.image", "").is_err());
         assert!(image("spec.image", &"a".repeat(256)).is_err());
     }
@@ -135,7 +141,9 @@ mod tests {
         assert!(in_range("spec.replicas", 0, 0, 10).is_ok());
         assert!(in_range("spec.replicas", 10, 0, 10).is_ok());
         assert_eq!(
-            in_range("spec.replicas", -1, 0, 10).unwrap_err().to_string(),
+            in_range("spec.replicas", -1, 0, 10)
+                .unwrap_err()
+                .to_string(),
             "spec.replicas: -1 is out of range; use a whole number from 0 to 10"
         );
     }

@@ -10,9 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodSpec, Probe, TCPSocketAction,
-};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -124,8 +122,7 @@ pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse,
     let observed = req.children.of::<Pod>()?;
     let desired = (0..ws.spec.replicas).map(|index| child(&pod(ws, index)));
     Ok(SyncResponse {
-        status: serde_json::to_value(status(ws, &observed, ctx))
-            .expect("status serializes"),
+        status: serde_json::to_value(status(ws, &observed, ctx)).expect("status serializes"),
         children: sorted_children(desired.collect()),
         ..SyncResponse::default()
     })
@@ -135,7 +132,12 @@ pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse,
 pub fn validate(ws: &WebServer) -> Result<(), InvalidSpec> {
     let name = ws.metadata.name.as_deref().unwrap_or_default();
     validate::dns_label("metadata.name", name, MAX_NAME)?;
-    validate::in_range("spec.replicas", ws.spec.replicas.into(), 0, MAX_REPLICAS.into())?;
+    validate::in_range(
+        "spec.replicas",
+        ws.spec.replicas.into(),
+        0,
+        MAX_REPLICAS.into(),
+    )?;
     validate::image("spec.image", &ws.spec.image)?;
     validate::in_range("spec.port", ws.spec.port.into(), 1, 65535)?;
     Ok(())
@@ -155,7 +157,10 @@ pub fn labels(ws: &WebServer) -> BTreeMap<String, String> {
 
 /// The name of the pod at `index`.
 pub fn pod_name(ws: &WebServer, index: i32) -> String {
-    format!("{}-{index}", ws.metadata.name.as_deref().unwrap_or_default())
+    format!(
+        "{}-{index}",
+        ws.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// The pod at `index`: the image with its port declared and probed.
@@ -347,24 +352,38 @@ mod tests {
                 reason: "nothing observed yet",
                 replicas: 2,
                 pods: vec![],
-                want: (0, 0, "False", "0 of 2 pods are ready; waiting for web-0, web-1"),
+                want: (
+                    0,
+                    0,
+                    "False",
+                    "0 of 2 pods are ready; waiting for web-0, web-1",
+                ),
             },
             Case {
                 reason: "all ready",
                 replicas: 2,
-                pods: vec![observed("web-0", "Running", true), observed("web-1", "Running", true)],
+                pods: vec![
+                    observed("web-0", "Running", true),
+                    observed("web-1", "Running", true),
+                ],
                 want: (2, 2, "True", "2 of 2 pods are ready"),
             },
             Case {
                 reason: "pending counts but is not ready",
                 replicas: 2,
-                pods: vec![observed("web-0", "Running", true), observed("web-1", "Pending", false)],
+                pods: vec![
+                    observed("web-0", "Running", true),
+                    observed("web-1", "Pending", false),
+                ],
                 want: (2, 1, "False", "1 of 2 pods are ready; waiting for web-1"),
             },
             Case {
                 reason: "failed and succeeded pods are not counted",
                 replicas: 1,
-                pods: vec![observed("web-0", "Failed", false), observed("web-1", "Succeeded", false)],
+                pods: vec![
+                    observed("web-0", "Failed", false),
+                    observed("web-1", "Succeeded", false),
+                ],
                 want: (0, 0, "False", "0 of 1 pods are ready; waiting for web-0"),
             },
             Case {
@@ -385,7 +404,12 @@ mod tests {
             let cond = &got.conditions[0];
             let status = serde_json::to_value(cond.status).unwrap();
             assert_eq!(
-                (got.count, got.ready_replicas, status.as_str().unwrap(), cond.message.as_str()),
+                (
+                    got.count,
+                    got.ready_replicas,
+                    status.as_str().unwrap(),
+                    cond.message.as_str()
+                ),
                 case.want,
                 "{}",
                 case.reason
@@ -405,9 +429,9 @@ mod tests {
     #[test]
     fn terminating_pods_are_not_ready() {
         let mut pod = observed("web-0", "Running", true);
-        pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            Timestamp::UNIX_EPOCH,
-        ));
+        pod.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
         assert!(!is_ready(&pod));
         assert!(is_counted(&pod));
     }

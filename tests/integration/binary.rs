@@ -1,0 +1,157 @@
+//! The built binary: `opshooks hook` prints exactly what the server sends,
+//! and the server drains in-flight calls on shutdown.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, header};
+use http_body_util::BodyExt;
+use opshooks::http::{self, Limits};
+use tower::ServiceExt;
+
+use super::support::{FIXED_NOW, root, state};
+
+fn opshooks() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_opshooks"))
+}
+
+#[tokio::test]
+async fn hook_command_prints_the_servers_exact_body() {
+    for case in ["v1-first-sync", "v2-image-change"] {
+        let file = root()
+            .join("tests/fixtures/webserver")
+            .join(case)
+            .join("request.json");
+        let out = opshooks()
+            .args(["hook", "webserver", "sync", "--now", FIXED_NOW])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let request = Request::post("/webserver/sync")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(std::fs::read(&file).unwrap()))
+            .unwrap();
+        let response = http::router(state(Limits::default()))
+            .oneshot(request)
+            .await
+            .unwrap();
+        let served = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(out.stdout, served.to_vec(), "{case}");
+    }
+}
+
+#[test]
+fn hook_command_reads_stdin_and_fails_on_refusal() {
+    let body = std::fs::read(
+        root().join("tests/fixtures/webserver/invalid-image-with-space/request.json"),
+    )
+    .unwrap();
+    let mut child = opshooks()
+        .args(["hook", "webserver", "sync"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let problem: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(problem["status"], 422);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("422 Unprocessable Entity: spec.image"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn hook_command_names_unknown_operators_and_hooks() {
+    let out = opshooks()
+        .args(["hook", "nosuch", "sync", "/dev/null"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("unknown operator \"nosuch\"; use one of: webserver")
+    );
+    let out = opshooks()
+        .args(["hook", "webserver", "finalize", "/dev/null"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no finalize hook"));
+}
+
+#[test]
+fn openapi_and_manifests_commands_print_the_committed_files() {
+    let out = opshooks().arg("openapi").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        out.stdout,
+        std::fs::read(root().join("openapi.yaml")).unwrap()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = opshooks()
+        .args(["manifests", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    for entry in std::fs::read_dir(root().join("metacontroller")).unwrap() {
+        let path = entry.unwrap().path();
+        let written = std::fs::read(dir.path().join(path.file_name().unwrap())).unwrap();
+        assert_eq!(written, std::fs::read(&path).unwrap(), "{}", path.display());
+    }
+}
+
+#[tokio::test]
+async fn shutdown_finishes_in_flight_calls_then_stops() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(
+        listener,
+        state(Limits::default()),
+        async {
+            let _ = stop_rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    // Open a call and send only half of its body, then ask for shutdown.
+    let body =
+        std::fs::read(root().join("tests/fixtures/webserver/v1-first-sync/request.json")).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST /webserver/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (first, rest) = body.split_at(body.len() / 2);
+    stream.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop_tx.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // New connections are refused while the in-flight call goes on.
+    assert!(tokio::net::TcpStream::connect(address).await.is_err());
+    stream.write_all(rest).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("server stops after draining")
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,101 @@
+//! Drift tests: the committed openapi.yaml and metacontroller/ manifests are
+//! exactly what the code generates, and every hook URL in a manifest is a
+//! real route. `OPSHOOKS_BLESS=1 cargo test` regenerates them.
+
+use opshooks::hook::Hook;
+use opshooks::manifests::{self, ControllerOptions};
+use opshooks::operators;
+use serde_json::Value;
+
+use super::support::{assert_matches_file, blessing, root};
+
+#[test]
+fn openapi_yaml_is_current() {
+    let generated = opshooks::http::openapi::yaml(&operators::all());
+    assert_matches_file(&root().join("openapi.yaml"), &generated);
+}
+
+#[test]
+fn metacontroller_manifests_are_current() {
+    let dir = root().join("metacontroller");
+    if blessing() {
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    let files = manifests::files(&operators::all(), &ControllerOptions::default());
+    for (name, text) in &files {
+        assert_matches_file(&dir.join(name), text);
+    }
+    // No stale file is left behind by a removed operator.
+    let mut committed: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    committed.sort();
+    let mut want: Vec<_> = files
+        .iter()
+        .map(|(n, _)| n.to_string_lossy().into_owned())
+        .collect();
+    want.sort();
+    assert_eq!(committed, want);
+}
+
+#[test]
+fn every_hook_url_in_the_manifests_is_a_real_route() {
+    let ops = operators::all();
+    let dir = root().join("metacontroller");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let object: Value = yaml_serde::from_str(&text).unwrap();
+        if object["kind"] != "CompositeController" {
+            continue;
+        }
+        for (hook_name, hook) in object["spec"]["hooks"].as_object().unwrap() {
+            let url = hook["webhook"]["url"].as_str().unwrap();
+            let path = url.strip_prefix(manifests::DEFAULT_BASE_URL).unwrap();
+            let mut parts = path.trim_start_matches('/').split('/');
+            let (op_name, route_hook) = (parts.next().unwrap(), parts.next().unwrap());
+            assert_eq!(route_hook, hook_name, "{url}");
+            let op = ops
+                .iter()
+                .find(|op| op.name == op_name)
+                .unwrap_or_else(|| panic!("{url}: no operator"));
+            let hook = Hook::parse(route_hook).unwrap();
+            assert!(op.hooks().any(|h| h == hook), "{url}: no such hook");
+            let resource = object["spec"]["parentResource"]["resource"]
+                .as_str()
+                .unwrap();
+            assert_eq!(resource, op.plural());
+            checked += 1;
+        }
+    }
+    assert!(checked >= ops.len(), "only {checked} hook URLs found");
+}
+
+#[test]
+fn crds_are_structural_with_status_and_validation() {
+    for op in operators::all() {
+        let crd = serde_json::to_value(&op.crd).unwrap();
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(crd["spec"]["group"], "opshooks.io");
+        assert_eq!(version["name"], "v1alpha1");
+        assert!(version["subresources"]["status"].is_object(), "{}", op.name);
+        assert!(
+            !crd["spec"]["names"]["shortNames"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            version["additionalPrinterColumns"]
+                .as_array()
+                .unwrap()
+                .len()
+                >= 2
+        );
+        let schema = &version["schema"]["openAPIV3Schema"];
+        assert_eq!(schema["type"], "object");
+        assert!(schema["properties"]["spec"]["required"].is_array());
+    }
+}

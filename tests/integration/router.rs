@@ -1,0 +1,322 @@
+//! The real axum router, driven with `oneshot`: every route and every error
+//! class, with the bodies users would see.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use opshooks::http::{Limits, router};
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::support::{root, state};
+
+struct Reply {
+    status: StatusCode,
+    content_type: String,
+    allow: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn detail(&self) -> String {
+        assert_eq!(self.content_type, "application/problem+json");
+        let problem = self.json();
+        assert_eq!(problem["status"], self.status.as_u16());
+        let detail = problem["detail"].as_str().unwrap().to_string();
+        assert!(!detail.contains('\n'));
+        detail
+    }
+}
+
+async fn send_with(limits: Limits, request: Request<Body>) -> Reply {
+    let response = router(state(limits)).oneshot(request).await.unwrap();
+    let status = response.status();
+    let header_text = |name| {
+        response
+            .headers()
+            .get(name)
+            .map(|v: &header::HeaderValue| v.to_str().unwrap().to_string())
+    };
+    let content_type = header_text(header::CONTENT_TYPE).unwrap_or_default();
+    let allow = header_text(header::ALLOW);
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    Reply {
+        status,
+        content_type,
+        allow,
+        body,
+    }
+}
+
+async fn send(request: Request<Body>) -> Reply {
+    send_with(Limits::default(), request).await
+}
+
+fn post(path: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> {
+    Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(body.into())
+        .unwrap()
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::builder().uri(path).body(Body::empty()).unwrap()
+}
+
+fn fixture(case: &str) -> Vec<u8> {
+    std::fs::read(
+        root()
+            .join("tests/fixtures/webserver")
+            .join(case)
+            .join("request.json"),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn sync_answers_json_and_is_byte_identical_across_calls() {
+    let first = send(post(
+        "/webserver/sync",
+        "application/json",
+        fixture("v2-scale-up"),
+    ))
+    .await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.content_type, "application/json");
+    assert_eq!(first.json()["children"].as_array().unwrap().len(), 3);
+    let second = send(post(
+        "/webserver/sync",
+        "application/json",
+        fixture("v2-scale-up"),
+    ))
+    .await;
+    assert_eq!(first.body, second.body);
+}
+
+#[tokio::test]
+async fn malformed_json_is_400() {
+    let reply = send(post("/webserver/sync", "application/json", "{not json")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        reply.detail(),
+        "request body: key must be a string at line 1 column 2"
+    );
+}
+
+#[tokio::test]
+async fn missing_parent_is_400_naming_the_field() {
+    let reply = send(post(
+        "/webserver/sync",
+        "application/json",
+        r#"{"children":{}}"#,
+    ))
+    .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.detail(), "request body: missing field `parent`");
+}
+
+#[tokio::test]
+async fn wrong_content_type_is_415() {
+    let reply = send(post(
+        "/webserver/sync",
+        "application/x-www-form-urlencoded",
+        fixture("v1-first-sync"),
+    ))
+    .await;
+    assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert!(reply.detail().contains("Content-Type: application/json"));
+}
+
+#[tokio::test]
+async fn oversized_body_is_413() {
+    let limits = Limits {
+        max_body_bytes: 100,
+        ..Limits::default()
+    };
+    let reply = send_with(
+        limits,
+        post(
+            "/webserver/sync",
+            "application/json",
+            fixture("v1-first-sync"),
+        ),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        reply.detail().contains("--max-body-bytes"),
+        "{}",
+        reply.detail()
+    );
+}
+
+#[tokio::test]
+async fn invalid_spec_is_422_naming_the_field_and_fix() {
+    let reply = send(post(
+        "/webserver/sync",
+        "application/json",
+        fixture("invalid-negative-replicas"),
+    ))
+    .await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        reply.detail(),
+        "spec.replicas: -1 is out of range; use a whole number from 0 to 1000"
+    );
+
+    let wrong_type = r#"{"parent":{"metadata":{"name":"x"},"spec":{"replicas":"three"}}}"#;
+    let reply = send(post("/webserver/sync", "application/json", wrong_type)).await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        reply
+            .detail()
+            .starts_with("spec.replicas: invalid type: string \"three\""),
+        "{}",
+        reply.detail()
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_and_say_what_exists() {
+    let reply = send(post("/nosuch/sync", "application/json", "{}")).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert!(reply.detail().contains("webserver"), "{}", reply.detail());
+
+    let reply = send(post("/webserver/finalize", "application/json", "{}")).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        reply.detail(),
+        "operator webserver has no \"finalize\" hook; its hooks are: sync"
+    );
+}
+
+#[tokio::test]
+async fn wrong_method_is_405_with_allow() {
+    let reply = send(get("/webserver/sync")).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(reply.allow.as_deref(), Some("POST"));
+    assert!(reply.detail().contains("use POST"));
+
+    let reply = send(post("/healthz", "application/json", "{}")).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(reply.allow.as_deref().unwrap().contains("GET"));
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_is_408() {
+    let limits = Limits {
+        request_timeout: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let never = Body::from_stream(futures_pending());
+    let reply = send_with(limits, post("/webserver/sync", "application/json", never)).await;
+    assert_eq!(reply.status, StatusCode::REQUEST_TIMEOUT);
+}
+
+fn futures_pending() -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send {
+    struct Pending;
+    impl futures_core::Stream for Pending {
+        type Item = Result<Vec<u8>, std::io::Error>;
+        fn poll_next(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Pending
+        }
+    }
+    Pending
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let reply = send(get("/healthz")).await;
+    assert_eq!(
+        (reply.status, reply.body.as_slice()),
+        (StatusCode::OK, b"ok\n".as_slice())
+    );
+    let reply = send(get("/readyz")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+
+    let draining = state(Limits::default());
+    draining.drain();
+    let response = router(draining).oneshot(get("/readyz")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn metrics_count_calls_by_outcome() {
+    let app = router(state(Limits::default()));
+    let ok = app
+        .clone()
+        .oneshot(post(
+            "/webserver/sync",
+            "application/json",
+            fixture("v1-first-sync"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let bad = app
+        .clone()
+        .oneshot(post(
+            "/webserver/sync",
+            "application/json",
+            fixture("invalid-image-with-space"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let metrics = app.oneshot(get("/metrics")).await.unwrap();
+    assert!(
+        metrics.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = String::from_utf8(
+        metrics
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(
+            r#"opshooks_hook_requests_total{hook="sync",operator="webserver",outcome="ok"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#"opshooks_hook_requests_total{hook="sync",operator="webserver",outcome="invalid_spec"} 1"#), "{text}");
+    assert!(text.contains(r#"opshooks_hook_duration_seconds_count{hook="sync",operator="webserver",outcome="ok"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn openapi_json_is_the_generated_document() {
+    let reply = send(get("/openapi.json")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let served = reply.json();
+    let generated = serde_json::to_value(opshooks::http::openapi::document(
+        &opshooks::operators::all(),
+    ))
+    .unwrap();
+    assert_eq!(served, generated);
+    assert!(served["paths"]["/webserver/sync"]["post"].is_object());
+}

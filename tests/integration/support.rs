@@ -1,0 +1,83 @@
+//! Shared test helpers: the fixed clock, fixture discovery, blessing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use opshooks::http::{AppState, Limits};
+use opshooks::operators::{self, Context};
+
+/// The time every golden fixture is answered at.
+pub const FIXED_NOW: &str = "2026-01-02T03:04:05Z";
+
+/// Set to rewrite golden files and generated artifacts on purpose.
+pub const BLESS: &str = "OPSHOOKS_BLESS";
+
+pub fn now() -> Timestamp {
+    FIXED_NOW.parse().unwrap()
+}
+
+pub fn ctx() -> Context {
+    Context { now: now() }
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn blessing() -> bool {
+    std::env::var_os(BLESS).is_some()
+}
+
+/// Router state with the fixed clock.
+pub fn state(limits: Limits) -> AppState {
+    AppState::new(operators::all(), limits, Arc::new(now))
+}
+
+/// Every fixture case folder of an operator, sorted.
+pub fn cases(operator: &str) -> Vec<PathBuf> {
+    let dir = root().join("tests/fixtures").join(operator);
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("request.json").exists())
+        .collect();
+    cases.sort();
+    cases
+}
+
+/// Compares `got` with the file at `path`, or rewrites the file when blessing.
+pub fn assert_matches_file(path: &Path, got: &str) {
+    if blessing() {
+        std::fs::write(path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("{}: {err}; run with {BLESS}=1 to create it", path.display()));
+    if want != got {
+        let diff = line_diff(&want, got);
+        panic!(
+            "{} differs from what the code produces (-want +got):\n{diff}\nrun with {BLESS}=1 to accept",
+            path.display()
+        );
+    }
+}
+
+fn line_diff(want: &str, got: &str) -> String {
+    let (w, g): (Vec<_>, Vec<_>) = (want.lines().collect(), got.lines().collect());
+    let mut out = String::new();
+    let mut shown = 0;
+    for i in 0..w.len().max(g.len()) {
+        let (a, b) = (w.get(i), g.get(i));
+        if a != b && shown < 40 {
+            if let Some(a) = a {
+                out.push_str(&format!("-{}: {a}\n", i + 1));
+            }
+            if let Some(b) = b {
+                out.push_str(&format!("+{}: {b}\n", i + 1));
+            }
+            shown += 1;
+        }
+    }
+    out
+}
