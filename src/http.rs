@@ -202,7 +202,7 @@ async fn hook_call(
     let op_name = state.operators[index].name;
     let outcome = answer(&state, index, hook, &headers, body, started).await;
     let elapsed = started.elapsed();
-    let (response, parent, children_in, children_out) = match outcome {
+    let (response, parent, children_in, children_out, detail) = match outcome {
         Ok((done, answer_body)) => {
             let response = (
                 [(
@@ -216,20 +216,19 @@ async fn hook_call(
                 response,
                 done.parent,
                 done.children_in,
-                Some(done.children_out),
+                done.children_out,
+                None,
             )
         }
         Err((problem, parent, children_in)) => {
             let detail = problem.detail.clone();
-            warn!(
-                operator = op_name,
-                hook = %hook,
-                parent = parent.as_deref().unwrap_or("-"),
-                status = problem.status.as_u16(),
-                detail,
-                "hook call refused"
-            );
-            (problem.into_response(), parent, children_in, None)
+            (
+                problem.into_response(),
+                parent,
+                children_in,
+                0,
+                Some(detail),
+            )
         }
     };
     let status = response.status();
@@ -237,17 +236,20 @@ async fn hook_call(
     state
         .metrics
         .observe(op_name, hook.as_str(), outcome, elapsed.as_secs_f64());
-    info!(
-        operator = op_name,
-        hook = %hook,
-        parent = parent.as_deref().unwrap_or("-"),
-        children_in,
-        children_out = children_out.unwrap_or(0),
-        duration_ms = elapsed.as_secs_f64() * 1000.0,
-        status = status.as_u16(),
-        outcome,
-        "hook call"
-    );
+    let parent = parent.as_deref().unwrap_or("-");
+    let duration_ms = elapsed.as_secs_f64() * 1000.0;
+    let status = status.as_u16();
+    // One line per call: info when answered, warn with the reason when not.
+    match detail {
+        None => info!(
+            operator = op_name, hook = %hook, parent, children_in, children_out,
+            duration_ms, status, outcome, "hook call"
+        ),
+        Some(detail) => warn!(
+            operator = op_name, hook = %hook, parent, children_in, children_out,
+            duration_ms, status, outcome, detail, "hook call"
+        ),
+    }
     response
 }
 
