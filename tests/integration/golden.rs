@@ -35,6 +35,7 @@ fn fixtures_replay_to_their_committed_answers() {
                         "{}: expected a refusal",
                         case.display()
                     );
+                    check_shape(&op, &case, &answer.body);
                     assert_matches_file(&case.join("response.json"), &pretty(&answer.body));
                 }
                 Err(err) => {
@@ -86,4 +87,60 @@ fn hook_versions_do_not_change_the_answer() {
     };
     assert_ne!(v1, v2);
     assert_eq!(answer(&v1), answer(&v2));
+}
+
+/// What Metacontroller's strict decoder and the API server demand of an
+/// answer: only the known fields, whole children, and a status that the
+/// CRD's status schema accepts with exactly its types.
+fn check_shape(op: &operators::Operator, case: &std::path::Path, body: &[u8]) {
+    let answer: Value = serde_json::from_slice(body).unwrap();
+    for key in answer.as_object().unwrap().keys() {
+        assert!(
+            ["status", "children", "resyncAfterSeconds", "finalized"].contains(&key.as_str()),
+            "{}: unknown response field {key}",
+            case.display()
+        );
+    }
+    for child in answer["children"].as_array().unwrap() {
+        for field in ["/apiVersion", "/kind", "/metadata/name"] {
+            assert!(
+                child.pointer(field).and_then(Value::as_str).is_some(),
+                "{}: child without {field}",
+                case.display()
+            );
+        }
+    }
+    let crd = serde_json::to_value(&op.crd).unwrap();
+    let mut schema =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone();
+    strip_kubernetes_keywords(&mut schema);
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&answer["status"])
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{}: status does not fit the CRD: {errors:?}",
+        case.display()
+    );
+}
+
+/// The CRD schema is OpenAPI v3; make it plain JSON Schema and forbid
+/// fields it does not declare, as the API server's pruning would drop them.
+fn strip_kubernetes_keywords(value: &mut Value) {
+    if let Value::Object(map) = value {
+        map.retain(|k, _| !k.starts_with("x-kubernetes-"));
+        if map.remove("nullable") == Some(Value::Bool(true)) {
+            if let Some(Value::String(t)) = map.get("type").cloned() {
+                map.insert("type".into(), serde_json::json!([t, "null"]));
+            }
+        }
+        if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+            map.insert("additionalProperties".into(), Value::Bool(false));
+        }
+        map.values_mut().for_each(strip_kubernetes_keywords);
+    } else if let Value::Array(items) = value {
+        items.iter_mut().for_each(strip_kubernetes_keywords);
+    }
 }

@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# Builds the binaries the end-to-end suite runs -- etcd, kube-apiserver,
+# kube-controller-manager, kubectl and helm -- from pinned public Go modules,
+# once, into a cache outside the repo:
+#
+#   ${OPSHOOKS_E2E_CACHE:-$HOME/.cache/opshooks-e2e}/bin
+#
+# Usage: tests/e2e/build-tools.sh          (prints the bin directory on the last line of stdout)
+#        OPSHOOKS_E2E_CACHE=/some/dir tests/e2e/build-tools.sh
+#
+# There is no Docker and no way to download release tarballs here, but every
+# one of these programs is an ordinary Go main package published through the
+# Go module proxy, so `go build` from module source is the only portable route.
+# A tool is rebuilt only when its binary is missing or its stamp file
+# (bin/.TOOL.version) does not hold the pinned version below, so after the
+# first (slow, ~tens of minutes on 2 cores) run this script is a no-op.
+#
+# Needs Go >= 1.26 (helm and etcd at the pins below declare `go 1.26.0`).
+# GOMODCACHE / GOCACHE stay at Go's defaults, i.e. outside the repo.
+set -euo pipefail
+
+# ---- Pins -----------------------------------------------------------------
+# v1.34.10 is the newest v1.34 patch whose go.mod the checksum database
+# can verify from this machine: the proxy also lists v1.34.11 and v1.34.12,
+# but their sumdb lookups 404, and we do not turn checksum verification off.
+# The Rust side uses k8s-openapi's v1_34 feature, so stay on 1.34.
+K8S_VERSION=v1.34.10
+# Every k8s.io staging module is tagged v0.<minor>.<patch> alongside v1.<minor>.<patch>.
+K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}
+# etcd 3.6 is what Kubernetes 1.34 is qualified against (build/dependencies.yaml says 3.6.5);
+# the newest 3.6 patch carries the bug fixes since.
+ETCD_VERSION=v3.6.16
+HELM_VERSION=v3.22.0
+
+CACHE=${OPSHOOKS_E2E_CACHE:-$HOME/.cache/opshooks-e2e}
+BIN=$CACHE/bin
+SRC=$CACHE/src
+mkdir -p "$BIN" "$SRC"
+
+log() { printf '[build-tools] %s\n' "$*" >&2; }
+
+# ---- Go toolchain ---------------------------------------------------------
+if ! command -v go >/dev/null 2>&1; then
+  # The machine image ships Go outside PATH; Debian's golang package is too old
+  # for the pins above, so we do not apt-get it.
+  if [[ -x /usr/local/go/bin/go ]]; then
+    export PATH=/usr/local/go/bin:$PATH
+  else
+    log "Go >= 1.26 is required (not found on PATH or in /usr/local/go/bin)"
+    exit 1
+  fi
+fi
+go_minor=$(go env GOVERSION | sed -nE 's/^go1\.([0-9]+).*/\1/p')
+if [[ -z $go_minor || $go_minor -lt 26 ]]; then
+  log "Go >= 1.26 is required, found $(go env GOVERSION)"
+  exit 1
+fi
+
+# Static binaries, like upstream's release builds: no C toolchain needed, and
+# the binaries keep working if the cache is copied to another machine.
+export CGO_ENABLED=0
+# The wrapper modules below are ours, not in any VCS; also stops `go` from
+# shelling out to git for them.
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+
+# Two concurrent runs (e.g. two test shells) must not build into the same
+# files; the second one waits and then finds everything stamped.
+exec 9>"$CACHE/.build.lock"
+flock 9
+
+stamp_ok() { # tool version
+  [[ -x $BIN/$1 && -f $BIN/.$1.version && "$(cat "$BIN/.$1.version")" == "$2" ]]
+}
+
+# Runs the build command, which must write the binary to $BIN/.TOOL.tmp, then
+# moves it into place and writes the stamp, so an interrupted build never
+# looks finished.
+build_one() { # tool version -- command...
+  local tool=$1 version=$2
+  shift 3
+  if stamp_ok "$tool" "$version"; then
+    log "$tool $version: cached"
+    return
+  fi
+  log "$tool $version: building..."
+  local start=$SECONDS
+  rm -f "$BIN/.$tool.tmp"
+  "$@"
+  mv -f "$BIN/.$tool.tmp" "$BIN/$tool"
+  printf '%s\n' "$version" >"$BIN/.$tool.version"
+  log "$tool $version: built in $((SECONDS - start))s"
+}
+
+# ---- Kubernetes -----------------------------------------------------------
+# k8s.io/kubernetes is not meant to be consumed as a module: its go.mod
+# requires every staging module (k8s.io/api, client-go, ...) at v0.0.0 and
+# replaces them with ./staging/src/..., which module zips do not contain.
+# A wrapper main module that replaces each of them with its published
+# v0.34.N tag yields exactly the dependency graph of the release.
+build_kubernetes() {
+  if stamp_ok kube-apiserver "$K8S_VERSION" && stamp_ok kube-controller-manager "$K8S_VERSION" &&
+    stamp_ok kubectl "$K8S_VERSION"; then
+    log "kubernetes $K8S_VERSION: cached"
+    return
+  fi
+  local dir=$SRC/kubernetes-$K8S_VERSION
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    if [[ ! -f go.sum ]]; then
+      local start=$SECONDS
+      log "kubernetes $K8S_VERSION: resolving modules..."
+      local k8s_gomod
+      k8s_gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -nE 's/^\s*"GoMod": "(.*)",?$/\1/p')
+      [[ -f $k8s_gomod ]] || {
+        log "could not download k8s.io/kubernetes@$K8S_VERSION"
+        exit 1
+      }
+      # The staging list comes from upstream's own go.mod, so a new staging
+      # module in a later release is picked up without editing this script.
+      local staging
+      staging=$(sed -nE 's#^\s*(k8s\.io/[^ ]+) => \./staging/src/.*#\1#p' "$k8s_gomod")
+      [[ -n $staging ]] || {
+        log "no staging replaces found in $k8s_gomod"
+        exit 1
+      }
+      {
+        echo "module opshooks-e2e/kubernetes"
+        echo
+        echo "go 1.24.0"
+        echo
+        # Same runtime defaults as upstream's go.mod, whatever Go builds it.
+        echo "godebug default=go1.24"
+        echo
+        echo "require k8s.io/kubernetes $K8S_VERSION"
+        echo
+        echo "replace ("
+        for m in $staging; do echo "	$m => $m $K8S_STAGING_VERSION"; done
+        echo ")"
+      } >go.mod.tmp
+      mv go.mod.tmp go.mod
+      # `go get` of the three main packages fills go.sum (and the indirect
+      # requirements) with exactly what those packages import, nothing more.
+      go get "k8s.io/kubernetes@$K8S_VERSION" \
+        k8s.io/kubernetes/cmd/kube-apiserver \
+        k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kubectl
+      log "kubernetes $K8S_VERSION: modules resolved in $((SECONDS - start))s"
+    fi
+
+    # Version stamping as hack/lib/version.sh does it, so `--version`, the
+    # /version endpoint and `kubectl version` all say v1.34.N instead of
+    # v0.0.0-master. Both packages carry a copy of the variables.
+    # The build date is the release tag's time from the proxy, which keeps
+    # the build reproducible.
+    local major minor build_date ldflags=("-s" "-w")
+    major=${K8S_VERSION#v}
+    major=${major%%.*}
+    minor=${K8S_VERSION#v*.}
+    minor=${minor%%.*}
+    build_date=$(go list -m -json "k8s.io/kubernetes@$K8S_VERSION" | sed -nE 's/^\s*"Time": "(.*)",?$/\1/p')
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=(
+        "-X" "$pkg.gitVersion=$K8S_VERSION"
+        "-X" "$pkg.gitMajor=$major"
+        "-X" "$pkg.gitMinor=$minor"
+        "-X" "$pkg.gitTreeState=clean"
+        "-X" "$pkg.gitCommit="
+        "-X" "$pkg.buildDate=${build_date:-1970-01-01T00:00:00Z}"
+      )
+    done
+    # Same tags as upstream's non-debug release builds (hack/lib/golang.sh).
+    local tags=selinux,notest,grpcnotrace
+    for tool in kube-apiserver kube-controller-manager kubectl; do
+      build_one "$tool" "$K8S_VERSION" -- \
+        go build -trimpath -tags "$tags" -ldflags "${ldflags[*]}" -o "$BIN/.$tool.tmp" "k8s.io/kubernetes/cmd/$tool"
+    done
+  )
+}
+
+# ---- etcd -----------------------------------------------------------------
+# etcd's own `main` lives in the root module go.etcd.io/etcd/v3, which the
+# proxy does not serve and which relies on replace directives anyway; its
+# main() is a one-liner around etcdmain.Main, so a wrapper does the same.
+build_etcd() {
+  if stamp_ok etcd "$ETCD_VERSION"; then
+    log "etcd $ETCD_VERSION: cached"
+    return
+  fi
+  local dir=$SRC/etcd-$ETCD_VERSION
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    if [[ ! -f go.sum ]]; then
+      cat >main.go <<'EOF'
+// Command etcd is etcd's server binary, built from go.etcd.io/etcd/server/v3.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
+EOF
+      printf 'module opshooks-e2e/etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >go.mod
+      go mod tidy
+    fi
+    build_one etcd "$ETCD_VERSION" -- go build -trimpath -ldflags "-s -w" -o "$BIN/.etcd.tmp" .
+  )
+}
+
+# ---- helm -----------------------------------------------------------------
+# helm's go.mod has no replace directives, so `go install pkg@version` works
+# without a wrapper, and helm's own go.mod alone decides its dependencies. Helm's Makefile injects its version and the Kubernetes
+# version it was built against (used as the default .Capabilities.KubeVersion
+# and by `helm lint`); without them `helm version` prints a bare "v3.22".
+build_helm() {
+  if stamp_ok helm "$HELM_VERSION"; then
+    log "helm $HELM_VERSION: cached"
+    return
+  fi
+  local helm_gomod client_go kmajor kminor
+  helm_gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -nE 's/^\s*"GoMod": "(.*)",?$/\1/p')
+  client_go=$(sed -nE 's#^\s*k8s\.io/client-go v([0-9]+)\.([0-9]+)\..*#\1 \2#p' "$helm_gomod" | head -1)
+  read -r kmajor kminor <<<"$client_go"
+  kmajor=$((kmajor + 1))
+  local v=helm.sh/helm/v3/internal/version
+  local ldflags="-s -w -X $v.version=$HELM_VERSION -X $v.metadata= -X $v.gitTreeState=clean"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ldflags+=" -X $p.k8sVersionMajor=$kmajor -X $p.k8sVersionMinor=$kminor"
+  done
+  build_one helm "$HELM_VERSION" -- go_install_helm "$ldflags"
+}
+
+# `go install` has no -o, so it installs into a scratch GOBIN first.
+go_install_helm() { # ldflags
+  local gobin=$CACHE/.gobin-helm
+  rm -rf "$gobin"
+  GOBIN=$gobin go install -trimpath -ldflags "$1" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mv -f "$gobin/helm" "$BIN/.helm.tmp"
+  rm -rf "$gobin"
+}
+
+total_start=$SECONDS
+build_etcd
+build_helm
+build_kubernetes
+log "all tools ready in $BIN ($((SECONDS - total_start))s)"
+echo "$BIN"
