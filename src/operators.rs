@@ -8,6 +8,8 @@
 //! Adding an operator: write `operators/<kind>.rs` with a `pub fn operator()`
 //! and add one line to [`all`].
 
+pub mod backup;
+pub mod memcached;
 pub mod validate;
 pub mod webserver;
 
@@ -27,7 +29,11 @@ pub use validate::InvalidSpec;
 
 /// Every operator opshooks serves, in route order.
 pub fn all() -> Vec<Operator> {
-    vec![webserver::operator()]
+    vec![
+        webserver::operator(),
+        memcached::operator(),
+        backup::operator(),
+    ]
 }
 
 /// What a hook call may use besides the request: everything that is not a
@@ -265,6 +271,43 @@ pub fn sorted_children(children: Vec<Value>) -> Vec<Value> {
         .collect();
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     keyed.into_iter().map(|(_, child)| child).collect()
+}
+
+/// Label naming the application, `webserver`.
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// Label naming the parent a child belongs to.
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// Label naming who manages the child: always `opshooks`.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// The recommended labels of a child of parent `instance` of application `app`.
+pub fn standard_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_string(), app.to_string()),
+        (LABEL_INSTANCE.to_string(), instance.to_string()),
+        (LABEL_MANAGED_BY.to_string(), "opshooks".to_string()),
+    ])
+}
+
+/// The labels that select the children of one parent: name and instance.
+pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
+    let mut labels = standard_labels(app, instance);
+    labels.remove(LABEL_MANAGED_BY);
+    labels
+}
+
+/// True when the pod is not being deleted and its Ready condition is True.
+pub fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|conds| {
+                conds
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
 }
 
 /// A typed Kubernetes object as a desired child.

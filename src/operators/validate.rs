@@ -89,6 +89,136 @@ pub fn dns_label(field: &str, value: &str, max: usize) -> Result<(), InvalidSpec
     Ok(())
 }
 
+/// The cron macros Kubernetes CronJobs accept besides five fields.
+pub const CRON_MACROS: [&str; 7] = [
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@midnight",
+    "@hourly",
+];
+
+/// A CronJob schedule as Kubernetes parses it: five fields (minute, hour,
+/// day of month, month, day of week) or one of [`CRON_MACROS`]. Written out
+/// rather than taken from a cron crate because it must accept exactly what
+/// the CronJob controller accepts, no more (seconds, `L`, `#`) and no less.
+pub fn cron(field: &str, schedule: &str) -> Result<(), InvalidSpec> {
+    let fix = "write five fields like \"0 2 * * *\" (minute hour day-of-month month day-of-week) or @daily";
+    let fail = |why: String| {
+        Err(InvalidSpec::new(
+            field,
+            format!("{schedule:?}: {why}; {fix}"),
+        ))
+    };
+    let trimmed = schedule.trim();
+    if trimmed.starts_with("TZ=") || trimmed.starts_with("CRON_TZ=") {
+        return fail("a time zone in the schedule is not supported, use spec.timeZone".into());
+    }
+    if trimmed.starts_with('@') {
+        return if CRON_MACROS.contains(&trimmed) {
+            Ok(())
+        } else {
+            fail(format!("unknown macro {trimmed}"))
+        };
+    }
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+    let fields: Vec<&str> = trimmed.split_whitespace().collect();
+    if fields.len() != 5 {
+        return fail(format!("has {} fields, not 5", fields.len()));
+    }
+    let specs: [(&str, u32, u32, &[&str], u32); 5] = [
+        ("minute", 0, 59, &[], 0),
+        ("hour", 0, 23, &[], 0),
+        ("day of month", 1, 31, &[], 0),
+        ("month", 1, 12, &MONTHS, 1),
+        ("day of week", 0, 6, &DAYS, 0),
+    ];
+    for (text, (what, min, max, names, first)) in fields.iter().zip(specs) {
+        let number = |s: &str| -> Option<u32> {
+            let lower = s.to_ascii_lowercase();
+            if let Some(i) = names.iter().position(|n| *n == lower) {
+                return Some(i as u32 + first);
+            }
+            if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) || s.len() > 4 {
+                return None;
+            }
+            s.parse().ok()
+        };
+        for part in text.split(',') {
+            let (range, step) = match part.split_once('/') {
+                Some((range, step)) => (range, Some(step)),
+                None => (part, None),
+            };
+            let (lo, hi) = match range {
+                "*" | "?" => (min, max),
+                _ => match range.split_once('-') {
+                    Some((a, b)) => match (number(a), number(b)) {
+                        (Some(a), Some(b)) => (a, b),
+                        _ => return fail(format!("{what} {part:?} is not a number or range")),
+                    },
+                    None => match number(range) {
+                        // "5/15" means from 5 to the end, every 15.
+                        Some(a) if step.is_some() => (a, max),
+                        Some(a) => (a, a),
+                        None => return fail(format!("{what} {part:?} is not a number or range")),
+                    },
+                },
+            };
+            if lo < min || hi > max {
+                return fail(format!("{what} {part:?} is outside {min}-{max}"));
+            }
+            if lo > hi {
+                return fail(format!("{what} {part:?} runs backwards"));
+            }
+            if let Some(step) = step {
+                match number(step) {
+                    Some(n) if n > 0 => {}
+                    _ => {
+                        return fail(format!(
+                            "{what} {part:?} has a step that is not a positive number"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The number of bytes in a Kubernetes quantity such as `256Mi`, `1.5Gi`,
+/// `100M` or `1048576`; `None` when it is not one.
+pub fn quantity_bytes(quantity: &str) -> Option<u64> {
+    const SUFFIXES: [(&str, f64); 8] = [
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ];
+    let (number, scale) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, scale)| quantity.strip_suffix(suffix).map(|n| (n, *scale)))
+        .unwrap_or((quantity, 1.0));
+    let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let valid = match number.split_once('.') {
+        Some((whole, fraction)) => plain(whole) && plain(fraction),
+        None => plain(number),
+    };
+    if !valid {
+        return None;
+    }
+    let bytes = number.parse::<f64>().ok()? * scale;
+    (bytes.is_finite() && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
 /// True for a DNS-1123 label: 1 to 63 lower-case alphanumerics or '-',
 /// starting and ending alphanumeric.
 pub fn is_dns_label(value: &str) -> bool {
@@ -134,6 +264,54 @@ mod tests {
         );
         assert!(image("spec.image", "").is_err());
         assert!(image("spec.image", &"a".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn cron_schedules() {
+        let good = [
+            "0 2 * * *",
+            "*/15 * * * *",
+            "0 0 1,15 * *",
+            "30 3 * * MON-FRI",
+            "0 0 * JAN,jul ?",
+            "5/10 1-5 * * 0",
+            "@daily",
+            " 0 2 * * * ",
+        ];
+        for s in good {
+            assert!(cron("spec.schedule", s).is_ok(), "{s:?} should be valid");
+        }
+        let bad = [
+            ("", "has 0 fields"),
+            ("0 2 * *", "has 4 fields"),
+            ("0 0 2 * * *", "has 6 fields"),
+            ("60 * * * *", "minute \"60\" is outside 0-59"),
+            ("* 24 * * *", "hour \"24\" is outside 0-23"),
+            ("* * 0 * *", "day of month \"0\" is outside 1-31"),
+            ("* * * 13 *", "month \"13\" is outside 1-12"),
+            ("* * * * 7", "day of week \"7\" is outside 0-6"),
+            ("5-1 * * * *", "runs backwards"),
+            ("*/0 * * * *", "not a positive number"),
+            ("x * * * *", "is not a number or range"),
+            ("@every 5m", "unknown macro"),
+            ("TZ=UTC 0 2 * * *", "use spec.timeZone"),
+        ];
+        for (s, want) in bad {
+            let err = cron("spec.schedule", s).unwrap_err().to_string();
+            assert!(err.starts_with("spec.schedule: "), "{err}");
+            assert!(err.contains(want), "{s:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(quantity_bytes("256Mi"), Some(256 * 1024 * 1024));
+        assert_eq!(quantity_bytes("1.5Gi"), Some(1536 * 1024 * 1024));
+        assert_eq!(quantity_bytes("100M"), Some(100_000_000));
+        assert_eq!(quantity_bytes("42"), Some(42));
+        for bad in ["", "Mi", "1.Mi", "-1Mi", "1e3", "12Xi", "1 Mi"] {
+            assert_eq!(quantity_bytes(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

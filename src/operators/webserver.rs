@@ -18,7 +18,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::validate::{self, InvalidSpec};
-use super::{ChildResource, Context, ControllerSpec, HookError, Operator, child, sorted_children};
+use super::{
+    ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready, sorted_children,
+    standard_labels,
+};
 use crate::hook::SyncRequest;
 use crate::hook::SyncResponse;
 use crate::hook::conditions::{self, Condition, Observation};
@@ -35,12 +38,6 @@ pub const MAX_REPLICAS: i32 = 1000;
 pub const MAX_NAME: usize = 59;
 /// The container name inside every pod.
 pub const CONTAINER: &str = "web";
-/// Label naming the application.
-pub const LABEL_NAME: &str = "app.kubernetes.io/name";
-/// Label naming the WebServer a pod belongs to.
-pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
-/// Label naming who manages the pod.
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// A set of identical web server pods.
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -145,14 +142,7 @@ pub fn validate(ws: &WebServer) -> Result<(), InvalidSpec> {
 
 /// The labels of every pod of a WebServer.
 pub fn labels(ws: &WebServer) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (LABEL_NAME.to_string(), "webserver".to_string()),
-        (
-            LABEL_INSTANCE.to_string(),
-            ws.metadata.name.clone().unwrap_or_default(),
-        ),
-        (LABEL_MANAGED_BY.to_string(), "opshooks".to_string()),
-    ])
+    standard_labels("webserver", ws.metadata.name.as_deref().unwrap_or_default())
 }
 
 /// The name of the pod at `index`.
@@ -202,20 +192,6 @@ pub fn pod(ws: &WebServer, index: i32) -> Pod {
 pub fn is_counted(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     matches!(phase, Some("Running" | "Pending"))
-}
-
-/// True when the pod is not being deleted and its Ready condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|conds| {
-                conds
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
 }
 
 /// The status of a WebServer from its observed pods.
@@ -283,6 +259,7 @@ fn summarize(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operators::LABEL_INSTANCE;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::jiff::Timestamp;
 

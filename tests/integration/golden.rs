@@ -35,7 +35,9 @@ fn fixtures_replay_to_their_committed_answers() {
                         "{}: expected a refusal",
                         case.display()
                     );
-                    check_shape(&op, &case, &answer.body);
+                    if hook != Hook::Customize {
+                        check_shape(&op, &case, &answer.body);
+                    }
                     assert_matches_file(&case.join("response.json"), &pretty(&answer.body));
                 }
                 Err(err) => {

@@ -1,0 +1,611 @@
+//! Backup: scheduled backups of a PostgreSQL StatefulSet to S3.
+//!
+//! The one child is a CronJob `<name>-backup` whose job (see [`job`]) dumps
+//! the target's database through its Service, with the credentials the
+//! target itself uses, streams the dump to S3 and prunes old dumps. The
+//! customize hook asks for the target StatefulSet and for the Jobs the
+//! CronJob created, so status can report the last run.
+//!
+//! What a human operator knows, encoded here: connection details are read
+//! from the target (its Service, port, database, user and the Secret holding
+//! the password), never copied; two backups of one target never run at once
+//! (`concurrencyPolicy: Forbid`); a missed run more than an hour late is
+//! skipped rather than run at peak time; and when the target disappears the
+//! CronJob is kept but suspended, so nothing is lost and backups resume when
+//! the target returns. Deleting a Backup deletes its CronJob and never
+//! touches stored dumps.
+
+pub mod job;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::validate::{self, InvalidSpec};
+use super::{
+    ChildResource, Context, ControllerSpec, HookError, Operator, child, sorted_children,
+    standard_labels,
+};
+use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
+use crate::hook::{
+    CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
+};
+pub use job::{Credential, Destination, Source};
+
+/// Label on every Job and pod of a Backup, naming it; customize selects by it.
+pub const LABEL_BACKUP: &str = "opshooks.io/backup";
+/// Annotation on the CronJob recording how the target was reached, so the
+/// CronJob can be kept, suspended, while the target is gone.
+pub const ANNOTATION_SOURCE: &str = "opshooks.io/backup-source";
+/// The longest Backup name: `<name>-backup` plus the CronJob controller's
+/// 11-character job suffix must fit in 63.
+pub const MAX_NAME: usize = 45;
+const APP: &str = "backup";
+
+/// Scheduled backups of a stateful workload to S3.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "opshooks.io",
+    version = "v1alpha1",
+    kind = "Backup",
+    namespaced,
+    status = "BackupStatus",
+    shortname = "bk",
+    category = "opshooks",
+    doc = "Backup dumps a PostgreSQL StatefulSet's database to S3 on a schedule and prunes old dumps.",
+    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
+    printcolumn(name = "Target", type_ = "string", json_path = ".spec.target.name"),
+    printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.lastBackupStatus"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 45").message("metadata.name must be at most 45 characters, so that job names fit in 63")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// When to back up, in standard 5-field cron syntax (minute hour
+    /// day-of-month month day-of-week), for example "0 2 * * *", or a macro
+    /// such as @daily.
+    #[schemars(
+        length(min = 1, max = 100),
+        pattern(r"^\s*(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$")
+    )]
+    pub schedule: String,
+    /// The IANA time zone of the schedule, for example Europe/Berlin; the
+    /// controller manager's time zone (usually UTC) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), pattern(r"^[A-Za-z0-9_+/-]+$"))]
+    pub time_zone: Option<String>,
+    /// The workload to back up.
+    pub target: Target,
+    /// Where dumps are stored.
+    pub destination: Destination,
+    /// Delete this backup's dumps older than this many days, after each
+    /// successful run; keep everything when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub retention_days: Option<i32>,
+    /// Pause scheduling; a running backup finishes.
+    #[serde(default)]
+    pub suspend: bool,
+    /// The database to dump; the target's POSTGRES_DB (or its user's
+    /// database) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub database: Option<String>,
+    /// The AWS CLI image that uploads the dump.
+    #[serde(default = "default_upload_image")]
+    #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
+    pub upload_image: String,
+    /// The service account of the backup pods, for cloud identities such as
+    /// IRSA; the namespace's default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// How many successful runs to keep as Jobs.
+    #[serde(default = "default_history")]
+    #[schemars(range(min = 0, max = 100))]
+    pub successful_jobs_history_limit: i32,
+    /// How many failed runs to keep as Jobs, for their logs.
+    #[serde(default = "default_history")]
+    #[schemars(range(min = 0, max = 100))]
+    pub failed_jobs_history_limit: i32,
+    /// The longest one run may take, in seconds.
+    #[serde(default = "default_deadline")]
+    #[schemars(range(min = 60, max = 604800))]
+    pub active_deadline_seconds: i64,
+}
+
+fn default_upload_image() -> String {
+    job::DEFAULT_UPLOAD_IMAGE.to_string()
+}
+
+fn default_history() -> i32 {
+    3
+}
+
+fn default_deadline() -> i64 {
+    6 * 3600
+}
+
+/// The workload a Backup dumps.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    /// The kind of workload; only StatefulSet is supported.
+    pub kind: TargetKind,
+    /// The workload's name, in the Backup's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Kinds of workload a Backup can dump.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A PostgreSQL StatefulSet.
+    StatefulSet,
+}
+
+/// The outcome of the most recent backup run.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum RunStatus {
+    /// The last run completed.
+    Succeeded,
+    /// The last run failed.
+    Failed,
+    /// A run is in progress.
+    Running,
+    /// No run was observed.
+    #[default]
+    None,
+}
+
+/// What was observed of a Backup's CronJob and runs.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// The observed CronJob's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cron_job_name: Option<String>,
+    /// When the CronJob last started a run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_schedule_time: Option<String>,
+    /// When the last successful run finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_backup_time: Option<String>,
+    /// The outcome of the most recent run.
+    pub last_backup_status: RunStatus,
+    /// TargetFound, Ready and LastBackupSucceeded.
+    pub conditions: Vec<Condition>,
+    /// The parent generation Metacontroller last synced; set by Metacontroller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The Backup operator and its routes.
+pub fn operator() -> Operator {
+    let controller = ControllerSpec {
+        children: vec![ChildResource {
+            api_version: "batch/v1",
+            resource: "cronjobs",
+            update_method: "InPlace",
+            status_checks: vec![],
+            why: "a schedule, destination or suspend change updates the existing CronJob; runs already started are not touched",
+        }],
+        generate_selector: true,
+        // Job completions reach us as related objects; resync as a backstop.
+        resync_period_seconds: Some(300),
+    };
+    Operator::new::<Backup>("backup", controller, "CronJob running dump + S3 upload")
+        .sync(sync)
+        .customize(customize)
+}
+
+fn name(b: &Backup) -> &str {
+    b.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The CronJob's name.
+pub fn cron_job_name(b: &Backup) -> String {
+    format!("{}-backup", name(b))
+}
+
+/// Asks for the target StatefulSet and for this Backup's Jobs.
+pub fn customize(
+    req: &CustomizeRequest<Backup>,
+    _ctx: &Context,
+) -> Result<CustomizeResponse, HookError> {
+    let b = &req.parent;
+    let ns = b.metadata.namespace.clone();
+    Ok(CustomizeResponse {
+        related_resources: vec![
+            RelatedResourceRule::named(
+                "apps/v1",
+                "statefulsets",
+                vec![b.spec.target.name.clone()],
+                ns.clone(),
+            ),
+            RelatedResourceRule::labelled(
+                "batch/v1",
+                "jobs",
+                BTreeMap::from([(LABEL_BACKUP.to_string(), name(b).to_string())]),
+                ns,
+            ),
+        ],
+    })
+}
+
+/// Checks what the CRD schema cannot: the cron syntax, and names.
+pub fn validate(b: &Backup) -> Result<(), InvalidSpec> {
+    validate::dns_label("metadata.name", name(b), MAX_NAME)?;
+    validate::cron("spec.schedule", &b.spec.schedule)?;
+    validate_destination("spec.destination", &b.spec.destination)?;
+    if let Some(days) = b.spec.retention_days {
+        validate::in_range("spec.retentionDays", days.into(), 1, 36500)?;
+    }
+    validate::image("spec.uploadImage", &b.spec.upload_image)?;
+    Ok(())
+}
+
+/// Checks a destination; shared with operators that embed one.
+pub fn validate_destination(field: &str, d: &Destination) -> Result<(), InvalidSpec> {
+    let bucket = &d.s3_bucket;
+    let ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        && !bucket.starts_with(['.', '-'])
+        && !bucket.ends_with(['.', '-']);
+    if !ok {
+        return Err(InvalidSpec::new(
+            format!("{field}.s3Bucket"),
+            format!(
+                "{bucket:?} is not a valid bucket name; use 3 to 63 lower-case letters, digits, dots or dashes"
+            ),
+        ));
+    }
+    if d.s3_prefix.starts_with('/') || d.s3_prefix.chars().any(char::is_control) {
+        return Err(InvalidSpec::new(
+            format!("{field}.s3Prefix"),
+            format!(
+                "{:?} must not start with '/' or contain control characters; write it like nightly/",
+                d.s3_prefix
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Why a target cannot be backed up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unusable {
+    /// CamelCase reason for the condition.
+    pub reason: &'static str,
+    /// One line for people.
+    pub message: String,
+}
+
+/// How to reach the database in a PostgreSQL StatefulSet, read from its own
+/// spec: its Service, port, database, user and password Secret.
+pub fn source_of(sts: &StatefulSet, database: Option<&str>) -> Result<Source, Unusable> {
+    let sts_name = sts.metadata.name.clone().unwrap_or_default();
+    let ns = sts
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let spec = sts.spec.as_ref();
+    let containers = spec
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|p| p.containers.as_slice())
+        .unwrap_or_default();
+    let has = |c: &Container, var: &str| c.env.iter().flatten().any(|e| e.name == var);
+    let container = containers
+        .iter()
+        .find(|c| has(c, "POSTGRES_PASSWORD"))
+        .or_else(|| {
+            containers
+                .iter()
+                .find(|c| c.image.as_deref().is_some_and(|i| i.contains("postgres")))
+        })
+        .ok_or_else(|| Unusable {
+            reason: "NotPostgres",
+            message: format!("statefulset {sts_name} has no PostgreSQL container (none sets POSTGRES_PASSWORD or runs a postgres image)"),
+        })?;
+    let var = |name: &str| container.env.iter().flatten().find(|e| e.name == name);
+    let credential = |e: &EnvVar| -> Option<Credential> {
+        if let Some(value) = &e.value {
+            return Some(Credential::Value(value.clone()));
+        }
+        let secret = e.value_from.as_ref()?.secret_key_ref.as_ref()?;
+        Some(Credential::Secret {
+            name: secret.name.clone(),
+            key: secret.key.clone(),
+        })
+    };
+    let password = match var("POSTGRES_PASSWORD").and_then(credential) {
+        Some(secret @ Credential::Secret { .. }) => secret,
+        _ => {
+            return Err(Unusable {
+                reason: "PasswordNotInSecret",
+                message: format!(
+                    "statefulset {sts_name} container {} does not take POSTGRES_PASSWORD from a Secret; backups reuse that Secret and never copy passwords",
+                    container.name
+                ),
+            });
+        }
+    };
+    let user = var("POSTGRES_USER")
+        .and_then(credential)
+        .unwrap_or_else(|| Credential::Value("postgres".into()));
+    let database = database
+        .map(String::from)
+        .or_else(|| var("POSTGRES_DB").and_then(|e| e.value.clone()))
+        .or_else(|| match &user {
+            Credential::Value(u) => Some(u.clone()),
+            Credential::Secret { .. } => None,
+        })
+        .unwrap_or_else(|| "postgres".into());
+    let port = container
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| {
+            matches!(
+                p.name.as_deref(),
+                Some("postgres" | "postgresql" | "tcp-postgresql")
+            )
+        })
+        .or_else(|| {
+            container
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.container_port == 5432)
+        })
+        .map_or(5432, |p| p.container_port);
+    let service = spec
+        .and_then(|s| s.service_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| sts_name.clone());
+    Ok(Source {
+        host: format!("{service}.{ns}.svc"),
+        port,
+        database,
+        user,
+        password,
+        image: container.image.clone().unwrap_or_else(|| "postgres".into()),
+    })
+}
+
+/// The CronJob of a Backup: the shared backup job on the Backup's schedule.
+pub fn cron_job(b: &Backup, source: &Source, suspend: bool) -> CronJob {
+    let mut labels = standard_labels(APP, name(b));
+    labels.insert(LABEL_BACKUP.to_string(), name(b).to_string());
+    let plan = job::Plan {
+        source,
+        destination: &b.spec.destination,
+        name: name(b),
+        retention_days: b.spec.retention_days,
+        upload_image: &b.spec.upload_image,
+        service_account: b.spec.service_account_name.as_deref(),
+        active_deadline_seconds: b.spec.active_deadline_seconds,
+        labels: labels.clone(),
+    };
+    CronJob {
+        metadata: ObjectMeta {
+            name: Some(cron_job_name(b)),
+            namespace: b.metadata.namespace.clone(),
+            labels: Some(labels.clone()),
+            annotations: Some(BTreeMap::from([(
+                ANNOTATION_SOURCE.to_string(),
+                serde_json::to_string(source).expect("sources serialize"),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(CronJobSpec {
+            schedule: b.spec.schedule.trim().to_string(),
+            time_zone: b.spec.time_zone.clone(),
+            suspend: Some(suspend),
+            concurrency_policy: Some("Forbid".to_string()),
+            starting_deadline_seconds: Some(3600),
+            successful_jobs_history_limit: Some(b.spec.successful_jobs_history_limit),
+            failed_jobs_history_limit: Some(b.spec.failed_jobs_history_limit),
+            job_template: JobTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(job::job_spec(&plan)),
+            },
+        }),
+        status: None,
+    }
+}
+
+/// Desired CronJob and observed status of one Backup.
+pub fn sync(req: &SyncRequest<Backup>, ctx: &Context) -> Result<SyncResponse, HookError> {
+    let b = &req.parent;
+    validate(b)?;
+    let observed_cron = req
+        .children
+        .of::<CronJob>()?
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(cron_job_name(b).as_str()));
+    let target = req
+        .related
+        .of::<StatefulSet>()?
+        .into_iter()
+        .find(|s| s.metadata.name.as_deref() == Some(b.spec.target.name.as_str()));
+    let jobs = req.related.of::<Job>()?;
+
+    let usable = target
+        .as_ref()
+        .map(|sts| source_of(sts, b.spec.database.as_deref()));
+    // The source to build from: the target's, or, while the target is gone
+    // or unusable, the one the observed CronJob was built from.
+    let remembered = observed_cron
+        .as_ref()
+        .and_then(|c| c.metadata.annotations.as_ref()?.get(ANNOTATION_SOURCE))
+        .and_then(|text| serde_json::from_str::<Source>(text).ok());
+    let children = match (&usable, remembered) {
+        (Some(Ok(source)), _) => vec![child(&cron_job(b, source, b.spec.suspend))],
+        (_, Some(source)) => vec![child(&cron_job(b, &source, true))],
+        (_, None) => vec![],
+    };
+    let status = status(b, observed_cron.as_ref(), usable.as_ref(), &jobs, ctx);
+    Ok(SyncResponse {
+        status: serde_json::to_value(status).expect("status serializes"),
+        children: sorted_children(children),
+        ..SyncResponse::default()
+    })
+}
+
+fn time(t: &Option<Time>) -> Option<String> {
+    t.as_ref().map(|t| format_time(t.0))
+}
+
+/// The outcome of one Job.
+pub fn run_status(job: &Job) -> RunStatus {
+    let status = job.status.as_ref();
+    let has = |type_: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+    };
+    if has("Complete") {
+        RunStatus::Succeeded
+    } else if has("Failed") {
+        RunStatus::Failed
+    } else {
+        // Created and not finished: pending or active.
+        RunStatus::Running
+    }
+}
+
+/// The most recent of several Jobs: latest creation, then name.
+pub fn latest(jobs: &[Job]) -> Option<&Job> {
+    jobs.iter().max_by(|a, b| {
+        let key = |j: &Job| {
+            (
+                j.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                j.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
+}
+
+/// The status of a Backup from its observed CronJob, target and Jobs.
+pub fn status(
+    b: &Backup,
+    cron: Option<&CronJob>,
+    target: Option<&Result<Source, Unusable>>,
+    jobs: &[Job],
+    ctx: &Context,
+) -> BackupStatus {
+    let target_name = &b.spec.target.name;
+    let ns = b.metadata.namespace.as_deref().unwrap_or("default");
+    let found = match target {
+        None => Observation::new(
+            "TargetFound",
+            false,
+            "TargetNotFound",
+            format!(
+                "statefulset {target_name} was not found in namespace {ns}; the CronJob is suspended until it exists, stored backups are kept"
+            ),
+        ),
+        Some(_) => Observation::new(
+            "TargetFound",
+            true,
+            "TargetFound",
+            format!("statefulset {target_name} found"),
+        ),
+    };
+    let cron_status = cron.and_then(|c| c.status.as_ref());
+    let ready = match (target, cron, b.spec.suspend) {
+        (Some(Err(why)), _, _) => Observation::new("Ready", false, why.reason, why.message.clone()),
+        (None, _, _) => Observation::new("Ready", false, "TargetNotFound", "no target to back up"),
+        (_, None, _) => Observation::new(
+            "Ready",
+            false,
+            "CronJobPending",
+            format!("waiting for CronJob {} to be created", cron_job_name(b)),
+        ),
+        (_, Some(_), true) => Observation::new(
+            "Ready",
+            false,
+            "Suspended",
+            "spec.suspend is true; no backups are scheduled",
+        ),
+        (_, Some(_), false) => Observation::new(
+            "Ready",
+            true,
+            "Scheduled",
+            format!("backups run on schedule {:?}", b.spec.schedule.trim()),
+        ),
+    };
+    let last = latest(jobs);
+    let last_status = last.map_or(RunStatus::None, run_status);
+    let last_name = last
+        .and_then(|j| j.metadata.name.clone())
+        .unwrap_or_default();
+    let succeeded = match last_status {
+        RunStatus::Succeeded => Observation::new(
+            "LastBackupSucceeded",
+            true,
+            "Succeeded",
+            format!("job {last_name} succeeded"),
+        ),
+        RunStatus::Failed => Observation::new(
+            "LastBackupSucceeded",
+            false,
+            "Failed",
+            format!("job {last_name} failed; see kubectl logs job/{last_name} --all-containers"),
+        ),
+        RunStatus::Running => Observation::new(
+            "LastBackupSucceeded",
+            ConditionStatus::Unknown,
+            "Running",
+            format!("job {last_name} is running"),
+        ),
+        RunStatus::None => Observation::new(
+            "LastBackupSucceeded",
+            ConditionStatus::Unknown,
+            "NoBackupYet",
+            "no backup has run yet",
+        ),
+    };
+    let last_backup_time = jobs
+        .iter()
+        .filter(|j| run_status(j) == RunStatus::Succeeded)
+        .filter_map(|j| j.status.as_ref()?.completion_time.as_ref().map(|t| t.0))
+        .max()
+        .map(format_time)
+        .or_else(|| time(&cron_status.and_then(|s| s.last_successful_time.clone())));
+    let previous = b
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    BackupStatus {
+        cron_job_name: cron.and_then(|c| c.metadata.name.clone()),
+        last_schedule_time: time(&cron_status.and_then(|s| s.last_schedule_time.clone())),
+        last_backup_time,
+        last_backup_status: last_status,
+        conditions: conditions::reconcile(
+            previous,
+            vec![found, ready, succeeded],
+            b.metadata.generation,
+            ctx.now,
+        ),
+        observed_generation: None,
+    }
+}

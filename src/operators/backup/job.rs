@@ -1,0 +1,387 @@
+//! The backup job: one pod that dumps a PostgreSQL database and streams it,
+//! compressed, to S3, then prunes old dumps. Shared by the Backup operator's
+//! CronJob and the Database operator's scheduled, pre-upgrade and
+//! pre-delete backups, so there is one backup procedure to review and test.
+//!
+//! Two containers share a FIFO on an emptyDir: `dump` runs pg_dump from the
+//! database's own image (so the client matches the server's major version),
+//! `upload` runs the AWS CLI. The scripts (`dump.sh`, `upload.sh` beside
+//! this file) are constant text: every user value reaches them through the
+//! environment, so nothing a user writes can be read as shell.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::JobSpec;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
+    PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The dump side of the backup pod.
+pub const DUMP_SCRIPT: &str = include_str!("dump.sh");
+/// The upload side of the backup pod.
+pub const UPLOAD_SCRIPT: &str = include_str!("upload.sh");
+/// The AWS CLI image the upload side runs when none is given.
+pub const DEFAULT_UPLOAD_IMAGE: &str = "amazon/aws-cli:2.27.0";
+/// Where the two containers meet.
+const WORK_DIR: &str = "/work";
+/// The uid of the postgres user in the official PostgreSQL images.
+const POSTGRES_UID: i64 = 999;
+
+/// Where dumps are stored: an S3 bucket, or any S3-compatible store.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    /// The bucket, 3 to 63 lower-case letters, digits, dots or dashes.
+    #[schemars(length(min = 3, max = 63), pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"))]
+    pub s3_bucket: String,
+    /// A prefix for every object, usually ending in '/', for example nightly/.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 512), pattern(r"^[^/\x00-\x1f\x7f][^\x00-\x1f\x7f]*$|^$"))]
+    pub s3_prefix: String,
+    /// The endpoint URL of an S3-compatible store; AWS S3 when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048), pattern(r"^https?://[^\s]+$"))]
+    pub endpoint: Option<String>,
+    /// The bucket's region, for example eu-west-1; us-east-1 when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(r"^[a-z0-9-]+$"))]
+    pub region: Option<String>,
+    /// The name of a Secret in the same namespace holding the keys
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Without it the job uses
+    /// the pod's own identity (for example IRSA through serviceAccountName).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: Option<String>,
+}
+
+/// A value the job reads from the environment: literal, or a Secret key.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum Credential {
+    /// A literal value, for non-secret settings such as a user name.
+    Value(String),
+    /// A key of a Secret in the job's namespace.
+    Secret {
+        /// The Secret's name.
+        name: String,
+        /// The key within it.
+        key: String,
+    },
+}
+
+/// How to reach the database to dump.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// The host name, usually a Service's DNS name.
+    pub host: String,
+    /// The port.
+    pub port: i32,
+    /// The database to dump.
+    pub database: String,
+    /// The user to connect as.
+    pub user: Credential,
+    /// The user's password; always from a Secret.
+    pub password: Credential,
+    /// The image whose pg_dump matches the server.
+    pub image: String,
+}
+
+/// Everything one backup run needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan<'a> {
+    /// The database to dump.
+    pub source: &'a Source,
+    /// Where to store it.
+    pub destination: &'a Destination,
+    /// Object names start with this: `<prefix><name>-<UTC timestamp>.pgdump`.
+    pub name: &'a str,
+    /// Delete this backup's dumps older than this many days after a success.
+    pub retention_days: Option<i32>,
+    /// The AWS CLI image.
+    pub upload_image: &'a str,
+    /// The pod's service account, for cloud identities such as IRSA.
+    pub service_account: Option<&'a str>,
+    /// The longest a run may take before Kubernetes stops it.
+    pub active_deadline_seconds: i64,
+    /// Labels of the Job and its pod.
+    pub labels: BTreeMap<String, String>,
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn env_credential(name: &str, credential: &Credential) -> EnvVar {
+    match credential {
+        Credential::Value(value) => env(name, value.clone()),
+        Credential::Secret { name: secret, key } => EnvVar {
+            name: name.to_string(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.clone(),
+                    key: key.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+        },
+    }
+}
+
+fn hardened() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn script_container(name: &str, image: &str, script: &str, env: Vec<EnvVar>) -> Container {
+    Container {
+        name: name.to_string(),
+        image: Some(image.to_string()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), script.to_string()]),
+        env: Some(env),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "work".to_string(),
+            mount_path: WORK_DIR.to_string(),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(hardened()),
+        ..Container::default()
+    }
+}
+
+/// The environment of the dump container.
+pub fn dump_env(source: &Source) -> Vec<EnvVar> {
+    vec![
+        env("WORK_DIR", WORK_DIR),
+        env("PGHOST", source.host.clone()),
+        env("PGPORT", source.port.to_string()),
+        env("PGDATABASE", source.database.clone()),
+        env_credential("PGUSER", &source.user),
+        env_credential("PGPASSWORD", &source.password),
+        env("PGCONNECT_TIMEOUT", "30"),
+    ]
+}
+
+/// The environment of the upload container.
+pub fn upload_env(plan: &Plan<'_>) -> Vec<EnvVar> {
+    let dest = plan.destination;
+    let mut vars = vec![
+        env("WORK_DIR", WORK_DIR),
+        env("HOME", WORK_DIR),
+        env("S3_BUCKET", dest.s3_bucket.clone()),
+        env("S3_PREFIX", dest.s3_prefix.clone()),
+        env("BACKUP_NAME", plan.name),
+        env(
+            "AWS_DEFAULT_REGION",
+            dest.region
+                .clone()
+                .unwrap_or_else(|| "us-east-1".to_string()),
+        ),
+    ];
+    if let Some(endpoint) = &dest.endpoint {
+        vars.push(env("S3_ENDPOINT", endpoint.clone()));
+    }
+    if let Some(days) = plan.retention_days {
+        vars.push(env("RETENTION_DAYS", days.to_string()));
+    }
+    if let Some(secret) = &dest.credentials_secret {
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            vars.push(env_credential(
+                key,
+                &Credential::Secret {
+                    name: secret.clone(),
+                    key: key.to_string(),
+                },
+            ));
+        }
+    }
+    vars
+}
+
+/// The pod that runs one backup.
+pub fn pod_template(plan: &Plan<'_>) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(plan.labels.clone()),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_string()),
+            service_account_name: plan.service_account.map(String::from),
+            containers: vec![
+                script_container(
+                    "dump",
+                    &plan.source.image,
+                    DUMP_SCRIPT,
+                    dump_env(plan.source),
+                ),
+                script_container("upload", plan.upload_image, UPLOAD_SCRIPT, upload_env(plan)),
+            ],
+            volumes: Some(vec![Volume {
+                name: "work".to_string(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            }]),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(POSTGRES_UID),
+                run_as_group: Some(POSTGRES_UID),
+                fs_group: Some(POSTGRES_UID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_string(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// The Job spec of one backup run: one retry, bounded in time.
+pub fn job_spec(plan: &Plan<'_>) -> JobSpec {
+    JobSpec {
+        backoff_limit: Some(1),
+        active_deadline_seconds: Some(plan.active_deadline_seconds),
+        template: pod_template(plan),
+        ..JobSpec::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> Source {
+        Source {
+            host: "db.prod.svc".into(),
+            port: 5432,
+            database: "orders; DROP TABLE x".into(),
+            user: Credential::Value("app".into()),
+            password: Credential::Secret {
+                name: "db-creds".into(),
+                key: "password".into(),
+            },
+            image: "postgres:16".into(),
+        }
+    }
+
+    fn plan<'a>(source: &'a Source, dest: &'a Destination) -> Plan<'a> {
+        Plan {
+            source,
+            destination: dest,
+            name: "nightly",
+            retention_days: Some(7),
+            upload_image: DEFAULT_UPLOAD_IMAGE,
+            service_account: None,
+            active_deadline_seconds: 3600,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    fn value<'a>(vars: &'a [EnvVar], name: &str) -> Option<&'a str> {
+        vars.iter().find(|v| v.name == name)?.value.as_deref()
+    }
+
+    #[test]
+    fn user_values_travel_in_the_environment_not_the_script() {
+        let src = source();
+        let dest = Destination {
+            s3_bucket: "bucket".into(),
+            s3_prefix: "it's $(here)/".into(),
+            ..Destination::default()
+        };
+        let pod = pod_template(&plan(&src, &dest)).spec.unwrap();
+        let [dump, upload] = &pod.containers[..] else {
+            panic!("two containers")
+        };
+        assert_eq!(dump.command.as_ref().unwrap()[2], DUMP_SCRIPT);
+        assert_eq!(upload.command.as_ref().unwrap()[2], UPLOAD_SCRIPT);
+        assert_eq!(
+            value(dump.env.as_ref().unwrap(), "PGDATABASE"),
+            Some("orders; DROP TABLE x")
+        );
+        assert_eq!(
+            value(upload.env.as_ref().unwrap(), "S3_PREFIX"),
+            Some("it's $(here)/")
+        );
+        assert!(!DUMP_SCRIPT.contains("orders") && !UPLOAD_SCRIPT.contains("here"));
+    }
+
+    #[test]
+    fn passwords_and_keys_come_from_secrets() {
+        let src = source();
+        let dest = Destination {
+            s3_bucket: "bucket".into(),
+            credentials_secret: Some("s3".into()),
+            ..Destination::default()
+        };
+        let p = plan(&src, &dest);
+        let dump = dump_env(&src);
+        let password = dump.iter().find(|v| v.name == "PGPASSWORD").unwrap();
+        assert!(password.value.is_none());
+        assert_eq!(
+            password
+                .value_from
+                .as_ref()
+                .unwrap()
+                .secret_key_ref
+                .as_ref()
+                .unwrap()
+                .name,
+            "db-creds"
+        );
+        let upload = upload_env(&p);
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            let var = upload.iter().find(|v| v.name == key).unwrap();
+            assert!(var.value.is_none(), "{key} must not be literal");
+        }
+        assert_eq!(value(&upload, "RETENTION_DAYS"), Some("7"));
+        assert_eq!(value(&upload, "AWS_DEFAULT_REGION"), Some("us-east-1"));
+    }
+
+    #[test]
+    fn the_job_retries_once_and_is_bounded() {
+        let src = source();
+        let dest = Destination::default();
+        let spec = job_spec(&plan(&src, &dest));
+        assert_eq!(spec.backoff_limit, Some(1));
+        assert_eq!(spec.active_deadline_seconds, Some(3600));
+        assert_eq!(
+            spec.template.spec.unwrap().restart_policy.as_deref(),
+            Some("Never")
+        );
+    }
+
+    #[test]
+    fn scripts_pass_a_shell_syntax_check() {
+        for (name, script) in [("dump.sh", DUMP_SCRIPT), ("upload.sh", UPLOAD_SCRIPT)] {
+            let out = std::process::Command::new("sh")
+                .args(["-n", "-c", script])
+                .output()
+                .expect("sh runs");
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

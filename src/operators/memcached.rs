@@ -1,0 +1,491 @@
+//! Memcached: a sized cache whose status lists its members, the example
+//! every operator framework starts with.
+//!
+//! Children are a Deployment of `size` memcached pods and a headless Service
+//! so clients can resolve every node. The customize hook asks Metacontroller
+//! for this cache's Pods, which are the Deployment's grandchildren, so the
+//! status can name them. What a human operator adds: UDP is off (memcached's
+//! UDP port is a well-known amplification vector), the item memory is set
+//! below the container's memory limit so connection buffers fit, and the
+//! container runs unprivileged on a read-only root filesystem.
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service, ServicePort,
+    ServiceSpec, TCPSocketAction,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::validate::{self, InvalidSpec};
+use super::{
+    ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready, selector_labels,
+    sorted_children, standard_labels,
+};
+use crate::hook::conditions::{self, Condition, Observation};
+use crate::hook::{
+    CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
+};
+
+/// The image a Memcached runs when its spec names none: the official image,
+/// pinned.
+pub const DEFAULT_IMAGE: &str = "memcached:1.6.38";
+/// memcached's standard port.
+pub const DEFAULT_PORT: i32 = 11211;
+/// The most nodes one Memcached may ask for.
+pub const MAX_SIZE: i32 = 1000;
+/// The smallest memory limit that leaves memcached room to work.
+pub const MIN_MEMORY_MIB: u64 = 32;
+/// The longest Memcached name: it names the Deployment and Service and goes
+/// into labels.
+pub const MAX_NAME: usize = 50;
+const APP: &str = "memcached";
+
+/// A memcached cluster of `size` nodes.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "opshooks.io",
+    version = "v1alpha1",
+    kind = "Memcached",
+    namespaced,
+    status = "MemcachedStatus",
+    shortname = "mc",
+    category = "opshooks",
+    doc = "Memcached runs a memcached cluster of a given size and lists its members.",
+    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    scale(spec_replicas_path = ".spec.size", status_replicas_path = ".status.readyReplicas"),
+    validation = Rule::new("self.metadata.name.size() <= 50").message("metadata.name must be at most 50 characters")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemcachedSpec {
+    /// How many memcached nodes to run, from 0 to 1000.
+    #[schemars(range(min = 0, max = 1000))]
+    pub size: i32,
+    /// The TCP port memcached listens on and the Service exposes.
+    #[serde(default = "default_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub container_port: i32,
+    /// The memcached image, for example memcached:1.6.38.
+    #[serde(default = "default_image")]
+    #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
+    pub image: String,
+    /// Memory limit of each node, as a Kubernetes quantity (for example
+    /// 256Mi, at least 32Mi). memcached is told to use 90% of it for items,
+    /// leaving the rest for connections. Without it memcached uses its
+    /// default of 64 MiB and the container has no memory limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"))]
+    pub memory_limit: Option<String>,
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_string()
+}
+
+fn default_port() -> i32 {
+    DEFAULT_PORT
+}
+
+/// What was observed of a Memcached's nodes.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MemcachedStatus {
+    /// Names of the cache's pods that are not being deleted, sorted.
+    pub nodes: Vec<String>,
+    /// How many of those pods are Ready.
+    pub ready_replicas: i32,
+    /// Ready: every desired node is ready.
+    pub conditions: Vec<Condition>,
+    /// The parent generation Metacontroller last synced; set by Metacontroller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The Memcached operator and its routes.
+pub fn operator() -> Operator {
+    let controller = ControllerSpec {
+        children: vec![
+            ChildResource {
+                api_version: "apps/v1",
+                resource: "deployments",
+                update_method: "InPlace",
+                status_checks: vec![],
+                why: "a size or image change updates the existing Deployment, which rolls its pods itself",
+            },
+            ChildResource {
+                api_version: "v1",
+                resource: "services",
+                update_method: "InPlace",
+                status_checks: vec![],
+                why: "a port change updates the Service in place; its clusterIP None never changes",
+            },
+        ],
+        generate_selector: true,
+        resync_period_seconds: None,
+    };
+    Operator::new::<Memcached>("memcached", controller, "Deployment + headless Service")
+        .sync(sync)
+        .customize(customize)
+}
+
+/// Asks for this cache's Pods, so sync can list them.
+pub fn customize(
+    req: &CustomizeRequest<Memcached>,
+    _ctx: &Context,
+) -> Result<CustomizeResponse, HookError> {
+    let mc = &req.parent;
+    Ok(CustomizeResponse {
+        related_resources: vec![RelatedResourceRule::labelled(
+            "v1",
+            "pods",
+            selector_labels(APP, name(mc)),
+            mc.metadata.namespace.clone(),
+        )],
+    })
+}
+
+/// Desired Deployment and Service, and the observed members.
+pub fn sync(req: &SyncRequest<Memcached>, ctx: &Context) -> Result<SyncResponse, HookError> {
+    let mc = &req.parent;
+    let item_memory = validate(mc)?;
+    let pods = req.related.of::<Pod>()?;
+    Ok(SyncResponse {
+        status: serde_json::to_value(status(mc, &pods, ctx)).expect("status serializes"),
+        children: sorted_children(vec![
+            child(&deployment(mc, item_memory)),
+            child(&service(mc)),
+        ]),
+        ..SyncResponse::default()
+    })
+}
+
+fn name(mc: &Memcached) -> &str {
+    mc.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// Checks the spec; returns the item memory in MiB when a limit is set.
+pub fn validate(mc: &Memcached) -> Result<Option<u64>, InvalidSpec> {
+    validate::dns_label("metadata.name", name(mc), MAX_NAME)?;
+    validate::in_range("spec.size", mc.spec.size.into(), 0, MAX_SIZE.into())?;
+    validate::in_range(
+        "spec.containerPort",
+        mc.spec.container_port.into(),
+        1,
+        65535,
+    )?;
+    validate::image("spec.image", &mc.spec.image)?;
+    let Some(limit) = &mc.spec.memory_limit else {
+        return Ok(None);
+    };
+    let mib = validate::quantity_bytes(limit)
+        .map(|bytes| bytes / (1024 * 1024))
+        .ok_or_else(|| {
+            InvalidSpec::new(
+                "spec.memoryLimit",
+                format!("{limit:?} is not a memory quantity; write it like 256Mi or 1Gi"),
+            )
+        })?;
+    if mib < MIN_MEMORY_MIB {
+        return Err(InvalidSpec::new(
+            "spec.memoryLimit",
+            format!(
+                "{limit} is below the minimum of {MIN_MEMORY_MIB}Mi; memcached needs room for its items and connections"
+            ),
+        ));
+    }
+    Ok(Some(mib * 9 / 10))
+}
+
+/// The Deployment running `size` memcached pods.
+pub fn deployment(mc: &Memcached, item_memory_mib: Option<u64>) -> Deployment {
+    let port = mc.spec.container_port;
+    let mut args = vec!["-p".to_string(), port.to_string(), "-U".into(), "0".into()];
+    if let Some(mib) = item_memory_mib {
+        args.extend(["-m".to_string(), mib.to_string()]);
+    }
+    let resources = mc
+        .spec
+        .memory_limit
+        .as_ref()
+        .map(|limit| ResourceRequirements {
+            limits: Some([("memory".to_string(), Quantity(limit.clone()))].into()),
+            requests: Some([("memory".to_string(), Quantity(limit.clone()))].into()),
+            ..ResourceRequirements::default()
+        });
+    let labels = standard_labels(APP, name(mc));
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name(mc).to_string()),
+            namespace: mc.metadata.namespace.clone(),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(mc.spec.size),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(APP, name(mc))),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: APP.to_string(),
+                        image: Some(mc.spec.image.clone()),
+                        args: Some(args),
+                        ports: Some(vec![ContainerPort {
+                            name: Some("memcache".to_string()),
+                            container_port: port,
+                            protocol: Some("TCP".to_string()),
+                            ..ContainerPort::default()
+                        }]),
+                        readiness_probe: Some(Probe {
+                            tcp_socket: Some(TCPSocketAction {
+                                port: IntOrString::String("memcache".to_string()),
+                                host: None,
+                            }),
+                            period_seconds: Some(5),
+                            ..Probe::default()
+                        }),
+                        resources,
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            read_only_root_filesystem: Some(true),
+                            capabilities: Some(Capabilities {
+                                drop: Some(vec!["ALL".to_string()]),
+                                add: None,
+                            }),
+                            ..SecurityContext::default()
+                        }),
+                        ..Container::default()
+                    }],
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        // The official image's memcache user.
+                        run_as_user: Some(11211),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_string(),
+                            localhost_profile: None,
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The headless Service that resolves to every ready node.
+pub fn service(mc: &Memcached) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name(mc).to_string()),
+            namespace: mc.metadata.namespace.clone(),
+            labels: Some(standard_labels(APP, name(mc))),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            selector: Some(selector_labels(APP, name(mc))),
+            ports: Some(vec![ServicePort {
+                name: Some("memcache".to_string()),
+                port: mc.spec.container_port,
+                target_port: Some(IntOrString::String("memcache".to_string())),
+                protocol: Some("TCP".to_string()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The status from the observed pods of this cache.
+pub fn status(mc: &Memcached, pods: &[Pod], ctx: &Context) -> MemcachedStatus {
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let mut nodes: Vec<String> = live
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    nodes.sort();
+    let ready = live.iter().filter(|p| is_ready(p)).count() as i32;
+    let size = mc.spec.size;
+    let observation = if size == 0 {
+        Observation::new("Ready", true, "ScaledToZero", "no nodes are requested")
+    } else if ready >= size {
+        Observation::new(
+            "Ready",
+            true,
+            "AllNodesReady",
+            format!("{size} of {size} nodes are ready"),
+        )
+    } else {
+        Observation::new(
+            "Ready",
+            false,
+            "NodesNotReady",
+            format!("{ready} of {size} nodes are ready"),
+        )
+    };
+    let previous = mc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    MemcachedStatus {
+        nodes,
+        ready_replicas: ready,
+        conditions: conditions::reconcile(
+            previous,
+            vec![observation],
+            mc.metadata.generation,
+            ctx.now,
+        ),
+        observed_generation: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn mc(size: i32, memory: Option<&str>) -> Memcached {
+        let mut mc = Memcached::new(
+            "cache",
+            MemcachedSpec {
+                size,
+                container_port: DEFAULT_PORT,
+                image: DEFAULT_IMAGE.into(),
+                memory_limit: memory.map(String::from),
+            },
+        );
+        mc.metadata.namespace = Some("shop".into());
+        mc
+    }
+
+    fn pod(name: &str, ready: bool, deleting: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                deletion_timestamp: deleting.then(|| Time(Timestamp::UNIX_EPOCH)),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn ctx() -> Context {
+        Context {
+            now: "2026-03-04T05:06:07Z".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn memory_limit_sets_item_memory_with_headroom() {
+        let cases = [
+            (None, Ok(None), "no limit: memcached's default"),
+            (Some("256Mi"), Ok(Some(230)), "90% of the limit"),
+            (Some("1Gi"), Ok(Some(921)), "binary suffix"),
+            (Some("100M"), Ok(Some(85)), "decimal suffix: 95 MiB"),
+            (Some("16Mi"), Err("spec.memoryLimit"), "below the minimum"),
+            (Some("lots"), Err("spec.memoryLimit"), "not a quantity"),
+        ];
+        for (limit, want, reason) in cases {
+            let got = validate(&mc(1, limit)).map_err(|e| e.field);
+            assert_eq!(got, want.map_err(String::from), "{reason}");
+        }
+    }
+
+    #[test]
+    fn deployment_is_sized_hardened_and_udp_free() {
+        let d = deployment(&mc(3, Some("256Mi")), Some(230));
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        let pod = spec.template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(
+            c.args.as_ref().unwrap(),
+            &["-p", "11211", "-U", "0", "-m", "230"]
+        );
+        assert_eq!(
+            c.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"].0,
+            "256Mi"
+        );
+        assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+        assert_eq!(
+            spec.selector.match_labels.unwrap(),
+            selector_labels(APP, "cache")
+        );
+    }
+
+    #[test]
+    fn service_is_headless_on_the_port() {
+        let s = service(&mc(1, None)).spec.unwrap();
+        assert_eq!(s.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(s.ports.unwrap()[0].port, 11211);
+    }
+
+    #[test]
+    fn status_lists_live_nodes_sorted() {
+        let pods = [
+            pod("cache-b", true, false),
+            pod("cache-a", false, false),
+            pod("cache-c", true, true),
+        ];
+        let got = status(&mc(2, None), &pods, &ctx());
+        assert_eq!(got.nodes, ["cache-a", "cache-b"]);
+        assert_eq!(got.ready_replicas, 1);
+        assert_eq!(got.conditions[0].message, "1 of 2 nodes are ready");
+        let zero = status(&mc(0, None), &[], &ctx());
+        assert_eq!(zero.conditions[0].reason, "ScaledToZero");
+    }
+
+    #[test]
+    fn customize_asks_for_this_caches_pods_in_its_namespace() {
+        let req = CustomizeRequest {
+            controller: serde_json::Value::Null,
+            parent: mc(1, None),
+        };
+        let rules = customize(&req, &ctx()).unwrap().related_resources;
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].resource, "pods");
+        assert_eq!(rules[0].namespace.as_deref(), Some("shop"));
+        assert_eq!(
+            rules[0]
+                .label_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()["app.kubernetes.io/instance"],
+            "cache"
+        );
+    }
+}

@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# A throwaway Kubernetes control plane (etcd + kube-apiserver +
+# kube-controller-manager) running as plain processes on loopback, for the
+# end-to-end suite. No Docker, no kubelet, no scheduler: objects are stored,
+# validated, admitted and reconciled by the built-in controllers, but Pods
+# stay Pending.
+#
+# Usage (an executable script with subcommands, not a library):
+#
+#   tests/e2e/cluster.sh up DIR     # start a cluster whose whole state lives in DIR
+#   tests/e2e/cluster.sh down DIR   # stop it and delete DIR; idempotent, safe on a half-started DIR
+#   tests/e2e/cluster.sh logs DIR   # print the tail of every process log (for failure reports)
+#
+# Typical caller:
+#
+#   dir=$(mktemp -d)
+#   trap 'tests/e2e/cluster.sh down "$dir"' EXIT
+#   tests/e2e/cluster.sh up "$dir"
+#   source "$dir/env"        # KUBECONFIG=$dir/kubeconfig, PATH gains kubectl and helm
+#
+# After `up`, DIR holds: kubeconfig (cluster-admin, O=system:masters),
+# env (shell exports), pki/ (CA, serving and client certs, SA keys),
+# *.log (one per process), pids/, etcd-data/.
+#
+# Binaries come from build-tools.sh (run here; a no-op once cached).
+# Environment: OPSHOOKS_E2E_CACHE (see build-tools.sh),
+#              OPSHOOKS_E2E_TIMEOUT (seconds to wait for readiness, default 120).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TIMEOUT=${OPSHOOKS_E2E_TIMEOUT:-120}
+# Service IPs are only allocated, never routed to: there is no kube-proxy.
+SERVICE_CIDR=10.0.0.0/24
+SERVICE_IP=10.0.0.1
+# A file that marks DIR as ours, so `down` never deletes a directory that
+# some other caller happened to pass by mistake.
+MARKER=.opshooks-e2e-cluster
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+need_openssl() {
+  command -v openssl >/dev/null 2>&1 && return
+  log "installing openssl"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+}
+
+# ---- ports ----------------------------------------------------------------
+# Random ports below the kernel's ephemeral range (32768+), so an outgoing
+# connection cannot be holding one; checked against every socket the kernel
+# knows of (/proc/net/tcp{,6}, any address, any state) and against ports
+# already picked for this cluster. There is still a window before the
+# process binds; a clash shows up as a process that dies during `up`.
+PICKED=" "
+port_in_use() {
+  local hex
+  hex=$(printf ':%04X' "$1")
+  awk -v p="$hex" 'NR > 1 && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+free_port() {
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((10000 + RANDOM % 22000))
+    [[ $PICKED == *" $p "* ]] && continue
+    port_in_use "$p" && continue
+    PICKED+="$p "
+    echo "$p"
+    return
+  done
+  die "no free port found"
+}
+
+# ---- certificates ---------------------------------------------------------
+# P-256 keys: generated instantly, and accepted by every component
+# (including ES256 service-account tokens). Valid 7 days: one run only.
+gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null && chmod 600 "$1"; }
+
+# sign NAME SUBJECT EXTENSIONS: a leaf cert pki/NAME.{key,crt} signed by the CA.
+sign() {
+  local name=$1 subj=$2 ext=$3
+  gen_key "$PKI/$name.key"
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  # -extfile works on OpenSSL 1.1 and 3 alike (unlike -copy_extensions).
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 7 -sha256 -out "$PKI/$name.crt" -extfile <(printf '%s\n' "$ext") 2>/dev/null
+  rm -f "$PKI/$name.csr"
+}
+
+gen_pki() {
+  mkdir -p "$PKI"
+  gen_key "$PKI/ca.key"
+  openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=opshooks-e2e-ca" -days 7 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$PKI/ca.crt" 2>/dev/null
+  local leaf="basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment"
+  # The names a client inside or outside the cluster would use for the API server.
+  sign apiserver "/CN=kube-apiserver" "$leaf
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:$SERVICE_IP"
+  # O=system:masters is cluster-admin without any RBAC object.
+  sign admin "/O=system:masters/CN=opshooks-e2e-admin" "$leaf
+extendedKeyUsage=clientAuth"
+  # The user name the bootstrap RBAC policy grants the controller manager's role to.
+  sign controller-manager "/CN=system:kube-controller-manager" "$leaf
+extendedKeyUsage=clientAuth"
+  gen_key "$PKI/sa.key"
+  openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+}
+
+# kubeconfig FILE CLIENT: certificates embedded, so the file stands alone.
+write_kubeconfig() {
+  local file=$1 client=$2
+  cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: opshooks-e2e
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
+users:
+- name: $client
+  user:
+    client-certificate-data: $(base64 -w0 <"$PKI/$client.crt")
+    client-key-data: $(base64 -w0 <"$PKI/$client.key")
+contexts:
+- name: opshooks-e2e
+  context:
+    cluster: opshooks-e2e
+    user: $client
+current-context: opshooks-e2e
+EOF
+  chmod 600 "$file"
+}
+
+# ---- processes ------------------------------------------------------------
+start() { # name binary args...
+  local name=$1
+  shift
+  log "starting $name"
+  "$@" >"$DIR/$name.log" 2>&1 &
+  echo $! >"$DIR/pids/$name"
+}
+
+# Alive and still the process we started (a recycled PID would not have
+# DIR in its command line).
+ours() { # name -> pid on stdout
+  local f=$DIR/pids/$1 pid
+  [[ -f $f ]] || return 1
+  pid=$(cat "$f")
+  [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR" || return 1
+  echo "$pid"
+}
+
+stop_all() {
+  local name pid i
+  # Reverse start order: clients before the servers they talk to.
+  for name in kube-controller-manager kube-apiserver etcd; do
+    pid=$(ours "$name") || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    # Graceful first (etcd syncs, the apiserver drains); killed after 15s.
+    for ((i = 0; i < 150; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name ($pid) ignored SIGTERM, killing"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    # Reap it if it is our child (it is when `up` itself cleans up).
+    wait "$pid" 2>/dev/null || true
+    rm -f "$DIR/pids/$name"
+  done
+}
+
+print_logs() {
+  local f
+  for f in "$DIR"/*.log; do
+    [[ -f $f ]] || continue
+    printf '\n===== %s (last 60 lines) =====\n' "$f" >&2
+    tail -n 60 "$f" >&2
+  done
+}
+
+# wait_for WHAT CMD...: polls CMD once a second until it succeeds, failing
+# early (with every log) as soon as one of our processes has exited.
+wait_for() {
+  local what=$1 deadline=$((SECONDS + TIMEOUT)) name
+  shift
+  until "$@" >/dev/null 2>&1; do
+    for name in $(ls "$DIR/pids"); do
+      ours "$name" >/dev/null || fail_up "$name exited while waiting for $what"
+    done
+    ((SECONDS < deadline)) || fail_up "timed out after ${TIMEOUT}s waiting for $what"
+    sleep 1
+  done
+  log "$what: ok"
+}
+
+fail_up() {
+  log "up failed: $*"
+  print_logs
+  stop_all
+  exit 1
+}
+
+# ---- subcommands ----------------------------------------------------------
+cmd_up() {
+  need_openssl
+  BIN=$("$HERE/build-tools.sh" | tail -n 1)
+  [[ -x $BIN/kube-apiserver ]] || die "build-tools.sh did not produce binaries in $BIN"
+
+  mkdir -p "$DIR"
+  DIR=$(cd "$DIR" && pwd -P)
+  [[ -z "$(ls -A "$DIR")" ]] || die "$DIR is not empty; use a fresh directory (or run 'down' first)"
+  touch "$DIR/$MARKER"
+  mkdir -p "$DIR/pids"
+  PKI=$DIR/pki
+  local start_time=$SECONDS
+
+  gen_pki
+  local etcd_port peer_port kcm_port
+  etcd_port=$(free_port)
+  peer_port=$(free_port)
+  API_PORT=$(free_port)
+  kcm_port=$(free_port)
+  write_kubeconfig "$DIR/kubeconfig" admin
+  write_kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager
+
+  # Plain HTTP is acceptable for etcd: it listens on loopback only and lives
+  # for one test run. No fsync: the data is thrown away, and fsync dominates
+  # etcd latency on shared disks.
+  start etcd "$BIN/etcd" \
+    --name=e2e \
+    --data-dir="$DIR/etcd-data" \
+    --listen-client-urls="http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls="http://127.0.0.1:$peer_port" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
+    --initial-cluster="e2e=http://127.0.0.1:$peer_port" \
+    --unsafe-no-fsync \
+    --log-level=warn
+
+  # --advertise-address=127.0.0.1 keeps the apiserver from picking up the
+  # host's real interface; a loopback address is not valid in an Endpoints
+  # object, hence --endpoint-reconciler-type=none (nothing in this cluster
+  # reaches the apiserver through the `kubernetes` Service anyway).
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$API_PORT" \
+    --advertise-address=127.0.0.1 \
+    --endpoint-reconciler-type=none \
+    --cert-dir="$DIR/apiserver-certs" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --allow-privileged=true \
+    --profiling=false
+
+  wait_for "kube-apiserver /readyz" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" get --raw /readyz
+
+  # --use-service-account-credentials: each controller acts as its own
+  # service account, so the RBAC the cluster enforces is what a real
+  # cluster enforces. Leader election is pointless with one instance and
+  # would delay a restart by a lease period.
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig="$DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$DIR/controller-manager.kubeconfig" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$kcm_port" \
+    --cert-dir="$DIR/controller-manager-certs" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" \
+    --cluster-signing-cert-file="$PKI/ca.crt" \
+    --cluster-signing-key-file="$PKI/ca.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --profiling=false
+
+  # /healthz is always allowed, even anonymously; the serving cert is self-signed.
+  wait_for "kube-controller-manager /healthz" "$BIN/kubectl" --kubeconfig=/dev/null \
+    --server="https://127.0.0.1:$kcm_port" --insecure-skip-tls-verify get --raw /healthz
+  # Pods are refused until their namespace's default ServiceAccount exists;
+  # waiting here spares every test that race.
+  wait_for "default ServiceAccount" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" \
+    get serviceaccount default --namespace=default
+
+  cat >"$DIR/env" <<EOF
+export KUBECONFIG='$DIR/kubeconfig'
+export PATH='$BIN':"\$PATH"
+export OPSHOOKS_E2E_APISERVER='https://127.0.0.1:$API_PORT'
+EOF
+  log "cluster up in $((SECONDS - start_time))s: https://127.0.0.1:$API_PORT"
+  log "use it with: source '$DIR/env'"
+}
+
+cmd_down() {
+  [[ -d $DIR ]] || return 0
+  DIR=$(cd "$DIR" && pwd -P)
+  if [[ ! -f $DIR/$MARKER ]]; then
+    # Not ours (or already cleaned): touch nothing.
+    log "$DIR holds no cluster; nothing to do"
+    return 0
+  fi
+  [[ -d $DIR/pids ]] && stop_all
+  rm -rf "$DIR"
+  log "cluster in $DIR stopped and removed"
+}
+
+cmd_logs() {
+  [[ -d $DIR ]] || return 0
+  print_logs
+}
+
+usage() { sed -n '10,12p' "${BASH_SOURCE[0]}" >&2; }
+
+[[ $# -eq 2 ]] || {
+  usage
+  exit 2
+}
+DIR=$2
+[[ -n $DIR ]] || die "DIR must not be empty"
+case $1 in
+up) cmd_up ;;
+down) cmd_down ;;
+logs) cmd_logs ;;
+*)
+  usage
+  exit 2
+  ;;
+esac
