@@ -609,3 +609,109 @@ pub fn status(
         observed_generation: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sts(env: serde_json::Value, ports: serde_json::Value, service: Option<&str>) -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "mydb", "namespace": "prod"},
+            "spec": {"serviceName": service, "selector": {}, "template": {"spec": {"containers": [
+                {"name": "sidecar", "image": "busybox"},
+                {"name": "pg", "image": "postgres:16.4", "env": env, "ports": ports}]}}}
+        }))
+        .unwrap()
+    }
+
+    fn secret(name: &str, key: &str) -> serde_json::Value {
+        json!({"secretKeyRef": {"name": name, "key": key}})
+    }
+
+    #[test]
+    fn source_is_read_from_the_target() {
+        let env = json!([
+            {"name": "POSTGRES_USER", "valueFrom": secret("creds", "user")},
+            {"name": "POSTGRES_PASSWORD", "valueFrom": secret("creds", "pass")},
+            {"name": "POSTGRES_DB", "value": "orders"}]);
+        let source = source_of(
+            &sts(
+                env,
+                json!([{"name": "postgresql", "containerPort": 6432}]),
+                Some("mydb-hl"),
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(source.host, "mydb-hl.prod.svc");
+        assert_eq!(source.port, 6432);
+        assert_eq!(source.database, "orders");
+        assert_eq!(source.image, "postgres:16.4");
+        assert_eq!(
+            source.user,
+            Credential::Secret {
+                name: "creds".into(),
+                key: "user".into()
+            }
+        );
+        assert_eq!(
+            source.password,
+            Credential::Secret {
+                name: "creds".into(),
+                key: "pass".into()
+            }
+        );
+    }
+
+    #[test]
+    fn defaults_follow_the_postgres_image() {
+        let env = json!([{"name": "POSTGRES_PASSWORD", "valueFrom": secret("c", "p")}]);
+        let source = source_of(&sts(env.clone(), json!([]), None), None).unwrap();
+        assert_eq!(
+            source.host, "mydb.prod.svc",
+            "no serviceName: the StatefulSet's name"
+        );
+        assert_eq!(source.port, 5432);
+        assert_eq!(source.user, Credential::Value("postgres".into()));
+        assert_eq!(source.database, "postgres", "the user's own database");
+        let chosen = source_of(&sts(env, json!([]), None), Some("other")).unwrap();
+        assert_eq!(chosen.database, "other", "spec.database wins");
+    }
+
+    #[test]
+    fn a_literal_password_is_never_copied() {
+        let env = json!([{"name": "POSTGRES_PASSWORD", "value": "hunter2"}]);
+        let err = source_of(&sts(env, json!([]), None), None).unwrap_err();
+        assert_eq!(err.reason, "PasswordNotInSecret");
+        assert!(!err.message.contains("hunter2"));
+    }
+
+    #[test]
+    fn a_statefulset_without_postgres_is_unusable() {
+        let not_pg: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx"}]}}}
+        }))
+        .unwrap();
+        assert_eq!(source_of(&not_pg, None).unwrap_err().reason, "NotPostgres");
+    }
+
+    #[test]
+    fn job_runs_order_by_creation_then_name() {
+        let job = |name: &str, created: &str, cond: &str| -> Job {
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "creationTimestamp": created},
+                "status": {"conditions": [{"type": cond, "status": "True"}]}}),
+            )
+            .unwrap()
+        };
+        let jobs = [
+            job("b", "2026-01-02T00:00:00Z", "Failed"),
+            job("a", "2026-01-03T00:00:00Z", "Complete"),
+        ];
+        assert_eq!(latest(&jobs).unwrap().metadata.name.as_deref(), Some("a"));
+        assert_eq!(run_status(&jobs[0]), RunStatus::Failed);
+        assert_eq!(run_status(&jobs[1]), RunStatus::Succeeded);
+    }
+}

@@ -141,10 +141,10 @@ build_kubernetes() {
       mv go.mod.tmp go.mod
       # `go get` of the three main packages fills go.sum (and the indirect
       # requirements) with exactly what those packages import, nothing more.
-      go get "k8s.io/kubernetes@$K8S_VERSION" \
-        k8s.io/kubernetes/cmd/kube-apiserver \
-        k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kubectl
+      go get \
+        "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
       log "kubernetes $K8S_VERSION: modules resolved in $((SECONDS - start))s"
     fi
 

@@ -171,3 +171,139 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
         value,
     ]
 }
+
+fn operator(name: &str) -> Operator {
+    operators::all()
+        .into_iter()
+        .find(|op| op.name == name)
+        .unwrap()
+}
+
+fn kinds(response: &Value) -> Vec<(String, String)> {
+    response["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+prop_compose! {
+    fn memcached_state()(
+        size in 0i64..=1000,
+        port in 1i64..=65535,
+        memory in prop::option::of(32u32..4096),
+        pods in prop::collection::btree_map("[a-z0-9]{5}", (any::<bool>(), any::<bool>()), 0..20),
+        v2 in any::<bool>(),
+    ) -> Value {
+        let related: serde_json::Map<String, Value> = pods.iter().map(|(suffix, (ready, deleting))| {
+            let name = format!("cache-{suffix}");
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ns"},
+                "status": {"conditions": [{"type": "Ready", "status": if *ready {"True"} else {"False"}}]}});
+            if *deleting { pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"); }
+            (if v2 { format!("ns/{name}") } else { name }, pod)
+        }).collect();
+        let mut spec = json!({"size": size, "containerPort": port});
+        if let Some(mib) = memory { spec["memoryLimit"] = json!(format!("{mib}Mi")); }
+        json!({"parent": {"metadata": {"name": "cache", "namespace": "ns"}, "spec": spec},
+               "children": {"Deployment.apps/v1": {}, "Service.v1": {}},
+               "related": {"Pod.v1": related}})
+    }
+}
+
+prop_compose! {
+    fn backup_state()(
+        minute in 0u32..60, hour in 0u32..24,
+        target in prop::sample::select(vec!["present", "missing", "literal-password"]),
+        cron_observed in any::<bool>(),
+        suspend in any::<bool>(),
+        jobs in prop::collection::vec((0u32..1000, prop::sample::select(vec!["Complete", "Failed", "Running"])), 0..6),
+    ) -> (Value, bool, bool) {
+        let password = if target == "literal-password" {
+            json!({"name": "POSTGRES_PASSWORD", "value": "x"})
+        } else {
+            json!({"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}})
+        };
+        let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ns"},
+            "spec": {"serviceName": "db", "selector": {}, "template": {"spec": {"containers": [
+                {"name": "pg", "image": "postgres:16", "env": [password]}]}}}});
+        let source = json!({"host": "db.ns.svc", "port": 5432, "database": "postgres", "user": {"value": "postgres"},
+            "password": {"secret": {"name": "db", "key": "password"}}, "image": "postgres:16"});
+        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "b-backup", "namespace": "ns", "annotations": {"opshooks.io/backup-source": source.to_string()}},
+            "spec": {"schedule": "0 1 * * *", "jobTemplate": {}}});
+        let related_jobs: serde_json::Map<String, Value> = jobs.iter().enumerate().map(|(i, (t, state))| {
+            let name = format!("b-backup-{i}");
+            let status = if *state == "Running" { json!({"active": 1}) } else {
+                json!({"conditions": [{"type": state, "status": "True"}], "completionTime": format!("2026-01-01T00:{:02}:00Z", t % 60)})
+            };
+            (name.clone(), json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": "ns", "creationTimestamp": format!("2026-01-01T{:02}:00:00Z", t % 24)},
+                "status": status}))
+        }).collect();
+        let request = json!({
+            "parent": {"metadata": {"name": "b", "namespace": "ns"},
+                "spec": {"schedule": format!("{minute} {hour} * * *"), "target": {"kind": "StatefulSet", "name": "db"},
+                         "destination": {"s3Bucket": "bucket"}, "suspend": suspend}},
+            "children": {"CronJob.batch/v1": if cron_observed { json!({"b-backup": cron}) } else { json!({}) }},
+            "related": {"StatefulSet.apps/v1": if target == "missing" { json!({}) } else { json!({"db": sts}) },
+                        "Job.batch/v1": related_jobs},
+        });
+        (request, target == "present", cron_observed)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn memcached_always_keeps_its_deployment_and_service(request in memcached_state()) {
+        let op = operator("memcached");
+        let body = request.to_string();
+        let answer = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.expect("valid specs are answered");
+        let again = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.unwrap();
+        prop_assert_eq!(&answer.body, &again.body);
+        let response: Value = serde_json::from_slice(&answer.body).unwrap();
+        prop_assert_eq!(kinds(&response), vec![("Deployment".to_string(), "cache".to_string()), ("Service".to_string(), "cache".to_string())]);
+        prop_assert_eq!(&response["children"][0]["spec"]["replicas"], &request["parent"]["spec"]["size"]);
+        let nodes: Vec<&str> = response["status"]["nodes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+        let mut sorted = nodes.clone();
+        sorted.sort();
+        prop_assert_eq!(nodes, sorted);
+    }
+
+    #[test]
+    fn backup_never_has_two_cronjobs_and_never_drops_an_observed_one((request, target_usable, cron_observed) in backup_state()) {
+        let op = operator("backup");
+        let answer = op.call(Hook::Sync, request.to_string().as_bytes(), &ctx()).unwrap().result.expect("valid specs are answered");
+        let response: Value = serde_json::from_slice(&answer.body).unwrap();
+        let children = kinds(&response);
+        prop_assert!(children.len() <= 1, "{:?}", children);
+        if cron_observed || target_usable {
+            prop_assert_eq!(children, vec![("CronJob".to_string(), "b-backup".to_string())]);
+            let suspended = response["children"][0]["spec"]["suspend"].as_bool().unwrap();
+            let want = !target_usable || request["parent"]["spec"]["suspend"].as_bool().unwrap();
+            prop_assert_eq!(suspended, want, "suspended exactly when the target is unusable or spec.suspend");
+            prop_assert_eq!(response["children"][0]["spec"]["concurrencyPolicy"].as_str(), Some("Forbid"));
+        } else {
+            prop_assert!(children.is_empty());
+        }
+    }
+
+    #[test]
+    fn no_operator_panics_on_any_parent(spec in arbitrary_json(), which in 0usize..3, hook in prop::sample::select(Hook::ALL.to_vec())) {
+        let op = &operators::all()[which];
+        let body = json!({"parent": {"metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
+        if let Some(call) = op.call(hook, body.as_bytes(), &ctx()) {
+            if let Ok(answer) = call.result {
+                prop_assert!(serde_json::from_slice::<Value>(&answer.body).is_ok());
+            }
+        }
+    }
+}
