@@ -106,19 +106,27 @@ pub fn manifests(args: &ManifestArgs) -> Result<(), Failure> {
         timeout: args.hook_timeout.clone(),
     };
     let ops = operators::all();
-    match &args.dir {
-        None => print_text(&manifests::stream(&ops, &opts)),
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|err| Failure::usage(format!("{}: {err}", dir.display())))?;
-            for (name, text) in manifests::files(&ops, &opts) {
-                let path = dir.join(name);
-                std::fs::write(&path, text)
-                    .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
-            }
-            Ok(())
-        }
+    if let Some(chart) = &args.chart {
+        write_files(chart, manifests::chart_files(&ops))?;
     }
+    match &args.dir {
+        Some(dir) => write_files(dir, manifests::files(&ops, &opts)),
+        None if args.chart.is_some() => Ok(()),
+        None => print_text(&manifests::stream(&ops, &opts)),
+    }
+}
+
+fn write_files(root: &Path, files: Vec<(std::path::PathBuf, String)>) -> Result<(), Failure> {
+    for (name, text) in files {
+        let path = root.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|err| Failure::usage(format!("{}: {err}", parent.display())))?;
+        }
+        std::fs::write(&path, text)
+            .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
+    }
+    Ok(())
 }
 
 fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {

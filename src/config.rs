@@ -67,6 +67,10 @@ pub struct ManifestArgs {
     /// Write one file per object into this folder instead of printing.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Also write the Helm chart's generated files (crds/, the controller
+    /// templates, the RBAC resource list) into this chart folder.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
 }
 
 /// Server flags.

@@ -229,11 +229,11 @@ build_helm() {
   read -r kmajor kminor <<<"$client_go"
   kmajor=$((kmajor + 1))
   local v=helm.sh/helm/v3/internal/version
-  local ldflags="-s -w -X $v.version=$HELM_VERSION -X $v.metadata= -X $v.gitTreeState=clean"
+  local helm_ldflags="-s -w -X $v.version=$HELM_VERSION -X $v.metadata= -X $v.gitTreeState=clean"
   for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-    ldflags+=" -X $p.k8sVersionMajor=$kmajor -X $p.k8sVersionMinor=$kminor"
+    helm_ldflags+=" -X $p.k8sVersionMajor=$kmajor -X $p.k8sVersionMinor=$kminor"
   done
-  build_one helm "$HELM_VERSION" -- go_install_helm "$ldflags"
+  build_one helm "$HELM_VERSION" -- go_install_helm "$helm_ldflags"
 }
 
 # `go install` has no -o, so it installs into a scratch GOBIN first.

@@ -191,11 +191,12 @@ print_logs() {
 # wait_for WHAT CMD...: polls CMD once a second until it succeeds, failing
 # early (with every log) as soon as one of our processes has exited.
 wait_for() {
-  local what=$1 deadline=$((SECONDS + TIMEOUT)) name
+  local what=$1 deadline=$((SECONDS + TIMEOUT)) f
   shift
   until "$@" >/dev/null 2>&1; do
-    for name in $(ls "$DIR/pids"); do
-      ours "$name" >/dev/null || fail_up "$name exited while waiting for $what"
+    for f in "$DIR"/pids/*; do
+      [[ -f $f ]] || continue
+      ours "${f##*/}" >/dev/null || fail_up "${f##*/} exited while waiting for $what"
     done
     ((SECONDS < deadline)) || fail_up "timed out after ${TIMEOUT}s waiting for $what"
     sleep 1

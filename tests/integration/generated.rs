@@ -99,3 +99,44 @@ fn crds_are_structural_with_status_and_validation() {
         assert!(schema["properties"]["spec"]["required"].is_array());
     }
 }
+
+#[test]
+fn chart_generated_files_are_current() {
+    let chart = root().join("charts/opshooks");
+    for (name, text) in manifests::chart_files(&operators::all()) {
+        if blessing() {
+            std::fs::create_dir_all(chart.join(&name).parent().unwrap()).unwrap();
+        }
+        assert_matches_file(&chart.join(name), &text);
+    }
+}
+
+#[test]
+fn chart_crds_are_the_metacontroller_crds() {
+    for op in operators::all() {
+        let name = format!("{}-crd.yaml", op.name);
+        let chart =
+            std::fs::read_to_string(root().join("charts/opshooks/crds").join(&name)).unwrap();
+        let plain = std::fs::read_to_string(root().join("metacontroller").join(&name)).unwrap();
+        assert!(
+            chart == plain,
+            "charts/opshooks/crds/{name} differs from metacontroller/{name}"
+        );
+    }
+}
+
+#[test]
+fn chart_values_switch_every_operator() {
+    let values: Value = yaml_serde::from_str(
+        &std::fs::read_to_string(root().join("charts/opshooks/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    for op in operators::all() {
+        assert_eq!(
+            values["operators"][op.name]["enabled"],
+            Value::Bool(true),
+            "values.yaml lacks operators.{}.enabled",
+            op.name
+        );
+    }
+}
