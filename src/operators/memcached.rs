@@ -386,7 +386,7 @@ mod tests {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                deletion_timestamp: deleting.then(|| Time(Timestamp::UNIX_EPOCH)),
+                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
                 ..ObjectMeta::default()
             },
             spec: None,

@@ -133,10 +133,10 @@ fn check_shape(op: &operators::Operator, case: &std::path::Path, body: &[u8]) {
 fn strip_kubernetes_keywords(value: &mut Value) {
     if let Value::Object(map) = value {
         map.retain(|k, _| !k.starts_with("x-kubernetes-"));
-        if map.remove("nullable") == Some(Value::Bool(true)) {
-            if let Some(Value::String(t)) = map.get("type").cloned() {
-                map.insert("type".into(), serde_json::json!([t, "null"]));
-            }
+        if map.remove("nullable") == Some(Value::Bool(true))
+            && let Some(Value::String(t)) = map.get("type").cloned()
+        {
+            map.insert("type".into(), serde_json::json!([t, "null"]));
         }
         if map.contains_key("properties") && !map.contains_key("additionalProperties") {
             map.insert("additionalProperties".into(), Value::Bool(false));

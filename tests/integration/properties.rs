@@ -300,10 +300,10 @@ proptest! {
     fn no_operator_panics_on_any_parent(spec in arbitrary_json(), which in 0usize..3, hook in prop::sample::select(Hook::ALL.to_vec())) {
         let op = &operators::all()[which];
         let body = json!({"parent": {"metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
-        if let Some(call) = op.call(hook, body.as_bytes(), &ctx()) {
-            if let Ok(answer) = call.result {
-                prop_assert!(serde_json::from_slice::<Value>(&answer.body).is_ok());
-            }
+        if let Some(call) = op.call(hook, body.as_bytes(), &ctx())
+            && let Ok(answer) = call.result
+        {
+            prop_assert!(serde_json::from_slice::<Value>(&answer.body).is_ok());
         }
     }
 }
