@@ -26,7 +26,6 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
@@ -52,6 +51,9 @@ SHELLS = {
 }
 
 STAMP_RE = r"\d{8}T\d{6}Z"
+# S3 lists at most 1000 keys a page; moto is told to list 4, so every
+# retention run below reads a listing of several pages, as a busy prefix does.
+PAGE_SIZE = 4
 SECRET_ACCESS_KEY = "moto-secret-key-not-for-logs"
 
 
@@ -136,6 +138,20 @@ class Postgres:
     def create_database(self, name: str, owner: str | None = None) -> None:
         owner_sql = f" OWNER {quote_ident(owner)}" if owner else ""
         self.sql(f"CREATE DATABASE {quote_ident(name)}{owner_sql} TEMPLATE template0")
+
+
+SCRATCH: Path | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch():
+    """One temporary folder for all runs' WORK_DIRs, removed at the end."""
+    global SCRATCH
+    SCRATCH = Path(tempfile.mkdtemp(prefix="opshooks-runs-"))
+    try:
+        yield SCRATCH
+    finally:
+        shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -232,6 +248,7 @@ def s3():
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=dict(os.environ, MOTO_S3_DEFAULT_MAX_KEYS=str(PAGE_SIZE)),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -321,7 +338,7 @@ def run_backup(
     upload_env), plus PATH and HOME as its image would. They share only
     WORK_DIR, where they meet on the FIFO. Waits for both, with a timeout.
     """
-    base = Path(tempfile.mkdtemp(prefix="opshooks-run-"))
+    base = Path(tempfile.mkdtemp(prefix="run-", dir=SCRATCH))
     work = base / "work"  # the emptyDir mounted at /work in both containers
     work.mkdir()
     dump_home = base / "dump-home"  # the postgres image's HOME: no .pgpass
@@ -423,10 +440,15 @@ def final_key_re(prefix: str, name: str) -> re.Pattern:
     return re.compile(re.escape(f"{prefix}{name}-") + STAMP_RE + r"\.pgdump")
 
 
-def assert_published_one(s3: S3, bucket: str, run: Run, prefix: str, name: str) -> str:
-    """Exactly one new complete object, named for this run, and no .partial."""
+def assert_published_one(
+    s3: S3, bucket: str, run: Run, prefix: str, name: str, seeded: list[str] = ()
+) -> str:
+    """Exactly one new complete object, named for this run, and no .partial.
+
+    Objects the test put there itself (seeded) do not count.
+    """
     assert (run.dump_rc, run.upload_rc) == (0, 0), str(run)
-    keys = s3.keys(bucket, prefix)
+    keys = [k for k in s3.keys(bucket, prefix) if k not in seeded]
     assert not [k for k in keys if k.endswith(".partial")], keys
     finals = [k for k in keys if final_key_re(prefix, name).fullmatch(k)]
     assert len(finals) == 1, keys
@@ -590,7 +612,6 @@ def test_retention_prunes_only_this_backups_old_dumps(postgres, s3, bucket, shop
     pruned = [
         f"{prefix}{name}-{stamp(now - dt.timedelta(days=40))}.pgdump",
         f"{prefix}{name}-{stamp(now - dt.timedelta(days=30, hours=2))}.pgdump",
-        f"{prefix}{name}-20200101T000000Z.pgdump",
     ]
     kept = [
         f"{prefix}{name}-{stamp(now - dt.timedelta(days=29, hours=22))}.pgdump",
@@ -616,7 +637,7 @@ def test_retention_prunes_only_this_backups_old_dumps(postgres, s3, bucket, shop
         s3.put(bucket, key)
 
     run = run_backup(postgres, s3, bucket, database=shop, name=name, prefix=prefix, retention_days=30)
-    key = assert_published_one(s3, bucket, run, prefix, name)
+    key = assert_published_one(s3, bucket, run, prefix, name, seeded=pruned + kept)
     assert s3.keys(bucket) == sorted(kept + [key]), str(run)
     for old in pruned:
         assert f"backup: pruned s3://{bucket}/{old} (older than 30 days)\n" in run.upload_out
@@ -624,19 +645,22 @@ def test_retention_prunes_only_this_backups_old_dumps(postgres, s3, bucket, shop
 
 
 def test_retention_reads_every_page_of_the_listing(postgres, s3, bucket, shop):
-    """S3 lists 1000 keys a page; the CLI prints each page on its own line."""
+    """The CLI prints each page of the listing on its own line, its keys
+    separated by tabs; upload.sh must see the keys at the page boundaries."""
     prefix, name = "p/", "shop"
-    # Keys that sort before the dated ones and are not dumps fill page one...
-    fillers = [f"{prefix}{name}-0filler-{i:04d}" for i in range(999)]
-    # ...so the two old dumps are the last key of page one and the first of page two.
+    # Keys that sort before the dated ones and are not dumps fill page one
+    # but its last key...
+    fillers = [f"{prefix}{name}-0filler-{i}" for i in range(PAGE_SIZE - 1)]
+    # ...so two old dumps are the last key of page one and the first of page two.
     boundary = [f"{prefix}{name}-20200101T000000Z.pgdump", f"{prefix}{name}-20200102T000000Z.pgdump"]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda k: s3.put(bucket, k, b""), fillers + boundary))
-    assert s3.client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}{name}-")["Contents"][-1]["Key"] == boundary[0]
+    for key in fillers + boundary:
+        s3.put(bucket, key, b"")
+    page = s3.client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}{name}-")
+    assert page["IsTruncated"] and page["Contents"][-1]["Key"] == boundary[0]
 
     run = run_backup(postgres, s3, bucket, database=shop, name=name, prefix=prefix, retention_days=1)
-    key = assert_published_one(s3, bucket, run, prefix, name)
-    assert s3.keys(bucket) == sorted(fillers + [key]), run.upload_out[-2000:]
+    key = assert_published_one(s3, bucket, run, prefix, name, seeded=fillers + boundary)
+    assert s3.keys(bucket) == sorted(fillers + [key]), str(run)
 
 
 # --------------------------------------------------------------------------
@@ -739,7 +763,7 @@ def test_hostile_values_are_data_not_code(postgres, s3, bucket):
         s3.put(bucket, lookalike)
 
         run = run_backup(postgres, s3, bucket, database=db, name=name, prefix=prefix, retention_days=30)
-        key = assert_published_one(s3, bucket, run, prefix, name)
+        key = assert_published_one(s3, bucket, run, prefix, name, seeded=[old, lookalike])
         assert key.startswith(prefix)
         assert s3.keys(bucket) == sorted([key, lookalike]), str(run)
         assert list(marks.iterdir()) == []
@@ -772,7 +796,7 @@ def test_prefix_that_looks_like_a_file_url_is_data(postgres, s3, bucket, shop):
     old = f"{prefix}{name}-20200101T000000Z.pgdump"
     s3.put(bucket, old)
     run = run_backup(postgres, s3, bucket, database=shop, name=name, prefix=prefix, retention_days=30)
-    key = assert_published_one(s3, bucket, run, prefix, name)
+    key = assert_published_one(s3, bucket, run, prefix, name, seeded=[old])
     assert SECRET_ACCESS_KEY not in run.upload_out + run.upload_err, "secret key in the log:\n" + str(run)
     assert s3.keys(bucket) == [key], "the old dump was not pruned:\n" + str(run)
 

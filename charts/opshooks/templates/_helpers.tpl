@@ -34,5 +34,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The base URL at which Metacontroller reaches the hooks. */}}
 {{- define "opshooks.baseUrl" -}}
+{{- if .Values.controllers.baseUrl -}}
+{{ .Values.controllers.baseUrl }}
+{{- else -}}
 http://{{ include "opshooks.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}
+{{- end -}}
 {{- end }}
