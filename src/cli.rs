@@ -62,7 +62,12 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
         None => Timestamp::now(),
     };
     let body = read_input(args.file.as_deref())?;
-    let call = op.call(hook, &body, &Context { now }).ok_or_else(|| {
+    let mut ctx =
+        Context::fresh(now).map_err(|err| Failure::usage(format!("randomness: {err}")))?;
+    if let Some(seed) = &args.seed {
+        ctx.entropy = parse_seed(seed)?;
+    }
+    let call = op.call(hook, &body, &ctx).ok_or_else(|| {
         let hooks: Vec<_> = op.hooks().map(|h| h.as_str()).collect();
         Failure::usage(format!(
             "operator {} has no {hook} hook; its hooks are: {}",
@@ -127,6 +132,19 @@ fn write_files(root: &Path, files: Vec<(std::path::PathBuf, String)>) -> Result<
             .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
     }
     Ok(())
+}
+
+/// 64 hex digits into the 32 bytes of entropy.
+fn parse_seed(text: &str) -> Result<[u8; 32], Failure> {
+    let bad = || Failure::usage(format!("--seed {text:?}: use 64 hexadecimal digits"));
+    if text.len() != 64 || !text.is_ascii() {
+        return Err(bad());
+    }
+    let mut seed = [0u8; 32];
+    for (i, byte) in seed.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(seed)
 }
 
 fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {

@@ -50,6 +50,10 @@ pub struct HookArgs {
     /// answers; the wall clock when omitted.
     #[arg(long, env = "OPSHOOKS_NOW")]
     pub now: Option<String>,
+    /// The random bytes the operator sees (64 hex digits), for reproducible
+    /// answers where a secret is generated; fresh randomness when omitted.
+    #[arg(long, env = "OPSHOOKS_SEED")]
+    pub seed: Option<String>,
 }
 
 /// Flags of `opshooks manifests`.

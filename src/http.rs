@@ -280,9 +280,12 @@ async fn answer(
     if tracing::enabled!(Level::DEBUG) {
         debug!(body = %redacted(&bytes), "hook request");
     }
-    let ctx = Context {
-        now: (state.clock)(),
-    };
+    let ctx = Context::fresh((state.clock)()).map_err(|err| {
+        refuse(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("no randomness from the operating system: {err}"),
+        ))
+    })?;
     let operators = Arc::clone(&state.operators);
     let work = tokio::task::spawn_blocking(move || {
         operators[index]

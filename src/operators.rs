@@ -42,6 +42,18 @@ pub fn all() -> Vec<Operator> {
 pub struct Context {
     /// The current time, for condition transition times and schedules.
     pub now: Timestamp,
+    /// Fresh random bytes, for secrets generated once (never read from the
+    /// system inside an operator, so tests can fix them).
+    pub entropy: [u8; 32],
+}
+
+impl Context {
+    /// A context at `now` with fresh random bytes from the operating system.
+    pub fn fresh(now: Timestamp) -> Result<Self, getrandom::Error> {
+        let mut entropy = [0u8; 32];
+        getrandom::fill(&mut entropy)?;
+        Ok(Context { now, entropy })
+    }
 }
 
 /// Why a hook call has no answer. Never answered with a 200.

@@ -298,7 +298,8 @@ mod tests {
 
     fn ctx() -> Context {
         Context {
-            now: "2026-03-04T05:06:07Z".parse::<Timestamp>().unwrap(),
+            now: "2026-03-04T05:06:07Z".parse().unwrap(),
+            entropy: [0; 32],
         }
     }
 

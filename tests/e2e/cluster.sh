@@ -79,23 +79,28 @@ free_port() {
 # (including ES256 service-account tokens). Valid 7 days: one run only.
 gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null && chmod 600 "$1"; }
 
-# sign NAME SUBJECT EXTENSIONS: a leaf cert pki/NAME.{key,crt} signed by the CA.
+# sign NAME SUBJECT EXTENSIONS [CA]: a leaf cert pki/NAME.{key,crt} signed by
+# pki/CA.{key,crt} (default: the cluster CA).
 sign() {
-  local name=$1 subj=$2 ext=$3
+  local name=$1 subj=$2 ext=$3 ca=${4:-ca}
   gen_key "$PKI/$name.key"
   openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
   # -extfile works on OpenSSL 1.1 and 3 alike (unlike -copy_extensions).
-  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
     -days 7 -sha256 -out "$PKI/$name.crt" -extfile <(printf '%s\n' "$ext") 2>/dev/null
   rm -f "$PKI/$name.csr"
 }
 
+gen_ca() { # name CN
+  gen_key "$PKI/$1.key"
+  openssl req -x509 -new -key "$PKI/$1.key" -subj "/CN=$2" -days 7 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$PKI/$1.crt" 2>/dev/null
+}
+
 gen_pki() {
   mkdir -p "$PKI"
-  gen_key "$PKI/ca.key"
-  openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=opshooks-e2e-ca" -days 7 -sha256 \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    -out "$PKI/ca.crt" 2>/dev/null
+  gen_ca ca opshooks-e2e-ca
   local leaf="basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment"
   # The names a client inside or outside the cluster would use for the API server.
@@ -105,11 +110,35 @@ subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,
   # O=system:masters is cluster-admin without any RBAC object.
   sign admin "/O=system:masters/CN=opshooks-e2e-admin" "$leaf
 extendedKeyUsage=clientAuth"
+  # Signed by our CA (instead of the self-signed one kube-controller-manager
+  # would make) so its /healthz can be checked with the admin kubeconfig.
+  sign controller-manager-serving "/CN=kube-controller-manager" "$leaf
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost"
   # The user name the bootstrap RBAC policy grants the controller manager's role to.
   sign controller-manager "/CN=system:kube-controller-manager" "$leaf
 extendedKeyUsage=clientAuth"
+  # Front proxy (request-header authentication), as kubeadm sets it up: a
+  # CA of its own, so that no cert of the cluster CA can assert identities
+  # through X-Remote-* headers. Without it, the controller manager's
+  # delegated authentication logs an error about the missing
+  # requestheader-client-ca-file every few seconds, and aggregated API
+  # servers (should a test ever need one) cannot authenticate requests.
+  gen_ca front-proxy-ca opshooks-e2e-front-proxy-ca
+  sign front-proxy-client "/CN=front-proxy-client" "$leaf
+extendedKeyUsage=clientAuth" front-proxy-ca
   gen_key "$PKI/sa.key"
   openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+}
+
+# etcd's /health over plain HTTP, with bash's /dev/tcp: no curl needed.
+etcd_healthy() { # port
+  local reply
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  reply=$(timeout 2 cat <&3) || true
+  exec 3<&-
+  [[ $reply == *'"health":"true"'* ]]
 }
 
 # kubeconfig FILE CLIENT: certificates embedded, so the file stands alone.
@@ -193,7 +222,8 @@ print_logs() {
 wait_for() {
   local what=$1 deadline=$((SECONDS + TIMEOUT)) f
   shift
-  until "$@" >/dev/null 2>&1; do
+  # No stdin: kubectl without credentials would prompt for a password.
+  until "$@" </dev/null >/dev/null 2>&1; do
     for f in "$DIR"/pids/*; do
       [[ -f $f ]] || continue
       ours "${f##*/}" >/dev/null || fail_up "${f##*/} exited while waiting for $what"
@@ -247,6 +277,9 @@ cmd_up() {
     --initial-cluster="e2e=http://127.0.0.1:$peer_port" \
     --unsafe-no-fsync \
     --log-level=warn
+  # Fails fast with etcd's own log if etcd cannot start (a port clash, say),
+  # instead of timing out on an API server that keeps retrying etcd.
+  wait_for "etcd /health" etcd_healthy "$etcd_port"
 
   # --advertise-address=127.0.0.1 keeps the apiserver from picking up the
   # host's real interface; a loopback address is not valid in an Endpoints
@@ -258,10 +291,16 @@ cmd_up() {
     --secure-port="$API_PORT" \
     --advertise-address=127.0.0.1 \
     --endpoint-reconciler-type=none \
-    --cert-dir="$DIR/apiserver-certs" \
     --tls-cert-file="$PKI/apiserver.crt" \
     --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" \
+    --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file="$PKI/front-proxy-client.key" \
     --authorization-mode=Node,RBAC \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$PKI/sa.pub" \
@@ -282,7 +321,8 @@ cmd_up() {
     --authorization-kubeconfig="$DIR/controller-manager.kubeconfig" \
     --bind-address=127.0.0.1 \
     --secure-port="$kcm_port" \
-    --cert-dir="$DIR/controller-manager-certs" \
+    --tls-cert-file="$PKI/controller-manager-serving.crt" \
+    --tls-private-key-file="$PKI/controller-manager-serving.key" \
     --leader-elect=false \
     --use-service-account-credentials=true \
     --service-account-private-key-file="$PKI/sa.key" \
@@ -292,9 +332,9 @@ cmd_up() {
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --profiling=false
 
-  # /healthz is always allowed, even anonymously; the serving cert is self-signed.
-  wait_for "kube-controller-manager /healthz" "$BIN/kubectl" --kubeconfig=/dev/null \
-    --server="https://127.0.0.1:$kcm_port" --insecure-skip-tls-verify get --raw /healthz
+  # Same CA and client cert as the API server, another port.
+  wait_for "kube-controller-manager /healthz" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" \
+    --server="https://127.0.0.1:$kcm_port" get --raw /healthz
   # Pods are refused until their namespace's default ServiceAccount exists;
   # waiting here spares every test that race.
   wait_for "default ServiceAccount" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" \

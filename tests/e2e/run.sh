@@ -26,6 +26,8 @@ fail() {
   printf 'FAIL: %s\n' "$*" >&2
   exit 1
 }
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl >/dev/null; }
+command -v python3 >/dev/null || fail "python3 is required"
 [[ -f $MC_CRDS ]] || fail "$MC_CRDS not found (shared/ must sit beside the repo)"
 
 step "build tools"

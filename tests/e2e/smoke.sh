@@ -27,10 +27,12 @@ step "build tools"
 "$HERE/build-tools.sh" >/dev/null
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/opshooks-e2e.XXXXXX")
-# On failure the logs are the only evidence, and `down` deletes them.
+# On failure the logs are the only evidence, and `down` deletes them
+# (`up` prints them itself when it is `up` that fails).
+up_done=0
 cleanup() {
   local rc=$?
-  ((rc == 0)) || "$HERE/cluster.sh" logs "$dir" || true
+  ((rc == 0 || up_done == 0)) || "$HERE/cluster.sh" logs "$dir" || true
   "$HERE/cluster.sh" down "$dir" || true
   exit "$rc"
 }
@@ -38,6 +40,7 @@ trap cleanup EXIT
 
 step "cluster up"
 "$HERE/cluster.sh" up "$dir"
+up_done=1
 # shellcheck source=/dev/null
 source "$dir/env"
 

@@ -10,6 +10,9 @@ use opshooks::operators::{self, Context};
 /// The time every golden fixture is answered at.
 pub const FIXED_NOW: &str = "2026-01-02T03:04:05Z";
 
+/// The random bytes every golden fixture is answered with.
+pub const FIXED_ENTROPY: [u8; 32] = [7; 32];
+
 /// Set to rewrite golden files and generated artifacts on purpose.
 pub const BLESS: &str = "OPSHOOKS_BLESS";
 
@@ -18,7 +21,10 @@ pub fn now() -> Timestamp {
 }
 
 pub fn ctx() -> Context {
-    Context { now: now() }
+    Context {
+        now: now(),
+        entropy: FIXED_ENTROPY,
+    }
 }
 
 pub fn root() -> PathBuf {
