@@ -13,7 +13,7 @@ use crate::config::{HookArgs, ManifestArgs};
 use crate::hook::Hook;
 use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
-use crate::operators::{self, Context};
+use crate::operators::{self, Context, ENTROPY};
 
 /// A subcommand's failure: what to print on stderr and the exit code.
 #[derive(Debug)]
@@ -134,13 +134,18 @@ fn write_files(root: &Path, files: Vec<(std::path::PathBuf, String)>) -> Result<
     Ok(())
 }
 
-/// 64 hex digits into the 32 bytes of entropy.
-fn parse_seed(text: &str) -> Result<[u8; 32], Failure> {
-    let bad = || Failure::usage(format!("--seed {text:?}: use 64 hexadecimal digits"));
-    if text.len() != 64 || !text.is_ascii() {
+/// Hex digits into the bytes of entropy.
+fn parse_seed(text: &str) -> Result<[u8; ENTROPY], Failure> {
+    let bad = || {
+        Failure::usage(format!(
+            "--seed {text:?}: use {} hexadecimal digits",
+            2 * ENTROPY
+        ))
+    };
+    if text.len() != 2 * ENTROPY || !text.is_ascii() {
         return Err(bad());
     }
-    let mut seed = [0u8; 32];
+    let mut seed = [0u8; ENTROPY];
     for (i, byte) in seed.iter_mut().enumerate() {
         *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }

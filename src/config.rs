@@ -50,8 +50,9 @@ pub struct HookArgs {
     /// answers; the wall clock when omitted.
     #[arg(long, env = "OPSHOOKS_NOW")]
     pub now: Option<String>,
-    /// The random bytes the operator sees (64 hex digits), for reproducible
-    /// answers where a secret is generated; fresh randomness when omitted.
+    /// The random bytes the operator sees, for reproducible
+    /// answers where a secret is generated (128 hex digits); fresh randomness
+    /// when omitted.
     #[arg(long, env = "OPSHOOKS_SEED")]
     pub seed: Option<String>,
 }

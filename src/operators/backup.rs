@@ -271,6 +271,21 @@ pub fn validate_destination(field: &str, d: &Destination) -> Result<(), InvalidS
             ),
         ));
     }
+    // The AWS CLI reads parameters starting with these from files or URLs;
+    // the scripts guard against it, and such a prefix is a mistake anyway.
+    let lower = d.s3_prefix.to_ascii_lowercase();
+    if ["file://", "fileb://", "http://", "https://"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+    {
+        return Err(InvalidSpec::new(
+            format!("{field}.s3Prefix"),
+            format!(
+                "{:?} looks like a URL; write a plain key prefix like nightly/",
+                d.s3_prefix
+            ),
+        ));
+    }
     if d.s3_prefix.starts_with('/') || d.s3_prefix.chars().any(char::is_control) {
         return Err(InvalidSpec::new(
             format!("{field}.s3Prefix"),
@@ -399,31 +414,60 @@ pub fn cron_job(b: &Backup, source: &Source, suspend: bool) -> CronJob {
         active_deadline_seconds: b.spec.active_deadline_seconds,
         labels: labels.clone(),
     };
+    let meta = ObjectMeta {
+        name: Some(cron_job_name(b)),
+        namespace: b.metadata.namespace.clone(),
+        labels: Some(labels.clone()),
+        annotations: Some(BTreeMap::from([(
+            ANNOTATION_SOURCE.to_string(),
+            serde_json::to_string(source).expect("sources serialize"),
+        )])),
+        ..ObjectMeta::default()
+    };
+    let schedule = Schedule {
+        cron: b.spec.schedule.trim(),
+        time_zone: b.spec.time_zone.as_deref(),
+        suspend,
+        history: (
+            b.spec.successful_jobs_history_limit,
+            b.spec.failed_jobs_history_limit,
+        ),
+    };
+    scheduled(meta, &schedule, &plan)
+}
+
+/// When a backup CronJob runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule<'a> {
+    /// 5-field cron or a macro.
+    pub cron: &'a str,
+    /// IANA time zone.
+    pub time_zone: Option<&'a str>,
+    /// Whether scheduling is paused.
+    pub suspend: bool,
+    /// Successful and failed Jobs to keep.
+    pub history: (i32, i32),
+}
+
+/// A CronJob running the backup job on a schedule: never two runs at once,
+/// a run missed by more than an hour skipped rather than run late.
+pub fn scheduled(meta: ObjectMeta, schedule: &Schedule<'_>, plan: &job::Plan<'_>) -> CronJob {
     CronJob {
-        metadata: ObjectMeta {
-            name: Some(cron_job_name(b)),
-            namespace: b.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            annotations: Some(BTreeMap::from([(
-                ANNOTATION_SOURCE.to_string(),
-                serde_json::to_string(source).expect("sources serialize"),
-            )])),
-            ..ObjectMeta::default()
-        },
+        metadata: meta,
         spec: Some(CronJobSpec {
-            schedule: b.spec.schedule.trim().to_string(),
-            time_zone: b.spec.time_zone.clone(),
-            suspend: Some(suspend),
+            schedule: schedule.cron.to_string(),
+            time_zone: schedule.time_zone.map(String::from),
+            suspend: Some(schedule.suspend),
             concurrency_policy: Some("Forbid".to_string()),
             starting_deadline_seconds: Some(3600),
-            successful_jobs_history_limit: Some(b.spec.successful_jobs_history_limit),
-            failed_jobs_history_limit: Some(b.spec.failed_jobs_history_limit),
+            successful_jobs_history_limit: Some(schedule.history.0),
+            failed_jobs_history_limit: Some(schedule.history.1),
             job_template: JobTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels),
+                    labels: Some(plan.labels.clone()),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(job::job_spec(&plan)),
+                spec: Some(job::job_spec(plan)),
             },
         }),
         status: None,

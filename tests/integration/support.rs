@@ -11,7 +11,7 @@ use opshooks::operators::{self, Context};
 pub const FIXED_NOW: &str = "2026-01-02T03:04:05Z";
 
 /// The random bytes every golden fixture is answered with.
-pub const FIXED_ENTROPY: [u8; 32] = [7; 32];
+pub const FIXED_ENTROPY: [u8; opshooks::operators::ENTROPY] = [7; opshooks::operators::ENTROPY];
 
 /// Set to rewrite golden files and generated artifacts on purpose.
 pub const BLESS: &str = "OPSHOOKS_BLESS";

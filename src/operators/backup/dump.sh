@@ -23,6 +23,6 @@ pg_dump --format=custom --no-password >"$fifo" || rc=$?
 # Written in two steps so the reader never sees a half-written file.
 echo "$rc" >"$work/dump.rc.tmp" && mv "$work/dump.rc.tmp" "$work/dump.rc"
 if [ "$rc" -ne 0 ]; then
-    echo "backup: pg_dump of database ${PGDATABASE:-?} on ${PGHOST:-?} failed with exit code $rc" >&2
+    printf 'backup: pg_dump of database %s on %s failed with exit code %s\n' "${PGDATABASE:-?}" "${PGHOST:-?}" "$rc" >&2
 fi
 exit "$rc"

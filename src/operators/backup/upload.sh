@@ -29,6 +29,9 @@ mkfifo "$fifo" 2>/dev/null || [ -p "$fifo" ] || {
     echo "backup: cannot create $fifo" >&2
     exit 1
 }
+# A stream of unknown size is uploaded in parts of this size, at most
+# 10,000 of them: 64 MiB parts allow dumps of up to 640 GiB.
+aws configure set default.s3.multipart_chunksize 64MB
 aws "$@" s3 cp --only-show-errors - "s3://$bucket/$key.partial" <"$fifo"
 
 # The writer closed the FIFO; wait (bounded) for its verdict.
@@ -49,7 +52,8 @@ if [ "$rc" != "0" ]; then
     exit 1
 fi
 aws "$@" s3 mv --only-show-errors "s3://$bucket/$key.partial" "s3://$bucket/$key"
-echo "backup: published s3://$bucket/$key"
+# printf, not echo: some shells' echo reads backslashes in user values.
+printf 'backup: published s3://%s/%s\n' "$bucket" "$key"
 
 if [ -z "${RETENTION_DAYS:-}" ]; then
     exit 0
@@ -59,8 +63,14 @@ case "$RETENTION_DAYS" in
 esac
 # Timestamps compare as 14-digit numbers: YYYYMMDDHHMMSS.
 cutoff="$(date -u -d "@$(($(date -u +%s) - RETENTION_DAYS * 86400))" +%Y%m%d%H%M%S)"
-aws "$@" s3api list-objects-v2 --bucket "$bucket" --prefix "${prefix}${name}-" \
-    --query 'Contents[].Key' --output text | tr '\t' '\n' |
+# The CLI reads a parameter starting with file:// or http:// from that file
+# or URL, so the user's prefix goes in through a file of our own, read
+# literally. The listing goes to a file too, so that a failed listing fails
+# the job (a pipe would hide it).
+printf '%s' "${prefix}${name}-" >"$work/list.prefix"
+aws "$@" s3api list-objects-v2 --bucket "$bucket" --prefix "file://$work/list.prefix" \
+    --query 'Contents[].Key' --output text >"$work/list.out"
+tr '\t' '\n' <"$work/list.out" |
     while IFS= read -r old; do
         ts="${old#"${prefix}${name}-"}"
         ts="${ts%.pgdump}"
@@ -73,6 +83,6 @@ aws "$@" s3api list-objects-v2 --bucket "$bucket" --prefix "${prefix}${name}-" \
         digits="$(printf '%s' "$ts" | tr -d 'TZ')"
         if [ "$digits" -lt "$cutoff" ]; then
             aws "$@" s3 rm --only-show-errors "s3://$bucket/$old"
-            echo "backup: pruned s3://$bucket/$old (older than $RETENTION_DAYS days)"
+            printf 'backup: pruned s3://%s/%s (older than %s days)\n' "$bucket" "$old" "$RETENTION_DAYS"
         fi
     done

@@ -1,0 +1,997 @@
+"""The Database operator's shell scripts, run for real.
+
+src/operators/database/*.sh run here as the pods run them, each read from
+its real path in src/ for every run and given only the environment its
+container would have (the variables the brief of each script names, plus
+the PATH and HOME an image supplies):
+
+* primary-init.sh, clone.sh and upgrade.sh act as the database server's OS
+  user (`postgres`), against real PostgreSQL clusters made with initdb, on
+  loopback ports and private socket directories;
+* init-app.sh is a client Job: it talks to the primary over TCP with
+  password (SCRAM) authentication;
+* fetch-dump.sh runs the AWS CLI against moto's standalone S3 server.
+
+Every value a user controls is hostile here (quotes, spaces, `$(...)`,
+backticks, backslashes, psql meta-commands): it must reach PostgreSQL as
+data and never run as shell or SQL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "src" / "operators" / "database"
+SCRIPT_NAMES = ["primary-init.sh", "clone.sh", "init-app.sh", "upgrade.sh", "fetch-dump.sh"]
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The aws CLI and moto come from the interpreter running the tests.
+PY_BIN = str(Path(sys.executable).parent)
+
+# /bin/sh of the images the scripts run in: dash (Debian-based postgres
+# images), bash in POSIX mode (amazon/aws-cli), busybox ash (alpine images).
+SHELLS = {
+    "dash": ["dash"],
+    "bash": ["bash", "--posix"],
+    "busybox": ["busybox", "sh"],
+}
+
+# Hostile values. None may run as shell, as SQL or as a psql meta-command.
+PWNED = Path("/tmp/pwned-repl")
+PWNED_APP = Path("/tmp/pwned-app")
+REPLICATION_PASSWORD = (
+    "r'e\"p l $(touch /tmp/pwned-repl) `touch /tmp/pwned-repl` \\'; "
+    "DROP ROLE postgres; -- :'x' \\gexec \\! touch /tmp/pwned-repl"
+)
+SUPERUSER_PASSWORD = "su p'w\"d $(touch /tmp/pwned-repl) \\x"
+APP_USER = "o'brien app"
+APP_DATABASE = 'we"ird db'
+APP_PASSWORD = (
+    "a'pp \"pw\" $(touch /tmp/pwned-app) `touch /tmp/pwned-app` \\'; "
+    "CREATE ROLE evil SUPERUSER; -- \\! touch /tmp/pwned-app"
+)
+
+
+def pg_bin() -> Path:
+    preferred = Path("/usr/lib/postgresql/15/bin")
+    if (preferred / "initdb").exists():
+        return preferred
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+    if not found:
+        pytest.fail("no PostgreSQL server found; run tests/scripts/setup.sh")
+    return Path(found[-1]).parent
+
+
+BIN = pg_bin()
+PG_PATH = f"{BIN}:{SYSTEM_PATH}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------
+# Running things
+
+
+@dataclasses.dataclass
+class Result:
+    cmd: list[str]
+    rc: int
+    out: str
+    err: str
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"rc={self.rc} ({self.seconds:.1f}s)\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
+
+
+SCRATCH: Path | None = None
+
+
+def postgres_ids() -> tuple[int, int]:
+    pw = pwd.getpwnam("postgres")
+    return pw.pw_uid, pw.pw_gid
+
+
+def run(cmd: list[str], env: dict[str, str], *, as_postgres: bool = False, timeout: float = 120,
+        stdin: str | None = None) -> Result:
+    """Runs cmd with exactly env. Output goes to files, not pipes: a server
+    that a script leaves running must not make the test wait forever."""
+    kwargs: dict = {}
+    if as_postgres and os.geteuid() == 0:
+        uid, gid = postgres_ids()
+        kwargs = {"user": uid, "group": gid, "extra_groups": []}
+    assert SCRATCH is not None
+    with tempfile.TemporaryFile(dir=SCRATCH) as out, tempfile.TemporaryFile(dir=SCRATCH) as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=err,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            start_new_session=True, cwd=SCRATCH, **kwargs,
+        )
+        timed_out = False
+        try:
+            if stdin is not None:
+                proc.communicate(stdin.encode(), timeout=timeout)
+            else:
+                proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        seconds = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        result = Result(cmd, proc.returncode, out.read().decode(errors="replace"),
+                        err.read().decode(errors="replace"), seconds)
+    if timed_out:
+        raise AssertionError(f"{cmd} timed out after {timeout}s\n{result}")
+    return result
+
+
+def run_script(name: str, env: dict[str, str], *, shell: str = "dash", as_postgres: bool = False,
+               timeout: float = 120) -> Result:
+    """Runs src/operators/database/<name> as `sh <file>`, read fresh from src/."""
+    assert SCRATCH is not None
+    copy = SCRATCH / "bin-scripts" / f"{uuid.uuid4().hex[:8]}-{name}"
+    copy.parent.mkdir(exist_ok=True)
+    copy.parent.chmod(0o755)
+    copy.write_bytes((SCRIPTS / name).read_bytes())
+    copy.chmod(0o755)
+    return run([*SHELLS[shell], str(copy)], env, as_postgres=as_postgres, timeout=timeout)
+
+
+def have_shell(shell: str) -> bool:
+    return shutil.which(SHELLS[shell][0]) is not None
+
+
+def pg_dir(path: Path) -> Path:
+    """A directory owned by the postgres OS user."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        uid, gid = postgres_ids()
+        os.chown(path, uid, gid)
+    path.chmod(0o700)
+    return path
+
+
+def tree_digest(root: Path) -> dict[str, tuple]:
+    """Every entry under root: type, mode, and for files the size and SHA-256."""
+    entries: dict[str, tuple] = {}
+    if not root.exists():
+        return entries
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                entries[rel] = ("link", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                entries[rel] = ("dir", stat.S_IMODE(st.st_mode))
+            else:
+                entries[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_size,
+                                hashlib.sha256(p.read_bytes()).hexdigest())
+    st = root.lstat()
+    entries["."] = ("dir", stat.S_IMODE(st.st_mode))
+    return entries
+
+
+# --------------------------------------------------------------------------
+# PostgreSQL clusters
+
+
+class SqlError(AssertionError):
+    pass
+
+
+@dataclasses.dataclass
+class Cluster:
+    data: Path
+    sock: Path  # the unix socket directory (private to this cluster)
+    port: int = 0
+    password: str = SUPERUSER_PASSWORD
+
+    def pg(self, *args: str, timeout: float = 120) -> Result:
+        env = {"PATH": PG_PATH, "HOME": str(self.sock), "LANG": "C.UTF-8"}
+        return run([str(BIN / args[0]), *args[1:]], env, as_postgres=True, timeout=timeout)
+
+    def initdb(self) -> None:
+        pg_dir(self.data.parent)
+        pg_dir(self.sock)
+        pwfile = self.sock / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        if os.geteuid() == 0:
+            os.chown(pwfile, *postgres_ids())
+        r = self.pg("initdb", "-D", str(self.data), "-U", "postgres", f"--pwfile={pwfile}",
+                    "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
+                    "--locale=C.UTF-8", "-N")
+        pwfile.unlink()
+        assert r.rc == 0, f"initdb failed: {r}"
+
+    def image_hba(self) -> None:
+        """pg_hba.conf as in the official image, minus initdb's loopback-only
+        lines: the standbys and the app reach the primary from other pods,
+        not from 127.0.0.1, so only the lines the image and the scripts add
+        may let them in."""
+        (self.data / "pg_hba.conf").write_text(
+            "local all all trust\nhost all all all scram-sha-256\n"
+        )
+
+    def start(self, port: int | None = None, *, tcp: bool = True) -> None:
+        self.port = port or self.port or free_port()
+        listen = "127.0.0.1" if tcp else ""
+        opts = (f"-c listen_addresses='{listen}' -c port={self.port} "
+                f"-c unix_socket_directories={self.sock} -c fsync=off "
+                "-c full_page_writes=off -c synchronous_commit=off")
+        r = self.pg("pg_ctl", "-D", str(self.data), "-l", str(self.sock / "log"),
+                    "-w", "-t", "60", "-o", opts, "start", timeout=90)
+        if r.rc != 0:
+            log = (self.sock / "log").read_text(errors="replace") if (self.sock / "log").exists() else ""
+            raise AssertionError(f"postgres did not start: {r}\n--- log\n{log}")
+
+    def stop(self, mode: str = "fast") -> None:
+        if (self.data / "postmaster.pid").exists():
+            self.pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", timeout=60)
+
+    def psql(self, sql: str, *, user: str = "postgres", password: str | None = None,
+             database: str = "postgres", conninfo: str | None = None, tcp: bool = True,
+             **variables: str) -> Result:
+        env = {
+            "PATH": PG_PATH,
+            "HOME": str(self.sock),
+            "PGHOST": "127.0.0.1" if tcp else str(self.sock),
+            "PGPORT": str(self.port),
+            "PGUSER": user,
+            "PGDATABASE": database,
+            "PGPASSWORD": self.password if password is None else password,
+            "PGCONNECT_TIMEOUT": "10",
+        }
+        cmd = [str(BIN / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--no-password"]
+        for k, v in variables.items():
+            cmd += ["-v", f"{k}={v}"]
+        if conninfo:
+            cmd += ["-d", conninfo]
+        return run(cmd, env, stdin=sql, timeout=60)
+
+    def sql(self, sql: str, **kwargs) -> str:
+        r = self.psql(sql, **kwargs)
+        if r.rc != 0:
+            raise SqlError(f"psql failed: {r}")
+        return r.out.strip()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scratch():
+    """One folder for everything, owned by postgres; every server still
+    running under it at the end is stopped, then it is removed."""
+    global SCRATCH
+    SCRATCH = Path(tempfile.mkdtemp(prefix="opshooks-dbscripts-"))
+    if os.geteuid() == 0:
+        os.chown(SCRATCH, *postgres_ids())
+    SCRATCH.chmod(0o755)
+    try:
+        yield SCRATCH
+    finally:
+        for pid_file in SCRATCH.rglob("postmaster.pid"):
+            run([str(BIN / "pg_ctl"), "-D", str(pid_file.parent), "-m", "immediate", "-w", "stop"],
+                {"PATH": PG_PATH, "HOME": str(SCRATCH)}, as_postgres=True, timeout=60)
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+        SCRATCH = None
+
+
+def fresh_path(name: str) -> Path:
+    assert SCRATCH is not None
+    return SCRATCH / f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------
+# 1. primary-init.sh
+
+
+@dataclasses.dataclass
+class Primary:
+    cluster: Cluster
+    init: Result  # the run of primary-init.sh
+    hba_before: str
+    hba_after: str
+
+
+def primary_init_env(cluster: Cluster) -> dict[str, str]:
+    """The official image's entrypoint environment while it runs
+    /docker-entrypoint-initdb.d: the temporary server listens on its socket
+    only (PGHOST/PGPORT stand for the image's default socket)."""
+    return {
+        "PATH": PG_PATH,
+        "HOME": str(cluster.sock),
+        "PGDATA": str(cluster.data),
+        "POSTGRES_USER": "postgres",
+        "POSTGRES_PASSWORD": cluster.password,
+        "PGPASSWORD": cluster.password,
+        "REPLICATION_PASSWORD": REPLICATION_PASSWORD,
+        "PGHOST": str(cluster.sock),
+        "PGPORT": str(cluster.port),
+    }
+
+
+@pytest.fixture(scope="module")
+def primary(scratch) -> Primary:
+    for f in (PWNED, PWNED_APP):
+        if f.exists():
+            f.unlink()
+    root = fresh_path("primary")
+    cluster = Cluster(root / "data", root / "sock")
+    cluster.initdb()
+    cluster.image_hba()
+    hba_before = (cluster.data / "pg_hba.conf").read_text()
+    cluster.start(tcp=False)  # socket only, as the entrypoint's temporary server
+    init = run_script("primary-init.sh", primary_init_env(cluster), as_postgres=True)
+    hba_after = (cluster.data / "pg_hba.conf").read_text()
+    cluster.stop()
+    cluster.start(tcp=True)
+    yield Primary(cluster, init, hba_before, hba_after)
+    cluster.stop("immediate")
+
+
+def replication_connect(cluster: Cluster, user: str, password: str) -> Result:
+    """A physical replication connection over TCP, as a standby makes."""
+    return cluster.psql(
+        "IDENTIFY_SYSTEM;",
+        user=user,
+        password=password,
+        conninfo=f"host=127.0.0.1 port={cluster.port} dbname=replication replication=true",
+    )
+
+
+def test_primary_init_creates_replicator(primary: Primary):
+    c = primary.cluster
+    assert primary.init.rc == 0, str(primary.init)
+    assert c.sql("SELECT rolreplication, rolcanlogin, rolsuper FROM pg_roles "
+                 "WHERE rolname = 'replicator'") == "t|t|f"
+    assert c.sql("SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid "
+                 "WHERE rolname = 'replicator'") == "t"
+    # Exactly one line appended, and nothing else touched.
+    assert primary.hba_after == primary.hba_before + "host replication replicator all scram-sha-256\n"
+    assert c.sql("SELECT count(*) FROM pg_hba_file_rules WHERE error IS NOT NULL") == "0"
+
+    # The replicator streams with exactly that password ...
+    ok = replication_connect(c, "replicator", REPLICATION_PASSWORD)
+    assert ok.rc == 0, str(ok)
+    assert ok.out.split("|")[0].strip().isdigit(), ok.out  # IDENTIFY_SYSTEM's systemid
+    # ... and with nothing else.
+    for wrong in ["", "wrong", REPLICATION_PASSWORD[:-1], REPLICATION_PASSWORD + " "]:
+        bad = replication_connect(c, "replicator", wrong)
+        assert bad.rc != 0, f"replicator connected with password {wrong!r}"
+        expected = "no password supplied" if wrong == "" else "password authentication failed"
+        assert expected in bad.err, str(bad)
+    # The line is for the replicator only: the superuser gets no replication.
+    su = replication_connect(c, "postgres", c.password)
+    assert su.rc != 0 and "no pg_hba.conf entry for replication connection" in su.err, str(su)
+
+    # The hostile password ran nowhere.
+    assert not PWNED.exists(), "REPLICATION_PASSWORD ran as shell"
+    assert c.sql("SELECT count(*) FROM pg_roles WHERE rolname = 'postgres'") == "1"
+
+
+def test_primary_init_second_run(primary: Primary):
+    c = primary.cluster
+    assert primary.init.rc == 0, str(primary.init)
+    before = c.sql("SELECT oid, rolpassword FROM pg_authid WHERE rolname = 'replicator'")
+    again = run_script("primary-init.sh", primary_init_env(c), as_postgres=True)
+    assert again.rc == 0, str(again)
+    # The official entrypoint *sources* a non-executable *.sh from
+    # /docker-entrypoint-initdb.d into its bash (set -Eeo pipefail): the
+    # script must then hand control back, not exit.
+    sourced = run(["bash", "-c", 'set -Eeo pipefail; . "$1"; echo entrypoint-continues', "entrypoint",
+                   str(_copy_script("primary-init.sh"))],
+                  primary_init_env(c), as_postgres=True)
+    assert sourced.rc == 0 and "entrypoint-continues" in sourced.out, str(sourced)
+
+    assert c.sql("SELECT oid, rolpassword FROM pg_authid WHERE rolname = 'replicator'") == before
+    assert c.sql("SELECT count(*) FROM pg_roles WHERE rolname = 'replicator'") == "1"
+    hba = (c.data / "pg_hba.conf").read_text()
+    # Each run appends the line again (3 runs here): harmless, first match wins.
+    assert hba.count("host replication replicator all scram-sha-256\n") == 3
+    assert c.sql("SELECT pg_reload_conf()") == "t"
+    time.sleep(0.3)
+    assert c.sql("SELECT count(*) FROM pg_hba_file_rules WHERE error IS NOT NULL") == "0"
+    ok = replication_connect(c, "replicator", REPLICATION_PASSWORD)
+    assert ok.rc == 0, str(ok)
+    assert not PWNED.exists()
+
+
+def _copy_script(name: str) -> Path:
+    assert SCRATCH is not None
+    copy = SCRATCH / "bin-scripts" / f"{uuid.uuid4().hex[:8]}-{name}"
+    copy.parent.mkdir(exist_ok=True)
+    copy.parent.chmod(0o755)
+    copy.write_bytes((SCRIPTS / name).read_bytes())
+    copy.chmod(0o644)
+    return copy
+
+
+# --------------------------------------------------------------------------
+# 2. clone.sh
+
+
+def clone_env(pgdata: Path, hostname: str, port: int, *, password: str = REPLICATION_PASSWORD,
+              path: str = PG_PATH) -> dict[str, str]:
+    return {
+        "PATH": path,
+        "HOME": str(pgdata.parent),
+        "HOSTNAME": hostname,
+        "PGDATA": str(pgdata),
+        "PRIMARY_HOST": "127.0.0.1",
+        "PRIMARY_PORT": str(port),
+        "REPLICATION_PASSWORD": password,
+    }
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_clone_instance_zero_does_nothing(shell):
+    if not have_shell(shell):
+        pytest.skip(f"{shell} is not installed")
+    closed_port = free_port()  # nothing listens: any contact would hang or fail
+    missing = fresh_path("c0") / "data"
+    pg_dir(missing.parent)
+    r = run_script("clone.sh", clone_env(missing, "db-0", closed_port), shell=shell,
+                   as_postgres=True, timeout=20)
+    assert r.rc == 0, str(r)
+    assert "nothing to clone" in r.out
+    assert not missing.exists(), "instance 0 created its PGDATA"
+
+    empty = pg_dir(fresh_path("c0") / "data")
+    r = run_script("clone.sh", clone_env(empty, "my-db-0", closed_port), shell=shell,
+                   as_postgres=True, timeout=20)
+    assert r.rc == 0, str(r)
+    assert list(empty.iterdir()) == []
+
+
+@pytest.mark.parametrize("hostname", ["db", "db-", "db-x", "db-1a", "db-1 "])
+def test_clone_rejects_a_hostname_without_ordinal(hostname):
+    pgdata = fresh_path("cbad") / "data"
+    pg_dir(pgdata.parent)
+    r = run_script("clone.sh", clone_env(pgdata, hostname, free_port()), as_postgres=True, timeout=20)
+    assert r.rc != 0, str(r)
+    assert "cannot read an ordinal" in r.err
+    assert not pgdata.exists()
+
+
+def test_clone_streams_from_the_primary(primary: Primary):
+    p = primary.cluster
+    root = fresh_path("standby")
+    standby = Cluster(root / "data", root / "sock", password=p.password)
+    pg_dir(root)
+    pg_dir(standby.sock)
+    pg_dir(standby.data)  # an empty PGDATA: the volume on its first start
+
+    r = run_script("clone.sh", clone_env(standby.data, "db-1", p.port), as_postgres=True)
+    assert r.rc == 0, str(r)
+    assert "cloned the primary" in r.out
+    assert (standby.data / "standby.signal").exists()
+    assert (standby.data / "global" / "pg_control").exists()
+    assert stat.S_IMODE(standby.data.stat().st_mode) == 0o700
+
+    standby.start()
+    try:
+        assert standby.sql("SELECT pg_is_in_recovery()") == "t"
+        deadline = time.monotonic() + 20
+        while p.sql("SELECT count(*) FROM pg_stat_replication "
+                    "WHERE usename = 'replicator' AND state = 'streaming'") != "1":
+            assert time.monotonic() < deadline, p.sql("SELECT * FROM pg_stat_replication")
+            time.sleep(0.2)
+
+        marker = f"row-{uuid.uuid4().hex}"
+        p.sql("CREATE TABLE IF NOT EXISTS stream_check (v text)")
+        p.sql("INSERT INTO stream_check VALUES (:'v')", v=marker)
+        deadline = time.monotonic() + 30
+        seen = ""
+        while time.monotonic() < deadline:
+            try:
+                seen = standby.sql("SELECT v FROM stream_check WHERE v = :'v'", v=marker)
+            except SqlError:
+                seen = ""
+            if seen == marker:
+                break
+            time.sleep(0.2)
+        assert seen == marker, "the row inserted on the primary never reached the standby"
+    finally:
+        standby.stop()
+
+    # Second start of the pod: PGDATA holds the clone; nothing may change.
+    before = tree_digest(standby.data)
+    again = run_script("clone.sh", clone_env(standby.data, "db-1", p.port), as_postgres=True, timeout=30)
+    assert again.rc == 0, str(again)
+    assert "already holds a cluster" in again.out
+    assert tree_digest(standby.data) == before
+
+
+def test_clone_starts_over_after_a_killed_clone(primary: Primary):
+    """BUG pin. The script says "a half-finished clone from an earlier
+    attempt is useless: start over", but it takes any PGDATA with a
+    PG_VERSION file for a finished cluster. pg_basebackup receives
+    PG_VERSION among the very first files (global/pg_control comes last),
+    so a pod killed during its clone (eviction, OOM, node loss) comes back
+    with a PGDATA that clone.sh leaves alone and PostgreSQL cannot start."""
+    p = primary.cluster
+    root = fresh_path("killed")
+    pg_dir(root)
+    data = pg_dir(root / "data")
+
+    # A pg_basebackup throttled to its slowest rate, so the clone is caught
+    # in the middle; then the whole pod is killed (SIGKILL).
+    slow = root / "slow-bin"
+    slow.mkdir()
+    (slow / "pg_basebackup").write_text(
+        f'#!/bin/sh\nexec {BIN}/pg_basebackup --max-rate=32k "$@"\n'
+    )
+    (slow / "pg_basebackup").chmod(0o755)
+    slow.chmod(0o755)
+    copy = _copy_script("clone.sh")
+    uid, gid = postgres_ids()
+    proc = subprocess.Popen(
+        ["dash", str(copy)],
+        env=clone_env(data, "db-2", p.port, path=f"{slow}:{PG_PATH}"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        start_new_session=True, user=uid, group=gid, extra_groups=[], cwd=root,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            version = data / "PG_VERSION"
+            if version.exists() and version.stat().st_size > 0:
+                break
+            assert proc.poll() is None, "the throttled clone ended early"
+            time.sleep(0.05)
+        else:
+            pytest.fail("PG_VERSION never arrived")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (data / "global" / "pg_control").exists(), "the clone finished before the kill"
+
+    # The pod restarts: the init container runs again.
+    r = run_script("clone.sh", clone_env(data, "db-2", p.port), as_postgres=True)
+    assert r.rc == 0, str(r)
+    assert (data / "global" / "pg_control").exists(), (
+        "clone.sh kept a half-finished clone (it only checks PG_VERSION); "
+        f"the standby cannot start from it.\n{r}"
+    )
+
+
+# --------------------------------------------------------------------------
+# 3. init-app.sh
+
+
+def init_app_env(cluster: Cluster, **app: str) -> dict[str, str]:
+    assert SCRATCH is not None
+    home = SCRATCH / "init-app-home"
+    home.mkdir(exist_ok=True)
+    return {
+        "PATH": PG_PATH,
+        "HOME": str(home),
+        "PGHOST": "127.0.0.1",
+        "PGPORT": str(cluster.port),
+        "PGUSER": "postgres",
+        "PGPASSWORD": cluster.password,
+        "APP_USER": app.get("user", APP_USER),
+        "APP_PASSWORD": app.get("password", APP_PASSWORD),
+        "APP_DATABASE": app.get("database", APP_DATABASE),
+    }
+
+
+def catalog(cluster: Cluster) -> str:
+    return cluster.sql(
+        "SELECT string_agg(format('%s %s %s %s', oid, rolname, rolsuper, rolpassword), E'\\n' ORDER BY oid) "
+        "FROM pg_authid; "
+        "SELECT string_agg(format('%s %s %s', oid, datname, datdba), E'\\n' ORDER BY oid) FROM pg_database;"
+    )
+
+
+def test_init_app_creates_user_and_database(primary: Primary):
+    c = primary.cluster
+    assert primary.init.rc == 0, str(primary.init)
+    roles = int(c.sql("SELECT count(*) FROM pg_roles"))
+    dbs = int(c.sql("SELECT count(*) FROM pg_database"))
+
+    r = run_script("init-app.sh", init_app_env(c))
+    assert r.rc == 0, str(r)
+
+    assert c.sql("SELECT rolcanlogin, rolsuper, rolcreatedb, rolcreaterole FROM pg_roles "
+                 "WHERE rolname = :'u'", u=APP_USER) == "t|f|f|f"
+    assert c.sql("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :'d'",
+                 d=APP_DATABASE) == APP_USER
+    # Exactly one role and one database more: nothing else was created.
+    assert int(c.sql("SELECT count(*) FROM pg_roles")) == roles + 1
+    assert int(c.sql("SELECT count(*) FROM pg_database")) == dbs + 1
+    assert c.sql("SELECT count(*) FROM pg_roles WHERE rolname = 'evil'") == "0"
+    assert not PWNED_APP.exists(), "an APP_* value ran as shell"
+
+    # The user logs in to its database over TCP with exactly that password.
+    me = c.sql("SELECT current_user || '|' || current_database()", user=APP_USER,
+               password=APP_PASSWORD, database=APP_DATABASE)
+    assert me == f"{APP_USER}|{APP_DATABASE}"
+    bad = c.psql("SELECT 1", user=APP_USER, password=APP_PASSWORD[:-1], database=APP_DATABASE)
+    assert bad.rc != 0 and "password authentication failed" in bad.err, str(bad)
+    # As the database's owner it may create in it (public belongs to
+    # pg_database_owner since PostgreSQL 15).
+    c.sql("CREATE TABLE owned (id int)", user=APP_USER, password=APP_PASSWORD, database=APP_DATABASE)
+
+    # A rerun succeeds and changes nothing (not even the password).
+    before = catalog(c)
+    again = run_script("init-app.sh", init_app_env(c, password="a different password"))
+    assert again.rc == 0, str(again)
+    assert catalog(c) == before
+    assert not PWNED_APP.exists()
+
+
+@pytest.mark.parametrize("shell", ["bash", "busybox"])
+def test_init_app_under_other_shells(primary: Primary, shell):
+    if not have_shell(shell):
+        pytest.skip(f"{shell} is not installed")
+    c = primary.cluster
+    user = f"u {shell} '\"$(touch /tmp/pwned-app)"
+    db = f"d {shell} '\"`touch /tmp/pwned-app`"
+    r = run_script("init-app.sh", init_app_env(c, user=user, database=db), shell=shell)
+    assert r.rc == 0, str(r)
+    assert c.sql("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :'d'", d=db) == user
+    assert not PWNED_APP.exists()
+
+
+# --------------------------------------------------------------------------
+# 4. upgrade.sh
+
+
+@dataclasses.dataclass
+class Old:
+    volume: Path  # the volume both data directories live on
+    cluster: Cluster
+    dump: Path
+    rows: str
+    digest: dict
+
+
+UPGRADE_POSTGRES_PASSWORD = "new su 'pw' \"$(touch /tmp/pwned-app)\" \\"
+UPGRADE_APP_PASSWORD = "new app 'pw' \"$(touch /tmp/pwned-app)\" `id` \\"
+ROWS_SQL = "SELECT string_agg(format('%s:%s', id, name), ',' ORDER BY id) FROM items"
+
+
+@pytest.fixture(scope="module")
+def old(scratch) -> Old:
+    """The old version's cluster with the app's data, dumped with
+    `pg_dump --format=custom` (as the backup job does), then stopped."""
+    volume = pg_dir(fresh_path("volume"))
+    cluster = Cluster(volume / "old", fresh_path("old-sock"))
+    cluster.initdb()
+    cluster.start()
+    cluster.sql("CREATE ROLE :\"u\" LOGIN PASSWORD 'old password'", u=APP_USER)
+    cluster.sql("CREATE DATABASE :\"d\" OWNER :\"u\"", u=APP_USER, d=APP_DATABASE)
+    app = dict(user=APP_USER, password="old password", database=APP_DATABASE)
+    cluster.sql(
+        "CREATE TABLE items (id serial PRIMARY KEY, name text NOT NULL UNIQUE);"
+        "INSERT INTO items (name) SELECT 'item ' || g FROM generate_series(1, 500) g;"
+        "INSERT INTO items (name) VALUES ('quote '' \"dq\" ünïcødé ✓'), (E'back\\\\slash\\ttab');"
+        "CREATE VIEW item_names AS SELECT name FROM items;"
+        "CREATE FUNCTION item_count() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM items';",
+        **app,
+    )
+    rows = cluster.sql(ROWS_SQL, **app)
+    dump = volume.parent / f"{volume.name}.pgdump"
+    r = run([str(BIN / "pg_dump"), "--format=custom", "--no-password", "-f", str(dump)],
+            {"PATH": PG_PATH, "HOME": str(cluster.sock), "PGHOST": "127.0.0.1",
+             "PGPORT": str(cluster.port), "PGUSER": "postgres", "PGPASSWORD": cluster.password,
+             "PGDATABASE": APP_DATABASE})
+    assert r.rc == 0, str(r)
+    dump.chmod(0o644)
+    cluster.stop()
+    yield Old(volume, cluster, dump, rows, tree_digest(cluster.data))
+    dump.unlink(missing_ok=True)
+
+
+def upgrade_env(old: Old, new: Path, **over: str) -> dict[str, str]:
+    env = {
+        "PATH": PG_PATH,
+        "HOME": str(old.volume),
+        "LANG": "C.UTF-8",  # the official image sets LANG=en_US.utf8
+        "NEW_PGDATA": str(new),
+        "OLD_PGDATA": str(old.cluster.data),
+        "DUMP": str(old.dump),
+        "POSTGRES_PASSWORD": UPGRADE_POSTGRES_PASSWORD,
+        "REPLICATION_PASSWORD": REPLICATION_PASSWORD,
+        "APP_USER": APP_USER,
+        "APP_PASSWORD": UPGRADE_APP_PASSWORD,
+        "APP_DATABASE": APP_DATABASE,
+    }
+    env.update(over)
+    return env
+
+
+def assert_old_untouched(old: Old) -> None:
+    assert tree_digest(old.cluster.data) == old.digest, "OLD_PGDATA changed"
+
+
+def test_upgrade_restores_into_a_new_cluster(old: Old):
+    new = old.volume / f"new-{uuid.uuid4().hex[:6]}"
+    r = run_script("upgrade.sh", upgrade_env(old, new), as_postgres=True, timeout=150)
+    assert r.rc == 0, str(r)
+    assert (new / ".opshooks-upgrade-complete").exists()
+    assert not (new / "postmaster.pid").exists(), "upgrade.sh left its server running"
+    assert_old_untouched(old)
+    assert not PWNED_APP.exists()
+
+    cluster = Cluster(new, fresh_path("new-sock"), password=UPGRADE_POSTGRES_PASSWORD)
+    pg_dir(cluster.sock)
+    cluster.start()
+    try:
+        # Password authentication over TCP, for the superuser too.
+        assert cluster.sql("SELECT current_user") == "postgres"
+        for user in ["postgres", APP_USER]:
+            bad = cluster.psql("SELECT 1", user=user, password="wrong")
+            assert bad.rc != 0 and "password authentication failed" in bad.err, str(bad)
+        app = dict(user=APP_USER, password=UPGRADE_APP_PASSWORD, database=APP_DATABASE)
+        assert cluster.sql(ROWS_SQL, **app) == old.rows
+        assert cluster.sql("SELECT item_count(), (SELECT count(*) FROM item_names)", **app) == "502|502"
+        assert cluster.sql("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :'d'",
+                           d=APP_DATABASE) == APP_USER
+        owners = cluster.sql(
+            "SELECT string_agg(DISTINCT pg_get_userbyid(relowner), ',') FROM pg_class "
+            "WHERE relnamespace = 'public'::regnamespace", database=APP_DATABASE)
+        assert owners == APP_USER
+        # The app can still write: its sequence and constraints came along.
+        assert cluster.sql("INSERT INTO items (name) VALUES ('after') RETURNING id", **app) == "503"
+        assert cluster.sql("SELECT rolreplication, rolcanlogin FROM pg_roles WHERE rolname = 'replicator'") == "t|t"
+        assert replication_connect(cluster, "replicator", REPLICATION_PASSWORD).rc == 0
+        assert cluster.sql("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = :'d'",
+                           d=APP_DATABASE) == "UTF8"
+    finally:
+        cluster.stop()
+
+    # A second run (the Job retried) is a no-op because of the marker.
+    before = tree_digest(new)
+    again = run_script("upgrade.sh", upgrade_env(old, new), as_postgres=True, timeout=30)
+    assert again.rc == 0, str(again)
+    assert "already complete" in again.out
+    assert again.seconds < 5, f"the rerun took {again.seconds:.1f}s"
+    assert tree_digest(new) == before
+    assert_old_untouched(old)
+
+
+@pytest.mark.parametrize("case", ["missing dump", "empty dump", "empty old", "missing old"])
+def test_upgrade_refuses_without_inputs(old: Old, case):
+    new = old.volume / f"new-{uuid.uuid4().hex[:6]}"
+    over: dict[str, str] = {}
+    old_dir = old.cluster.data
+    if case == "missing dump":
+        over["DUMP"] = str(old.volume.parent / "no-such.pgdump")
+    elif case == "empty dump":
+        empty = fresh_path("empty").with_suffix(".pgdump")
+        empty.write_bytes(b"")
+        empty.chmod(0o644)
+        over["DUMP"] = str(empty)
+    elif case == "empty old":
+        old_dir = pg_dir(old.volume / f"empty-old-{uuid.uuid4().hex[:6]}")
+        over["OLD_PGDATA"] = str(old_dir)
+    else:
+        old_dir = old.volume / f"missing-old-{uuid.uuid4().hex[:6]}"
+        over["OLD_PGDATA"] = str(old_dir)
+    before = tree_digest(old_dir)
+    r = run_script("upgrade.sh", upgrade_env(old, new, **over), as_postgres=True, timeout=30)
+    assert r.rc != 0, str(r)
+    assert tree_digest(old_dir) == before, "OLD_PGDATA changed"
+    assert not new.exists(), "NEW_PGDATA was created anyway"
+    assert_old_untouched(old)
+
+
+def test_upgrade_failed_restore_stops_its_server_and_a_retry_succeeds(old: Old):
+    new = old.volume / f"new-{uuid.uuid4().hex[:6]}"
+    # A dump cut short (the fetch died half-way): pg_restore fails.
+    bad = fresh_path("truncated").with_suffix(".pgdump")
+    data = old.dump.read_bytes()
+    bad.write_bytes(data[: len(data) * 2 // 3])
+    bad.chmod(0o644)
+    r = run_script("upgrade.sh", upgrade_env(old, new, DUMP=str(bad)), as_postgres=True, timeout=150)
+    assert r.rc != 0, str(r)
+    assert not (new / ".opshooks-upgrade-complete").exists()
+    assert not (new / "postmaster.pid").exists(), "the failed upgrade left its server running"
+    assert_old_untouched(old)
+
+    # The Job retries with the good dump: the incomplete new cluster is rebuilt.
+    r = run_script("upgrade.sh", upgrade_env(old, new), as_postgres=True, timeout=150)
+    assert r.rc == 0, str(r)
+    assert (new / ".opshooks-upgrade-complete").exists()
+    assert_old_untouched(old)
+
+
+def test_upgrade_database_name_with_equals_sign(old: Old):
+    """BUG pin. pg_restore --dbname "$APP_DATABASE" reads a value with `=`
+    (or starting with postgresql://) as a connection string: a database
+    init-app.sh creates fine ("app=db") cannot be upgraded."""
+    new = old.volume / f"new-{uuid.uuid4().hex[:6]}"
+    r = run_script("upgrade.sh", upgrade_env(old, new, APP_DATABASE="app=db"),
+                   as_postgres=True, timeout=150)
+    assert r.rc == 0, f"upgrade.sh fails for APP_DATABASE='app=db':\n{r}"
+    assert_old_untouched(old)
+
+
+# --------------------------------------------------------------------------
+# 5. fetch-dump.sh
+
+SECRET_ACCESS_KEY = "moto-secret-key-not-for-logs"
+
+
+@dataclasses.dataclass
+class S3:
+    endpoint: str
+    client: object
+
+
+@pytest.fixture(scope="module")
+def s3(scratch):
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        # Small pages: the listing fetch-dump.sh reads spans several of them.
+        env=dict(os.environ, MOTO_S3_DEFAULT_MAX_KEYS="2"),
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    pytest.fail(f"moto server did not start: {log.read().decode()}")
+                time.sleep(0.2)
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id="moto", aws_secret_access_key=SECRET_ACCESS_KEY)
+        yield S3(endpoint, client)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def new_bucket(s3: S3, keys: dict[str, bytes]) -> str:
+    name = f"opshooks-db-{uuid.uuid4().hex[:12]}"
+    s3.client.create_bucket(Bucket=name)
+    for key, body in keys.items():
+        s3.client.put_object(Bucket=name, Key=key, Body=body)
+    return name
+
+
+def fetch(s3: S3, bucket: str, *, prefix: str = "p/", name: str = "db-pre-upgrade-15-to-16",
+          shell: str = "dash") -> tuple[Result, Path]:
+    work = fresh_path("fetch")
+    work.mkdir()
+    dump = work / "dump" / "db.pgdump"
+    dump.parent.mkdir()
+    env = {
+        "PATH": f"{PY_BIN}:{SYSTEM_PATH}",
+        "HOME": str(work),
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "moto",
+        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "S3_BUCKET": bucket,
+        "S3_PREFIX": prefix,
+        "S3_ENDPOINT": s3.endpoint,
+        "DUMP_NAME": name,
+        "DUMP": str(dump),
+    }
+    return run_script("fetch-dump.sh", env, shell=shell, timeout=60), dump
+
+
+DUMPS = {
+    "p/db-pre-upgrade-15-to-16-20251230T000000Z.pgdump": b"older 1",
+    "p/db-pre-upgrade-15-to-16-20251231T235959Z.pgdump": b"older 2",
+    "p/db-pre-upgrade-15-to-16-20260101T000000Z.pgdump": b"the one before",
+    "p/db-pre-upgrade-15-to-16-20260102T000000Z.pgdump": b"the newest dump",
+}
+UNRELATED = {
+    "p/db-pre-upgrade-15-to-16-20260103T000000Z.pgdump.partial": b"unfinished upload",
+    "p/nightly-20270101T000000Z.pgdump": b"another backup",
+    "q/db-pre-upgrade-15-to-16-20270101T000000Z.pgdump": b"another prefix",
+    "db-pre-upgrade-15-to-16-20270101T000000Z.pgdump": b"no prefix",
+}
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+def test_fetch_dump_downloads_the_newest(s3: S3, shell):
+    if not have_shell(shell):
+        pytest.skip(f"{shell} is not installed")
+    bucket = new_bucket(s3, {**DUMPS, **UNRELATED})
+    r, dump = fetch(s3, bucket, shell=shell)
+    assert r.rc == 0, str(r)
+    assert dump.read_bytes() == b"the newest dump"
+    assert "p/db-pre-upgrade-15-to-16-20260102T000000Z.pgdump" in r.out
+    assert list(dump.parent.iterdir()) == [dump]
+
+
+@pytest.mark.parametrize("keys", [{}, UNRELATED], ids=["empty bucket", "only unrelated keys"])
+def test_fetch_dump_fails_without_a_dump(s3: S3, keys):
+    bucket = new_bucket(s3, keys)
+    r, dump = fetch(s3, bucket)
+    assert r.rc != 0, str(r)
+    assert "no dump under" in r.err
+    assert not dump.exists()
+
+
+def test_fetch_dump_ignores_other_names_sharing_the_prefix(s3: S3):
+    """BUG pin. The listing prefix "<prefix><name>-" also matches another
+    name that starts with "<name>-" (a database "app" next to one called
+    "app-staging"), and `sort | tail -n 1` then prefers it, whatever its
+    date, because a letter sorts after a digit. upload.sh's retention
+    accepts only <prefix><name>-YYYYMMDDTHHMMSSZ.pgdump; fetch-dump.sh
+    should too."""
+    bucket = new_bucket(s3, {
+        "p/app-20260101T000000Z.pgdump": b"app, older",
+        "p/app-20260102T000000Z.pgdump": b"app, newest",
+        "p/app-staging-20250101T000000Z.pgdump": b"another database's dump",
+    })
+    r, dump = fetch(s3, bucket, name="app")
+    assert r.rc == 0, str(r)
+    assert dump.read_bytes() == b"app, newest", f"fetched the wrong dump:\n{r}"
+
+
+def test_fetch_dump_prefix_is_literal(s3: S3):
+    """BUG pin. The AWS CLI reads a parameter value that starts with
+    file:// (or http(s):// in CLI v1) from that file or URL. upload.sh
+    therefore passes its prefix as file://<a file holding it>; fetch-dump.sh
+    passes "$S3_PREFIX..." itself, so a prefix that upload.sh writes under
+    cannot be fetched from (and an http:// prefix makes the CLI fetch it)."""
+    bucket = new_bucket(s3, {"file://p/db-pre-upgrade-15-to-16-20260102T000000Z.pgdump": b"literal"})
+    r, dump = fetch(s3, bucket, prefix="file://p/")
+    print(r)
+    assert r.rc == 0, str(r)
+    assert dump.read_bytes() == b"literal"
+
+
+# --------------------------------------------------------------------------
+# 6. Syntax and lint
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+@pytest.mark.parametrize("script", SCRIPT_NAMES)
+def test_syntax(script, shell):
+    if not have_shell(shell):
+        pytest.skip(f"{shell} is not installed")
+    r = run([*SHELLS[shell], "-n", str(SCRIPTS / script)], {"PATH": SYSTEM_PATH}, timeout=20)
+    assert r.rc == 0, str(r)
+
+
+@pytest.mark.parametrize("script", SCRIPT_NAMES)
+def test_shellcheck(script):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    r = run(["shellcheck", "-s", "sh", str(SCRIPTS / script)], {"PATH": SYSTEM_PATH}, timeout=60)
+    assert r.rc == 0, str(r)
