@@ -36,6 +36,9 @@ pub fn all() -> Vec<Operator> {
     ]
 }
 
+/// How many random bytes a hook call gets.
+pub const ENTROPY: usize = 64;
+
 /// What a hook call may use besides the request: everything that is not a
 /// pure function of the observed state.
 #[derive(Clone, Debug)]
@@ -44,13 +47,13 @@ pub struct Context {
     pub now: Timestamp,
     /// Fresh random bytes, for secrets generated once (never read from the
     /// system inside an operator, so tests can fix them).
-    pub entropy: [u8; 32],
+    pub entropy: [u8; ENTROPY],
 }
 
 impl Context {
     /// A context at `now` with fresh random bytes from the operating system.
     pub fn fresh(now: Timestamp) -> Result<Self, getrandom::Error> {
-        let mut entropy = [0u8; 32];
+        let mut entropy = [0u8; ENTROPY];
         getrandom::fill(&mut entropy)?;
         Ok(Context { now, entropy })
     }
