@@ -9,6 +9,7 @@
 //! and add one line to [`all`].
 
 pub mod backup;
+pub mod database;
 pub mod memcached;
 pub mod validate;
 pub mod webserver;
@@ -33,6 +34,7 @@ pub fn all() -> Vec<Operator> {
         webserver::operator(),
         memcached::operator(),
         backup::operator(),
+        database::operator(),
     ]
 }
 

@@ -96,7 +96,8 @@ step "helm install"
 helm install opshooks "$CHART" --namespace opshooks --create-namespace \
   --set "controllers.baseUrl=http://127.0.0.1:$port" --wait=false
 kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
-for op in webserver memcached backup; do
+for file in "$REPO"/metacontroller/*-controller.yaml; do
+  op=$(basename "$file" -controller.yaml)
   url=$(kubectl get compositecontroller "opshooks-$op" -o jsonpath='{.spec.hooks.sync.webhook.url}')
   [[ $url == "http://127.0.0.1:$port/$op/sync" ]] || fail "controller opshooks-$op points at '$url'"
 done

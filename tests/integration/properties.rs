@@ -297,7 +297,7 @@ proptest! {
     }
 
     #[test]
-    fn no_operator_panics_on_any_parent(spec in arbitrary_json(), which in 0usize..3, hook in prop::sample::select(Hook::ALL.to_vec())) {
+    fn no_operator_panics_on_any_parent(spec in arbitrary_json(), which in 0usize..4, hook in prop::sample::select(Hook::ALL.to_vec())) {
         let op = &operators::all()[which];
         let body = json!({"parent": {"metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
         if let Some(call) = op.call(hook, body.as_bytes(), &ctx())

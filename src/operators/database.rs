@@ -1,0 +1,963 @@
+//! Database: a PostgreSQL lifecycle that never loses data.
+//!
+//! One primary and `size - 1` streaming standbys in a StatefulSet, Services
+//! for the primary (read-write) and the standbys (read-only), generated
+//! credentials that are never rotated, a one-time initial-configuration Job,
+//! scheduled backups with the Backup operator's job, major-version upgrades
+//! through a pre-upgrade backup and a restore Job, and a snapshot before
+//! anything is deleted.
+//!
+//! Volumes are the StatefulSet's own PersistentVolumeClaims, not children of
+//! the Database: nothing Metacontroller does to children (a dropped child, a
+//! deleted parent) can delete them. They are deleted only when finalizing
+//! under `Delete`, or under `Snapshot` after the snapshot Job succeeded, by
+//! switching the StatefulSet's PVC retention policy to `Delete` and then
+//! removing the StatefulSet; under `Retain` they outlive the Database,
+//! owned by nothing.
+//!
+//! The decisions live in [`plan`]: a pure function from the observed state
+//! to what to build; [`children`] turns that into objects.
+
+pub mod children;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::backup::{self, RunStatus, validate_destination};
+use super::validate::{self, InvalidSpec};
+use super::{
+    ChildResource, Context, ControllerSpec, HookError, Operator, is_ready, sorted_children,
+};
+use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
+use crate::hook::{
+    CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
+};
+pub use backup::Destination;
+
+/// Label on every object of a Database, naming it; customize selects by it.
+pub const LABEL_DATABASE: &str = "opshooks.io/database";
+/// Annotation on the StatefulSet naming the PostgreSQL major it runs.
+pub const ANNOTATION_VERSION: &str = "opshooks.io/postgres-version";
+/// The longest Database name: it prefixes Jobs (`<name>-pre-upgrade-17`)
+/// and the backup CronJob's jobs, which must fit in 63.
+pub const MAX_NAME: usize = 40;
+/// The PostgreSQL port.
+pub const PORT: i32 = 5432;
+/// How often to look again while waiting on something that does not
+/// trigger a sync by itself.
+pub const WAIT_SECONDS: f64 = 15.0;
+
+/// A PostgreSQL database with its storage, credentials, backups and upgrades.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[kube(
+    group = "opshooks.io",
+    version = "v1alpha1",
+    kind = "Database",
+    namespaced,
+    status = "DatabaseStatus",
+    shortname = "pgdb",
+    category = "opshooks",
+    doc = "Database runs PostgreSQL: a primary and streaming standbys, credentials, backups, upgrades and a snapshot before deletion.",
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Running", type_ = "string", json_path = ".status.version"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters, so that job names fit in 63")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.deletionPolicy != 'Snapshot' || has(self.backup)").message("deletionPolicy Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete"),
+    validation = Rule::new("self.version >= oldSelf.version").message("spec.version cannot go down: downgrades are refused; restore a backup into a new Database instead")
+)]
+pub struct DatabaseSpec {
+    /// The PostgreSQL major version: 14, 15, 16 or 17. Raising it upgrades
+    /// the database (pre-upgrade backup, then restore into the new version);
+    /// lowering it is refused.
+    pub version: Major,
+    /// small: 1 instance, 500m CPU and 512Mi memory; medium: 2 instances,
+    /// 1 CPU and 1Gi; large: 3 instances, 2 CPUs and 2Gi. The first instance
+    /// is the primary, the others streaming standbys.
+    #[serde(default)]
+    pub size: Size,
+    /// The volume of each instance. Fixed once created.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.storage cannot change once created; resize the PersistentVolumeClaims directly"))]
+    pub storage: Storage,
+    /// Backups to S3: where (also used for pre-upgrade backups and the
+    /// snapshot before deletion) and, when enabled, on which schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<DatabaseBackup>,
+    /// An existing Secret with keys `username` and `password` for the
+    /// application user; one is generated (and never rotated) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: Option<String>,
+    /// What happens to the data when the Database is deleted: Snapshot (dump
+    /// to the backup destination, then delete the volumes; the default),
+    /// Retain (keep the volumes, owned by nothing) or Delete.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// The application database's name; the Database's name when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub database_name: Option<String>,
+    /// The application user's name, when the credentials are generated; the
+    /// Database's name when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub user: Option<String>,
+}
+
+/// Supported PostgreSQL majors.
+#[derive(
+    Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum Major {
+    /// PostgreSQL 14.
+    #[serde(rename = "14")]
+    V14,
+    /// PostgreSQL 15.
+    #[serde(rename = "15")]
+    V15,
+    /// PostgreSQL 16.
+    #[serde(rename = "16")]
+    V16,
+    /// PostgreSQL 17.
+    #[serde(rename = "17")]
+    V17,
+}
+
+impl Major {
+    /// Every supported major, oldest first.
+    pub const ALL: [Major; 4] = [Major::V14, Major::V15, Major::V16, Major::V17];
+
+    /// The version as written, `16`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Major::V14 => "14",
+            Major::V15 => "15",
+            Major::V16 => "16",
+            Major::V17 => "17",
+        }
+    }
+
+    /// Reads a version as written.
+    pub fn parse(text: &str) -> Option<Major> {
+        Major::ALL.into_iter().find(|m| m.as_str() == text)
+    }
+
+    /// The official image of this major.
+    pub fn image(self) -> String {
+        format!("postgres:{}", self.as_str())
+    }
+}
+
+/// Instance count and resources.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Size {
+    /// One instance, 500m CPU, 512Mi memory.
+    #[default]
+    Small,
+    /// Two instances, 1 CPU, 1Gi memory each.
+    Medium,
+    /// Three instances, 2 CPUs, 2Gi memory each.
+    Large,
+}
+
+impl Size {
+    /// How many instances: one primary, the rest standbys.
+    pub fn instances(self) -> i32 {
+        match self {
+            Size::Small => 1,
+            Size::Medium => 2,
+            Size::Large => 3,
+        }
+    }
+
+    /// CPU and memory of each instance.
+    pub fn resources(self) -> (&'static str, &'static str) {
+        match self {
+            Size::Small => ("500m", "512Mi"),
+            Size::Medium => ("1", "1Gi"),
+            Size::Large => ("2", "2Gi"),
+        }
+    }
+}
+
+/// The volume of each instance.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Storage {
+    /// The size of each instance's volume, for example 20Gi.
+    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"))]
+    pub size: String,
+    /// The StorageClass; the cluster's default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+}
+
+/// Backups of a Database.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!self.enabled || has(self.schedule)").message("spec.backup.schedule is required when backups are enabled"))]
+pub struct DatabaseBackup {
+    /// Run scheduled backups.
+    #[serde(default)]
+    pub enabled: bool,
+    /// When, in 5-field cron syntax, for example "0 2 * * *".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 100))]
+    pub schedule: Option<String>,
+    /// Where dumps go: scheduled, pre-upgrade and the final snapshot.
+    pub destination: Destination,
+    /// Delete scheduled dumps older than this many days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub retention_days: Option<i32>,
+}
+
+/// What deleting a Database does to its data.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Dump to the backup destination, then delete the volumes.
+    #[default]
+    Snapshot,
+    /// Keep the volumes, owned by nothing.
+    Retain,
+    /// Delete the volumes.
+    Delete,
+}
+
+/// Where a Database is in its life.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the primary to start.
+    #[default]
+    Creating,
+    /// The primary is up; the initial configuration is running.
+    Initializing,
+    /// Every instance is ready.
+    Running,
+    /// Moving to a new major version.
+    Upgrading,
+    /// Configured, but not every instance is ready, or a step failed.
+    Degraded,
+    /// Being deleted.
+    Deleting,
+}
+
+/// What was observed of a Database.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DatabaseStatus {
+    /// Where the Database is in its life.
+    pub phase: Phase,
+    /// True when every instance is ready and the database is configured.
+    pub ready: bool,
+    /// host:port of the read-write Service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The major version actually running, from the StatefulSet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Instances the StatefulSet runs.
+    pub replicas: i32,
+    /// Instances that are ready.
+    pub ready_replicas: i32,
+    /// When the last scheduled backup succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_backup_time: Option<String>,
+    /// Ready, Initialized, BackupScheduled, Upgrading and, when deleting, Snapshotted.
+    pub conditions: Vec<Condition>,
+    /// The parent generation Metacontroller last synced; set by Metacontroller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The Database operator and its routes.
+pub fn operator() -> Operator {
+    let child_type = |api_version, resource, update_method, why| ChildResource {
+        api_version,
+        resource,
+        update_method,
+        status_checks: vec![],
+        why,
+    };
+    let controller = ControllerSpec {
+        children: vec![
+            child_type(
+                "apps/v1",
+                "statefulsets",
+                "InPlace",
+                "the StatefulSet rolls its own pods; scaling and image changes apply in place",
+            ),
+            child_type(
+                "v1",
+                "services",
+                "InPlace",
+                "selectors and ports are updated in place",
+            ),
+            child_type(
+                "discovery.k8s.io/v1",
+                "endpointslices",
+                "InPlace",
+                "the read-only Service's endpoints follow the ready standbys",
+            ),
+            child_type(
+                "v1",
+                "configmaps",
+                "InPlace",
+                "connection details follow the spec",
+            ),
+            child_type(
+                "v1",
+                "secrets",
+                "OnDelete",
+                "credentials are created once and never changed",
+            ),
+            child_type(
+                "batch/v1",
+                "jobs",
+                "OnDelete",
+                "a Job runs once; it is never replaced",
+            ),
+            child_type(
+                "batch/v1",
+                "cronjobs",
+                "InPlace",
+                "a schedule or destination change updates the backup CronJob",
+            ),
+        ],
+        generate_selector: true,
+        resync_period_seconds: Some(60),
+    };
+    Operator::new::<Database>(
+        "database",
+        controller,
+        "StatefulSet, Services, Secrets, ConfigMap, Jobs, backup CronJob",
+    )
+    .sync(sync)
+    .finalize(finalize)
+    .customize(customize)
+}
+
+/// The parent's name.
+pub fn name(db: &Database) -> &str {
+    db.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn namespace(db: &Database) -> &str {
+    db.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// The application database's name.
+pub fn database_name(db: &Database) -> String {
+    db.spec
+        .database_name
+        .clone()
+        .unwrap_or_else(|| name(db).to_string())
+}
+
+/// The read-write Service's DNS name and port.
+pub fn endpoint(db: &Database) -> String {
+    format!("{}.{}.svc.cluster.local:{PORT}", name(db), namespace(db))
+}
+
+/// Asks for this Database's Pods and, unless its volumes are to be
+/// retained, its PersistentVolumeClaims.
+pub fn customize(
+    req: &CustomizeRequest<Database>,
+    _ctx: &Context,
+) -> Result<CustomizeResponse, HookError> {
+    let db = &req.parent;
+    let labels = BTreeMap::from([(LABEL_DATABASE.to_string(), name(db).to_string())]);
+    let ns = db.metadata.namespace.clone();
+    let mut rules = vec![RelatedResourceRule::labelled(
+        "v1",
+        "pods",
+        labels.clone(),
+        ns.clone(),
+    )];
+    // Retained volumes are released from the Database: it never waits on them.
+    if db.spec.deletion_policy != DeletionPolicy::Retain {
+        rules.push(RelatedResourceRule::labelled(
+            "v1",
+            "persistentvolumeclaims",
+            labels,
+            ns,
+        ));
+    }
+    Ok(CustomizeResponse {
+        related_resources: rules,
+    })
+}
+
+/// Checks what the schema cannot, and names the field.
+pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
+    validate::dns_label("metadata.name", name(db), MAX_NAME)?;
+    if validate::quantity_bytes(&db.spec.storage.size).is_none_or(|b| b == 0) {
+        return Err(InvalidSpec::new(
+            "spec.storage.size",
+            format!(
+                "{:?} is not a storage size; write it like 20Gi",
+                db.spec.storage.size
+            ),
+        ));
+    }
+    if let Some(b) = &db.spec.backup {
+        validate_destination("spec.backup.destination", &b.destination)?;
+        match (&b.schedule, b.enabled) {
+            (Some(s), _) => validate::cron("spec.backup.schedule", s)?,
+            (None, true) => {
+                return Err(InvalidSpec::new(
+                    "spec.backup.schedule",
+                    "is required when backups are enabled; write it like \"0 2 * * *\"",
+                ));
+            }
+            (None, false) => {}
+        }
+    }
+    if db.spec.deletion_policy == DeletionPolicy::Snapshot && db.spec.backup.is_none() {
+        return Err(InvalidSpec::new(
+            "spec.deletionPolicy",
+            "Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete",
+        ));
+    }
+    Ok(())
+}
+
+/// Everything observed about one Database, decoded once.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSet>,
+    /// Our Jobs, by name.
+    pub jobs: BTreeMap<String, Job>,
+    /// Our Secrets, by name.
+    pub secrets: BTreeMap<String, Secret>,
+    /// The backup CronJob, if it exists.
+    pub cron_job: Option<CronJob>,
+    /// Every other child, kept only to count them.
+    pub services: Vec<Service>,
+    /// The instances' pods.
+    pub pods: Vec<Pod>,
+    /// The instances' volumes (not asked for under Retain).
+    pub volumes: Vec<PersistentVolumeClaim>,
+}
+
+impl Observed {
+    /// Decodes the request's children and related objects.
+    pub fn from_request(req: &SyncRequest<Database>) -> Result<Self, HookError> {
+        let db = &req.parent;
+        Ok(Observed {
+            statefulset: req
+                .children
+                .of::<StatefulSet>()?
+                .into_iter()
+                .find(|s| s.metadata.name.as_deref() == Some(name(db))),
+            jobs: req
+                .children
+                .of::<Job>()?
+                .into_iter()
+                .filter_map(|j| Some((j.metadata.name.clone()?, j)))
+                .collect(),
+            secrets: req
+                .children
+                .of::<Secret>()?
+                .into_iter()
+                .filter_map(|s| Some((s.metadata.name.clone()?, s)))
+                .collect(),
+            cron_job: req.children.of::<CronJob>()?.into_iter().next(),
+            services: req.children.of::<Service>()?,
+            pods: req.related.of::<Pod>()?,
+            volumes: req.related.of::<PersistentVolumeClaim>()?,
+        })
+    }
+
+    /// The major the StatefulSet runs, from its annotation.
+    pub fn running(&self) -> Option<Major> {
+        let annotations = self.statefulset.as_ref()?.metadata.annotations.as_ref()?;
+        Major::parse(annotations.get(ANNOTATION_VERSION)?)
+    }
+
+    /// The outcome of one of our Jobs, if it exists.
+    pub fn job(&self, name: &str) -> Option<RunStatus> {
+        self.jobs.get(name).map(backup::run_status)
+    }
+
+    /// The pod of instance `index`, if it exists and is ready.
+    pub fn is_instance_ready(&self, db: &Database, index: i32) -> bool {
+        let pod_name = format!("{}-{index}", name(db));
+        self.pods
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some(pod_name.as_str()) && is_ready(p))
+    }
+
+    /// Pods that are not being deleted.
+    pub fn live_pods(&self) -> usize {
+        self.pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count()
+    }
+}
+
+/// Job names, one place.
+pub mod jobs {
+    use super::{Database, Major, name};
+
+    /// The initial configuration.
+    pub fn init(db: &Database) -> String {
+        format!("{}-init", name(db))
+    }
+
+    /// The backup taken before upgrading to `to`.
+    pub fn pre_upgrade(db: &Database, to: Major) -> String {
+        format!("{}-pre-upgrade-{}", name(db), to.as_str())
+    }
+
+    /// The restore into `to`.
+    pub fn upgrade(db: &Database, to: Major) -> String {
+        format!("{}-upgrade-{}", name(db), to.as_str())
+    }
+
+    /// The snapshot before deletion.
+    pub fn snapshot(db: &Database) -> String {
+        format!("{}-snapshot", name(db))
+    }
+}
+
+/// Where an upgrade stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Upgrade {
+    /// Running the version asked for.
+    None,
+    /// Asked for a newer version, but there is no destination for the
+    /// pre-upgrade backup.
+    NoDestination { to: Major },
+    /// Taking the pre-upgrade backup.
+    BackingUp { to: Major },
+    /// The pre-upgrade backup failed; the old version serves.
+    BackupFailed { to: Major },
+    /// Stopping the old version so the restore can use its volume.
+    Stopping { to: Major },
+    /// Restoring into the new version.
+    Restoring { to: Major },
+    /// The restore failed; the old version serves again.
+    RestoreFailed { to: Major },
+    /// The restore succeeded; the StatefulSet moves to the new version.
+    Starting { to: Major },
+}
+
+/// What to build, decided from the observed state alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The major the StatefulSet should run.
+    pub version: Major,
+    /// How many instances the StatefulSet should run.
+    pub replicas: i32,
+    /// Where an upgrade stands.
+    pub upgrade: Upgrade,
+    /// Whether the initial-configuration Job should exist.
+    pub init_job: bool,
+    /// Whether to keep the StatefulSet at all (false only late in finalizing).
+    pub keep_statefulset: bool,
+    /// Whether deleting the StatefulSet may delete its volumes.
+    pub delete_volumes: bool,
+    /// Whether the snapshot Job should exist.
+    pub snapshot_job: bool,
+}
+
+/// Decides the StatefulSet's version and size and which Jobs exist.
+pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
+    let desired = db.spec.version;
+    let running = seen.running().unwrap_or(desired);
+    if desired < running {
+        return Err(InvalidSpec::new(
+            "spec.version",
+            format!(
+                "{} is older than the running {}; downgrades are refused, restore a backup into a new Database instead",
+                desired.as_str(),
+                running.as_str()
+            ),
+        ));
+    }
+    let instances = db.spec.size.instances();
+    let init_job = seen.jobs.contains_key(&jobs::init(db)) || seen.is_instance_ready(db, 0);
+    let mut plan = Plan {
+        version: running,
+        replicas: instances,
+        upgrade: Upgrade::None,
+        init_job,
+        keep_statefulset: true,
+        delete_volumes: false,
+        snapshot_job: false,
+    };
+    if desired == running {
+        return Ok(plan);
+    }
+    let to = desired;
+    if db.spec.backup.is_none() {
+        plan.upgrade = Upgrade::NoDestination { to };
+        return Ok(plan);
+    }
+    plan.upgrade = match seen.job(&jobs::pre_upgrade(db, to)) {
+        None | Some(RunStatus::Running | RunStatus::None) => Upgrade::BackingUp { to },
+        Some(RunStatus::Failed) => Upgrade::BackupFailed { to },
+        Some(RunStatus::Succeeded) => match seen.job(&jobs::upgrade(db, to)) {
+            // The restore needs the primary's volume: stop every instance first.
+            None if seen.live_pods() > 0 => Upgrade::Stopping { to },
+            None | Some(RunStatus::Running | RunStatus::None) => Upgrade::Restoring { to },
+            Some(RunStatus::Failed) => Upgrade::RestoreFailed { to },
+            Some(RunStatus::Succeeded) => {
+                // The new version's data is complete: move the StatefulSet.
+                plan.version = to;
+                Upgrade::Starting { to }
+            }
+        },
+    };
+    if matches!(
+        plan.upgrade,
+        Upgrade::Stopping { .. } | Upgrade::Restoring { .. }
+    ) {
+        plan.replicas = 0;
+    }
+    Ok(plan)
+}
+
+/// Decides what finalizing does, on top of the plan: snapshot first under
+/// Snapshot, then let the volumes go with the StatefulSet.
+pub fn plan_deletion(db: &Database, seen: &Observed, mut plan: Plan) -> Plan {
+    let snapshot = seen.job(&jobs::snapshot(db));
+    let volumes_may_go = match db.spec.deletion_policy {
+        DeletionPolicy::Retain => false,
+        DeletionPolicy::Delete => true,
+        DeletionPolicy::Snapshot => {
+            plan.snapshot_job = true;
+            snapshot == Some(RunStatus::Succeeded)
+        }
+    };
+    // Under Snapshot the data must stay until the snapshot succeeded.
+    let may_remove = db.spec.deletion_policy == DeletionPolicy::Retain || volumes_may_go;
+    plan.delete_volumes = volumes_may_go;
+    plan.keep_statefulset = !may_remove || !retention_applied(seen, volumes_may_go);
+    plan
+}
+
+/// True when the observed StatefulSet already carries the PVC retention
+/// policy we want on deletion and its controller has seen it, so deleting
+/// it now lets the volumes go (or keeps them) as intended.
+fn retention_applied(seen: &Observed, delete_volumes: bool) -> bool {
+    let Some(sts) = &seen.statefulset else {
+        return true;
+    };
+    let want = if delete_volumes { "Delete" } else { "Retain" };
+    let policy = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref())
+        .and_then(|p| p.when_deleted.as_deref())
+        .unwrap_or("Retain");
+    let seen_generation = sts.status.as_ref().and_then(|s| s.observed_generation);
+    policy == want && seen_generation >= sts.metadata.generation
+}
+
+/// Desired children and observed status of one Database.
+pub fn sync(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, HookError> {
+    let db = &req.parent;
+    validate(db)?;
+    let seen = Observed::from_request(req)?;
+    let plan = plan(db, &seen)?;
+    answer(db, &seen, plan, false, ctx)
+}
+
+/// Deletion: snapshot (under Snapshot), then remove the StatefulSet with
+/// its volumes (or without them, under Retain); finalized only when neither
+/// is observed any more.
+pub fn finalize(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, HookError> {
+    let db = &req.parent;
+    // A spec that no longer validates must not block deletion forever, but
+    // it must not lose data either: Snapshot without a destination keeps
+    // everything and says why.
+    let seen = Observed::from_request(req)?;
+    let base = plan(db, &seen).unwrap_or(Plan {
+        version: seen.running().unwrap_or(db.spec.version),
+        replicas: db.spec.size.instances(),
+        upgrade: Upgrade::None,
+        init_job: seen.jobs.contains_key(&jobs::init(db)),
+        keep_statefulset: true,
+        delete_volumes: false,
+        snapshot_job: false,
+    });
+    let plan = if db.spec.deletion_policy == DeletionPolicy::Snapshot && db.spec.backup.is_none() {
+        base
+    } else {
+        plan_deletion(db, &seen, base)
+    };
+    answer(db, &seen, plan, true, ctx)
+}
+
+fn answer(
+    db: &Database,
+    seen: &Observed,
+    plan: Plan,
+    finalizing: bool,
+    ctx: &Context,
+) -> Result<SyncResponse, HookError> {
+    let built = children::build(db, seen, &plan, ctx)?;
+    let status = status(db, seen, &plan, finalizing, ctx);
+    let clean = seen.statefulset.is_none() && seen.volumes.is_empty();
+    let finalized = finalizing && !plan.keep_statefulset && clean;
+    let waiting = finalizing && !finalized
+        || matches!(
+            plan.upgrade,
+            Upgrade::BackingUp { .. }
+                | Upgrade::Stopping { .. }
+                | Upgrade::Restoring { .. }
+                | Upgrade::Starting { .. }
+        );
+    Ok(SyncResponse {
+        status: serde_json::to_value(status).expect("status serializes"),
+        children: sorted_children(built),
+        resync_after_seconds: waiting.then_some(WAIT_SECONDS),
+        finalized: finalizing.then_some(finalized),
+    })
+}
+
+/// The status from the observed state and the plan made from it.
+pub fn status(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    finalizing: bool,
+    ctx: &Context,
+) -> DatabaseStatus {
+    let sts_status = seen.statefulset.as_ref().and_then(|s| s.status.as_ref());
+    let replicas = sts_status.map_or(0, |s| s.replicas);
+    let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let instances = db.spec.size.instances();
+    let init = seen.job(&jobs::init(db));
+    let upgrading = matches!(
+        plan.upgrade,
+        Upgrade::BackingUp { .. }
+            | Upgrade::Stopping { .. }
+            | Upgrade::Restoring { .. }
+            | Upgrade::Starting { .. }
+    );
+    let upgrade_failed = matches!(
+        plan.upgrade,
+        Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
+    );
+    let primary_ready = seen.is_instance_ready(db, 0);
+
+    let initialized = match init {
+        Some(RunStatus::Succeeded) => Observation::new(
+            "Initialized",
+            true,
+            "Initialized",
+            format!("database {:?} and its user are in place", database_name(db)),
+        ),
+        Some(RunStatus::Failed) => Observation::new(
+            "Initialized",
+            false,
+            "InitFailed",
+            format!(
+                "job {} failed; see kubectl logs job/{}",
+                jobs::init(db),
+                jobs::init(db)
+            ),
+        ),
+        Some(_) => Observation::new(
+            "Initialized",
+            false,
+            "Initializing",
+            format!("job {} is running", jobs::init(db)),
+        ),
+        None => Observation::new(
+            "Initialized",
+            false,
+            "WaitingForPrimary",
+            "the initial configuration runs once the primary is ready",
+        ),
+    };
+    let phase = if finalizing {
+        Phase::Deleting
+    } else if upgrading {
+        Phase::Upgrading
+    } else if seen.statefulset.is_none() || (init.is_none() && !primary_ready) {
+        Phase::Creating
+    } else if init != Some(RunStatus::Succeeded) {
+        if init == Some(RunStatus::Failed) {
+            Phase::Degraded
+        } else {
+            Phase::Initializing
+        }
+    } else if ready_replicas >= instances && replicas == instances && !upgrade_failed {
+        Phase::Running
+    } else {
+        Phase::Degraded
+    };
+    let ready = phase == Phase::Running;
+    let ready_condition = if ready {
+        Observation::new(
+            "Ready",
+            true,
+            "Running",
+            format!("{ready_replicas} of {instances} instances are ready"),
+        )
+    } else {
+        Observation::new(
+            "Ready",
+            false,
+            "NotReady",
+            format!("phase {phase:?}: {ready_replicas} of {instances} instances are ready"),
+        )
+    };
+    let backup_scheduled = match &db.spec.backup {
+        Some(b) if b.enabled => match &seen.cron_job {
+            Some(_) => Observation::new(
+                "BackupScheduled",
+                true,
+                "Scheduled",
+                format!(
+                    "backups run on schedule {:?}",
+                    b.schedule.as_deref().unwrap_or_default()
+                ),
+            ),
+            None => Observation::new(
+                "BackupScheduled",
+                false,
+                "CronJobPending",
+                "the backup CronJob is being created",
+            ),
+        },
+        _ => Observation::new(
+            "BackupScheduled",
+            false,
+            "Disabled",
+            "spec.backup.enabled is false",
+        ),
+    };
+    let upgrading_condition = match plan.upgrade {
+        Upgrade::None => Observation::new(
+            "Upgrading",
+            false,
+            "UpToDate",
+            format!("running PostgreSQL {}", plan.version.as_str()),
+        ),
+        Upgrade::NoDestination { to } => Observation::new(
+            "Upgrading",
+            false,
+            "NoBackupDestination",
+            format!(
+                "upgrading to {} needs a pre-upgrade backup: set spec.backup.destination; {} keeps running",
+                to.as_str(),
+                plan.version.as_str()
+            ),
+        ),
+        Upgrade::BackingUp { to } => Observation::new(
+            "Upgrading",
+            true,
+            "BackingUp",
+            format!(
+                "job {} takes the pre-upgrade backup",
+                jobs::pre_upgrade(db, to)
+            ),
+        ),
+        Upgrade::BackupFailed { to } => Observation::new(
+            "Upgrading",
+            false,
+            "PreUpgradeBackupFailed",
+            format!(
+                "job {} failed; {} keeps running; delete the job to retry",
+                jobs::pre_upgrade(db, to),
+                plan.version.as_str()
+            ),
+        ),
+        Upgrade::Stopping { to } => Observation::new(
+            "Upgrading",
+            true,
+            "Stopping",
+            format!(
+                "stopping {} so job {} can restore into {}",
+                plan.version.as_str(),
+                jobs::upgrade(db, to),
+                to.as_str()
+            ),
+        ),
+        Upgrade::Restoring { to } => Observation::new(
+            "Upgrading",
+            true,
+            "Restoring",
+            format!(
+                "job {} restores the pre-upgrade backup into {}",
+                jobs::upgrade(db, to),
+                to.as_str()
+            ),
+        ),
+        Upgrade::Starting { to } => Observation::new(
+            "Upgrading",
+            true,
+            "Starting",
+            format!("the restore into {} succeeded; starting it", to.as_str()),
+        ),
+        Upgrade::RestoreFailed { to } => Observation::new(
+            "Upgrading",
+            false,
+            "UpgradeFailed",
+            format!(
+                "job {} failed; {} serves again with its data untouched; delete the job to retry",
+                jobs::upgrade(db, to),
+                plan.version.as_str()
+            ),
+        ),
+    };
+    let mut observations = vec![
+        ready_condition,
+        initialized,
+        backup_scheduled,
+        upgrading_condition,
+    ];
+    if finalizing {
+        observations.push(match db.spec.deletion_policy {
+            DeletionPolicy::Snapshot => match seen.job(&jobs::snapshot(db)) {
+                Some(RunStatus::Succeeded) => Observation::new("Snapshotted", true, "Snapshotted", format!("job {} stored the final snapshot", jobs::snapshot(db))),
+                Some(RunStatus::Failed) => Observation::new("Snapshotted", false, "SnapshotFailed", format!("job {} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain", jobs::snapshot(db))),
+                _ if db.spec.backup.is_none() => Observation::new("Snapshotted", false, "NoBackupDestination", "deletionPolicy Snapshot needs spec.backup.destination; nothing is deleted"),
+                _ => Observation::new("Snapshotted", ConditionStatus::Unknown, "SnapshotRunning", format!("job {} takes the final snapshot", jobs::snapshot(db))),
+            },
+            DeletionPolicy::Retain => Observation::new("Snapshotted", false, "Retained", "deletionPolicy Retain: the volumes are kept"),
+            DeletionPolicy::Delete => Observation::new("Snapshotted", false, "NotRequested", "deletionPolicy Delete: no snapshot"),
+        });
+    }
+    let previous = db
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    DatabaseStatus {
+        phase,
+        ready,
+        endpoint: Some(endpoint(db)),
+        version: seen.running().map(|m| m.as_str().to_string()),
+        replicas,
+        ready_replicas,
+        last_backup_time: seen
+            .cron_job
+            .as_ref()
+            .and_then(|c| c.status.as_ref()?.last_successful_time.as_ref())
+            .map(|t| format_time(t.0)),
+        conditions: conditions::reconcile(previous, observations, db.metadata.generation, ctx.now),
+        observed_generation: None,
+    }
+}

@@ -1,0 +1,769 @@
+//! The objects of a Database, one builder each, from the spec, the
+//! observed state and the [`Plan`]. Only fields we own are set.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, ExecAction, ObjectReference, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
+    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+
+use super::{
+    Database, LABEL_DATABASE, Major, Observed, PORT, Plan, Upgrade, database_name, jobs, name,
+    namespace,
+};
+use crate::operators::backup::job::{self as backup_job, Credential, Source};
+use crate::operators::backup::{self, Schedule};
+use crate::operators::{Context, HookError, child, is_ready, selector_labels, standard_labels};
+
+/// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
+pub const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
+/// The init container of every instance: standbys clone the primary.
+pub const CLONE_SCRIPT: &str = include_str!("clone.sh");
+/// The initial-configuration Job.
+pub const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
+/// The upgrade Job's restore into the new version.
+pub const UPGRADE_SCRIPT: &str = include_str!("upgrade.sh");
+/// The upgrade Job's init container: fetches the pre-upgrade dump.
+pub const FETCH_DUMP_SCRIPT: &str = include_str!("fetch-dump.sh");
+
+const APP: &str = "postgresql";
+const DATA_DIR: &str = "/var/lib/postgresql/data";
+const POSTGRES_UID: i64 = 999;
+
+/// Every desired child of a Database.
+pub fn build(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    ctx: &Context,
+) -> Result<Vec<Value>, HookError> {
+    let mut out: Vec<Value> = secrets(db, seen, ctx).iter().map(child).collect();
+    out.push(child(&connection(db)));
+    out.push(child(&initdb_scripts(db)));
+    out.extend(services(db).iter().map(child));
+    out.push(child(&read_only_endpoints(db, seen)));
+    if plan.keep_statefulset {
+        out.push(child(&statefulset(db, plan)));
+    }
+    if plan.init_job {
+        out.push(child(&init_job(db, plan)));
+    }
+    out.extend(upgrade_jobs(db, seen, plan).iter().map(child));
+    if plan.snapshot_job {
+        out.extend(snapshot_job(db, plan).as_ref().map(child));
+    }
+    if let Some(cron) = backup_cron_job(db, plan) {
+        out.push(child(&cron));
+    }
+    Ok(out)
+}
+
+fn meta(db: &Database, object: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(object),
+        namespace: db.metadata.namespace.clone(),
+        labels: Some(labels(db)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The labels of every object of a Database.
+pub fn labels(db: &Database) -> BTreeMap<String, String> {
+    let mut labels = standard_labels(APP, name(db));
+    labels.insert(LABEL_DATABASE.to_string(), name(db).to_string());
+    labels
+}
+
+/// The superuser and replication passwords' Secret.
+pub fn superuser_secret_name(db: &Database) -> String {
+    format!("{}-superuser", name(db))
+}
+
+/// The application user's Secret: the user's own, or the generated one.
+pub fn credentials_secret_name(db: &Database) -> String {
+    db.spec
+        .credentials_secret
+        .clone()
+        .unwrap_or_else(|| format!("{}-credentials", name(db)))
+}
+
+fn password(bytes: &[u8]) -> ByteString {
+    // URL-safe base64 of 21 random bytes: 28 characters, 168 bits, safe in
+    // connection strings.
+    ByteString(
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(bytes)
+            .into_bytes(),
+    )
+}
+
+/// The Secrets we own. Once observed, a Secret's data is answered back
+/// unchanged: a sync never rotates a password.
+pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
+    let e = &ctx.entropy;
+    let mut wanted = vec![(
+        superuser_secret_name(db),
+        BTreeMap::from([
+            ("password".to_string(), password(&e[0..21])),
+            ("replication-password".to_string(), password(&e[21..42])),
+        ]),
+    )];
+    if db.spec.credentials_secret.is_none() {
+        let user = db.spec.user.clone().unwrap_or_else(|| name(db).to_string());
+        wanted.push((
+            credentials_secret_name(db),
+            BTreeMap::from([
+                ("username".to_string(), ByteString(user.into_bytes())),
+                ("password".to_string(), password(&e[42..63])),
+            ]),
+        ));
+    }
+    wanted
+        .into_iter()
+        .map(|(secret_name, generated)| {
+            let data = seen
+                .secrets
+                .get(&secret_name)
+                .and_then(|s| s.data.clone())
+                .unwrap_or(generated);
+            Secret {
+                metadata: meta(db, secret_name),
+                data: Some(data),
+                immutable: Some(true),
+                type_: Some("Opaque".to_string()),
+                ..Secret::default()
+            }
+        })
+        .collect()
+}
+
+/// Connection details for applications.
+pub fn connection(db: &Database) -> ConfigMap {
+    let ns = namespace(db);
+    ConfigMap {
+        metadata: meta(db, format!("{}-connection", name(db))),
+        data: Some(BTreeMap::from([
+            (
+                "host".to_string(),
+                format!("{}.{ns}.svc.cluster.local", name(db)),
+            ),
+            (
+                "readOnlyHost".to_string(),
+                format!("{}-ro.{ns}.svc.cluster.local", name(db)),
+            ),
+            ("port".to_string(), PORT.to_string()),
+            ("database".to_string(), database_name(db)),
+            ("credentialsSecret".to_string(), credentials_secret_name(db)),
+        ])),
+        ..ConfigMap::default()
+    }
+}
+
+/// The script the official image runs on the primary's first start.
+pub fn initdb_scripts(db: &Database) -> ConfigMap {
+    ConfigMap {
+        metadata: meta(db, format!("{}-initdb", name(db))),
+        data: Some(BTreeMap::from([(
+            "10-replication.sh".to_string(),
+            PRIMARY_INIT_SCRIPT.to_string(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+fn service_port() -> ServicePort {
+    ServicePort {
+        name: Some("postgresql".to_string()),
+        port: PORT,
+        target_port: Some(IntOrString::Int(PORT)),
+        protocol: Some("TCP".to_string()),
+        ..ServicePort::default()
+    }
+}
+
+/// The headless Service of the StatefulSet, the read-write Service of the
+/// primary, and the read-only Service of the standbys (its endpoints are
+/// ours: see [`read_only_endpoints`]).
+pub fn services(db: &Database) -> [Service; 3] {
+    let selector = selector_labels(APP, name(db));
+    let mut primary = selector.clone();
+    primary.insert(
+        "statefulset.kubernetes.io/pod-name".to_string(),
+        format!("{}-0", name(db)),
+    );
+    let service = |object: String, spec: ServiceSpec| Service {
+        metadata: meta(db, object),
+        spec: Some(spec),
+        status: None,
+    };
+    [
+        service(
+            headless_name(db),
+            ServiceSpec {
+                cluster_ip: Some("None".to_string()),
+                publish_not_ready_addresses: Some(true),
+                selector: Some(selector),
+                ports: Some(vec![service_port()]),
+                ..ServiceSpec::default()
+            },
+        ),
+        service(
+            name(db).to_string(),
+            ServiceSpec {
+                selector: Some(primary),
+                ports: Some(vec![service_port()]),
+                ..ServiceSpec::default()
+            },
+        ),
+        service(
+            read_only_name(db),
+            ServiceSpec {
+                ports: Some(vec![service_port()]),
+                ..ServiceSpec::default()
+            },
+        ),
+    ]
+}
+
+fn headless_name(db: &Database) -> String {
+    format!("{}-headless", name(db))
+}
+
+fn read_only_name(db: &Database) -> String {
+    format!("{}-ro", name(db))
+}
+
+/// The read-only Service's endpoints: the ready standbys, as observed. A
+/// Service selector cannot say "every instance but the first".
+pub fn read_only_endpoints(db: &Database, seen: &Observed) -> EndpointSlice {
+    let mut slice_labels = labels(db);
+    slice_labels.insert("kubernetes.io/service-name".to_string(), read_only_name(db));
+    slice_labels.insert(
+        "endpointslice.kubernetes.io/managed-by".to_string(),
+        "opshooks.io".to_string(),
+    );
+    let primary = format!("{}-0", name(db));
+    let endpoints = seen
+        .pods
+        .iter()
+        .filter(|p| p.metadata.name.as_deref() != Some(primary.as_str()) && is_ready(p))
+        .filter_map(|p| {
+            let ip = p.status.as_ref()?.pod_ip.clone()?;
+            ip.parse::<std::net::Ipv4Addr>().ok()?;
+            Some(Endpoint {
+                addresses: vec![ip],
+                conditions: Some(EndpointConditions {
+                    ready: Some(true),
+                    ..EndpointConditions::default()
+                }),
+                target_ref: Some(ObjectReference {
+                    kind: Some("Pod".to_string()),
+                    name: p.metadata.name.clone(),
+                    namespace: db.metadata.namespace.clone(),
+                    ..ObjectReference::default()
+                }),
+                ..Endpoint::default()
+            })
+        })
+        .collect();
+    EndpointSlice {
+        metadata: ObjectMeta {
+            labels: Some(slice_labels),
+            ..meta(db, read_only_name(db))
+        },
+        address_type: "IPv4".to_string(),
+        endpoints,
+        ports: Some(vec![EndpointPort {
+            name: Some("postgresql".to_string()),
+            port: Some(PORT),
+            protocol: Some("TCP".to_string()),
+            app_protocol: None,
+        }]),
+    }
+}
+
+fn secret_env(var: &str, secret: String, key: &str) -> EnvVar {
+    EnvVar {
+        name: var.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret,
+                key: key.to_string(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+fn value_env(var: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: var.to_string(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// The data directory of a major: versioned, so an upgrade builds the new
+/// version beside the old one on the same volume.
+pub fn pgdata(version: Major) -> String {
+    format!("{DATA_DIR}/pg{}", version.as_str())
+}
+
+fn hardened() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(POSTGRES_UID),
+        run_as_group: Some(POSTGRES_UID),
+        fs_group: Some(POSTGRES_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn pg_isready() -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(
+                [
+                    "pg_isready",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    "5432",
+                    "-U",
+                    "postgres",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+        }),
+        ..Probe::default()
+    }
+}
+
+/// The StatefulSet: instance 0 is the primary, the others clone it and
+/// stream from it. Its volumes are never deleted with it unless the plan
+/// says so (finalizing under Delete, or under Snapshot after a snapshot).
+pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
+    let data = pgdata(plan.version);
+    let (cpu, memory) = db.spec.size.resources();
+    let resources = BTreeMap::from([
+        ("cpu".to_string(), Quantity(cpu.to_string())),
+        ("memory".to_string(), Quantity(memory.to_string())),
+    ]);
+    let env = vec![
+        value_env("PGDATA", data),
+        secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
+        secret_env(
+            "REPLICATION_PASSWORD",
+            superuser_secret_name(db),
+            "replication-password",
+        ),
+        value_env(
+            "PRIMARY_HOST",
+            format!("{}-0.{}.{}.svc", name(db), headless_name(db), namespace(db)),
+        ),
+    ];
+    let image = plan.version.image();
+    let mounts = vec![mount("data", DATA_DIR, false)];
+    let mut pod_labels = labels(db);
+    pod_labels.extend(selector_labels(APP, name(db)));
+    StatefulSet {
+        metadata: ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                super::ANNOTATION_VERSION.to_string(),
+                plan.version.as_str().to_string(),
+            )])),
+            ..meta(db, name(db).to_string())
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(plan.replicas),
+            service_name: Some(headless_name(db)),
+            pod_management_policy: Some("OrderedReady".to_string()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(APP, name(db))),
+                match_expressions: None,
+            },
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(
+                        if plan.delete_volumes {
+                            "Delete"
+                        } else {
+                            "Retain"
+                        }
+                        .to_string(),
+                    ),
+                    when_scaled: Some("Retain".to_string()),
+                },
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    security_context: Some(pod_security()),
+                    init_containers: Some(vec![Container {
+                        name: "clone".to_string(),
+                        image: Some(image.clone()),
+                        command: Some(vec!["/bin/sh".into(), "-c".into(), CLONE_SCRIPT.into()]),
+                        env: Some(env.clone()),
+                        volume_mounts: Some(mounts.clone()),
+                        security_context: Some(hardened()),
+                        ..Container::default()
+                    }]),
+                    containers: vec![Container {
+                        name: "postgres".to_string(),
+                        image: Some(image),
+                        env: Some(env),
+                        ports: Some(vec![ContainerPort {
+                            name: Some("postgresql".to_string()),
+                            container_port: PORT,
+                            protocol: Some("TCP".to_string()),
+                            ..ContainerPort::default()
+                        }]),
+                        readiness_probe: Some(Probe {
+                            period_seconds: Some(5),
+                            ..pg_isready()
+                        }),
+                        liveness_probe: Some(Probe {
+                            initial_delay_seconds: Some(30),
+                            period_seconds: Some(10),
+                            failure_threshold: Some(6),
+                            ..pg_isready()
+                        }),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(resources.clone()),
+                            limits: Some(resources),
+                            ..ResourceRequirements::default()
+                        }),
+                        volume_mounts: Some(
+                            mounts
+                                .into_iter()
+                                .chain([mount("initdb", "/docker-entrypoint-initdb.d", true)])
+                                .collect(),
+                        ),
+                        security_context: Some(hardened()),
+                        ..Container::default()
+                    }],
+                    volumes: Some(vec![Volume {
+                        name: "initdb".to_string(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: format!("{}-initdb", name(db)),
+                            ..ConfigMapVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some("data".to_string()),
+                    labels: Some(BTreeMap::from([(
+                        LABEL_DATABASE.to_string(),
+                        name(db).to_string(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+                    storage_class_name: db.spec.storage.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            Quantity(db.spec.storage.size.clone()),
+                        )])),
+                        ..VolumeResourceRequirements::default()
+                    }),
+                    ..PersistentVolumeClaimSpec::default()
+                }),
+                status: None,
+            }]),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {
+    Job {
+        metadata: meta(db, job_name),
+        spec: Some(JobSpec {
+            backoff_limit: Some(backoff),
+            active_deadline_seconds: Some(6 * 3600),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(db)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_string()),
+                    security_context: Some(pod_security()),
+                    ..pod
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn app_env(db: &Database) -> Vec<EnvVar> {
+    vec![
+        secret_env("APP_USER", credentials_secret_name(db), "username"),
+        secret_env("APP_PASSWORD", credentials_secret_name(db), "password"),
+        value_env("APP_DATABASE", database_name(db)),
+    ]
+}
+
+/// The initial configuration: the application user and database.
+pub fn init_job(db: &Database, plan: &Plan) -> Job {
+    let mut env = vec![
+        value_env("PGHOST", format!("{}.{}.svc", name(db), namespace(db))),
+        value_env("PGPORT", PORT.to_string()),
+        value_env("PGUSER", "postgres"),
+        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
+        value_env("PGCONNECT_TIMEOUT", "30"),
+    ];
+    env.extend(app_env(db));
+    let container = Container {
+        name: "init".to_string(),
+        image: Some(plan.version.image()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), INIT_APP_SCRIPT.into()]),
+        env: Some(env),
+        security_context: Some(hardened()),
+        ..Container::default()
+    };
+    script_job(
+        db,
+        jobs::init(db),
+        PodSpec {
+            containers: vec![container],
+            ..PodSpec::default()
+        },
+        3,
+    )
+}
+
+/// How backup jobs reach this Database: the primary, as the superuser,
+/// with the running version's pg_dump.
+pub fn source(db: &Database, version: Major) -> Source {
+    Source {
+        host: format!("{}.{}.svc", name(db), namespace(db)),
+        port: PORT,
+        database: database_name(db),
+        user: Credential::Value("postgres".to_string()),
+        password: Credential::Secret {
+            name: superuser_secret_name(db),
+            key: "password".to_string(),
+        },
+        image: version.image(),
+    }
+}
+
+fn backup_plan<'a>(
+    db: &'a Database,
+    source: &'a Source,
+    dump_name: &'a str,
+    retention_days: Option<i32>,
+) -> Option<backup_job::Plan<'a>> {
+    let backup = db.spec.backup.as_ref()?;
+    Some(backup_job::Plan {
+        source,
+        destination: &backup.destination,
+        name: dump_name,
+        retention_days,
+        upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
+        service_account: None,
+        active_deadline_seconds: 6 * 3600,
+        labels: labels(db),
+    })
+}
+
+fn backup_job(db: &Database, job_name: String, version: Major) -> Option<Job> {
+    let source = source(db, version);
+    let plan = backup_plan(db, &source, &job_name, None)?;
+    Some(Job {
+        metadata: meta(db, job_name.clone()),
+        spec: Some(backup_job::job_spec(&plan)),
+        status: None,
+    })
+}
+
+/// The final snapshot, a dump with the backup job, before deletion.
+pub fn snapshot_job(db: &Database, plan: &Plan) -> Option<Job> {
+    backup_job(db, jobs::snapshot(db), plan.version)
+}
+
+/// The scheduled backups, when enabled.
+pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::batch::v1::CronJob> {
+    let backup = db.spec.backup.as_ref().filter(|b| b.enabled)?;
+    let source = source(db, plan.version);
+    let dump_name = name(db).to_string();
+    let job_plan = backup_plan(db, &source, &dump_name, backup.retention_days)?;
+    let schedule = Schedule {
+        cron: backup.schedule.as_deref()?.trim(),
+        time_zone: None,
+        suspend: false,
+        history: (3, 3),
+    };
+    Some(backup::scheduled(
+        meta(db, format!("{}-backup", name(db))),
+        &schedule,
+        &job_plan,
+    ))
+}
+
+/// The Jobs of an upgrade in progress or finished: the pre-upgrade backup
+/// and the restore into the new version. Kept once observed, so a failed
+/// one stays for its logs and is never retried behind the user's back.
+pub fn upgrade_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
+    let to = db.spec.version;
+    let from = seen.running().unwrap_or(to);
+    let mut out = Vec::new();
+    if from == to {
+        // Upgraded (or never upgraded): the Jobs have done their work and
+        // go; the pre-upgrade dump stays in S3, the old data on the volume.
+        return out;
+    }
+    let pre_name = jobs::pre_upgrade(db, to);
+    let wants_pre = !matches!(plan.upgrade, Upgrade::None | Upgrade::NoDestination { .. })
+        || seen.jobs.contains_key(&pre_name);
+    if wants_pre {
+        out.extend(backup_job(db, pre_name, from));
+    }
+    let upgrade_name = jobs::upgrade(db, to);
+    let wants_restore = matches!(
+        plan.upgrade,
+        Upgrade::Restoring { .. } | Upgrade::RestoreFailed { .. } | Upgrade::Starting { .. }
+    );
+    if wants_restore || seen.jobs.contains_key(&upgrade_name) {
+        out.extend(restore_job(db, from, to));
+    }
+    out
+}
+
+/// The restore into `to`: fetch the pre-upgrade dump, build the new
+/// version's cluster beside the old one on the primary's volume, restore.
+pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
+    let backup = db.spec.backup.as_ref()?;
+    let dest = &backup.destination;
+    let mut fetch_env = vec![
+        value_env("S3_BUCKET", dest.s3_bucket.clone()),
+        value_env("S3_PREFIX", dest.s3_prefix.clone()),
+        value_env("DUMP_NAME", jobs::pre_upgrade(db, to)),
+        value_env("DUMP", "/work/dump.pgdump"),
+        value_env("HOME", "/work"),
+        value_env(
+            "AWS_DEFAULT_REGION",
+            dest.region
+                .clone()
+                .unwrap_or_else(|| "us-east-1".to_string()),
+        ),
+    ];
+    if let Some(endpoint) = &dest.endpoint {
+        fetch_env.push(value_env("S3_ENDPOINT", endpoint.clone()));
+    }
+    if let Some(secret) = &dest.credentials_secret {
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            fetch_env.push(secret_env(key, secret.clone(), key));
+        }
+    }
+    let mut env = vec![
+        value_env("NEW_PGDATA", pgdata(to)),
+        value_env("OLD_PGDATA", pgdata(from)),
+        value_env("DUMP", "/work/dump.pgdump"),
+        secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
+        secret_env(
+            "REPLICATION_PASSWORD",
+            superuser_secret_name(db),
+            "replication-password",
+        ),
+    ];
+    env.extend(app_env(db));
+    let work = mount("work", "/work", false);
+    let pod = PodSpec {
+        init_containers: Some(vec![Container {
+            name: "fetch".to_string(),
+            image: Some(backup_job::DEFAULT_UPLOAD_IMAGE.to_string()),
+            command: Some(vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                FETCH_DUMP_SCRIPT.into(),
+            ]),
+            env: Some(fetch_env),
+            volume_mounts: Some(vec![work.clone()]),
+            security_context: Some(hardened()),
+            ..Container::default()
+        }]),
+        containers: vec![Container {
+            name: "upgrade".to_string(),
+            image: Some(to.image()),
+            command: Some(vec!["/bin/sh".into(), "-c".into(), UPGRADE_SCRIPT.into()]),
+            env: Some(env),
+            volume_mounts: Some(vec![work, mount("data", DATA_DIR, false)]),
+            security_context: Some(hardened()),
+            ..Container::default()
+        }],
+        volumes: Some(vec![
+            Volume {
+                name: "work".to_string(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            },
+            Volume {
+                name: "data".to_string(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: format!("data-{}-0", name(db)),
+                    read_only: None,
+                }),
+                ..Volume::default()
+            },
+        ]),
+        ..PodSpec::default()
+    };
+    Some(script_job(db, jobs::upgrade(db, to), pod, 1))
+}
