@@ -961,3 +961,170 @@ pub fn status(
         observed_generation: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn db(version: &str, policy: &str) -> Database {
+        serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "prod"},
+            "spec": {"version": version, "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": policy,
+                     "backup": {"destination": {"s3Bucket": "b"}}}
+        }))
+        .unwrap()
+    }
+
+    fn job(state: &str) -> Job {
+        let status = match state {
+            "Running" => json!({"active": 1}),
+            s => json!({"conditions": [{"type": s, "status": "True"}]}),
+        };
+        serde_json::from_value(json!({"metadata": {"name": "x"}, "status": status})).unwrap()
+    }
+
+    fn running(version: &str) -> Observed {
+        let sts: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "orders", "annotations": {ANNOTATION_VERSION: version}},
+            "spec": {"selector": {}, "template": {}}
+        }))
+        .unwrap();
+        Observed {
+            statefulset: Some(sts),
+            ..Observed::default()
+        }
+    }
+
+    #[test]
+    fn upgrade_steps() {
+        let d = db("17", "Delete");
+        struct Case {
+            reason: &'static str,
+            jobs: Vec<(&'static str, &'static str)>,
+            pods: usize,
+            want: Upgrade,
+            want_version: Major,
+            want_replicas: i32,
+        }
+        let to = Major::V17;
+        let cases = [
+            Case {
+                reason: "starts with the backup",
+                jobs: vec![],
+                pods: 2,
+                want: Upgrade::BackingUp { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "a failed backup keeps 16 serving",
+                jobs: vec![("orders-pre-upgrade-17", "Failed")],
+                pods: 2,
+                want: Upgrade::BackupFailed { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "stops before restoring",
+                jobs: vec![("orders-pre-upgrade-17", "Complete")],
+                pods: 2,
+                want: Upgrade::Stopping { to },
+                want_version: Major::V16,
+                want_replicas: 0,
+            },
+            Case {
+                reason: "restores once stopped",
+                jobs: vec![("orders-pre-upgrade-17", "Complete")],
+                pods: 0,
+                want: Upgrade::Restoring { to },
+                want_version: Major::V16,
+                want_replicas: 0,
+            },
+            Case {
+                reason: "a failed restore brings 16 back",
+                jobs: vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Failed"),
+                ],
+                pods: 0,
+                want: Upgrade::RestoreFailed { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "moves to 17 only after the restore",
+                jobs: vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Complete"),
+                ],
+                pods: 0,
+                want: Upgrade::Starting { to },
+                want_version: Major::V17,
+                want_replicas: 2,
+            },
+        ];
+        for case in cases {
+            let mut seen = running("16");
+            seen.jobs = case
+                .jobs
+                .iter()
+                .map(|(n, s)| (n.to_string(), job(s)))
+                .collect();
+            seen.pods = (0..case.pods)
+                .map(|i| {
+                    serde_json::from_value(json!({"metadata": {"name": format!("orders-{i}")}}))
+                        .unwrap()
+                })
+                .collect();
+            let plan = plan(&d, &seen).unwrap();
+            assert_eq!(plan.upgrade, case.want, "{}", case.reason);
+            assert_eq!(plan.version, case.want_version, "{}", case.reason);
+            assert_eq!(plan.replicas, case.want_replicas, "{}", case.reason);
+        }
+    }
+
+    #[test]
+    fn downgrades_are_refused() {
+        let err = plan(&db("15", "Delete"), &running("16")).unwrap_err();
+        assert_eq!(err.field, "spec.version");
+    }
+
+    #[test]
+    fn deletion_keeps_data_until_allowed() {
+        let seen = running("16");
+        let base = plan(&db("16", "Snapshot"), &seen).unwrap();
+        let snapshot = plan_deletion(&db("16", "Snapshot"), &seen, base.clone());
+        assert!(snapshot.snapshot_job && snapshot.keep_statefulset && !snapshot.delete_volumes);
+        let mut done = running("16");
+        done.jobs.insert("orders-snapshot".into(), job("Complete"));
+        let after = plan_deletion(&db("16", "Snapshot"), &done, base.clone());
+        assert!(
+            after.delete_volumes,
+            "after the snapshot the volumes may go"
+        );
+        assert!(
+            after.keep_statefulset,
+            "but only once the StatefulSet carries whenDeleted=Delete"
+        );
+        let retain = plan_deletion(&db("16", "Retain"), &seen, base);
+        assert!(!retain.delete_volumes);
+    }
+
+    #[test]
+    fn passwords_are_long_and_url_safe() {
+        let d = db("16", "Delete");
+        let ctx = Context {
+            now: "2026-01-01T00:00:00Z".parse().unwrap(),
+            entropy: [0xAB; crate::operators::ENTROPY],
+        };
+        let secrets = children::secrets(&d, &Observed::default(), &ctx);
+        let password = &secrets[0].data.as_ref().unwrap()["password"].0;
+        assert_eq!(password.len(), 28);
+        assert!(
+            password
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+        );
+    }
+}

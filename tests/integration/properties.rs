@@ -307,3 +307,143 @@ proptest! {
         }
     }
 }
+
+prop_compose! {
+    fn database_state()(
+        desired in 14u32..=17,
+        running in prop::option::of(14u32..=17),
+        size in prop::sample::select(vec!["small", "medium", "large"]),
+        policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
+        has_backup in any::<bool>(),
+        when_deleted in prop::sample::select(vec!["Retain", "Delete"]),
+        sts_synced in any::<bool>(),
+        jobs in prop::collection::btree_map(
+            prop::sample::select(vec!["init", "pre-upgrade", "upgrade", "snapshot"]),
+            prop::sample::select(vec!["Complete", "Failed", "Running"]),
+            0..4,
+        ),
+        secret_data in prop::option::of("[a-zA-Z0-9]{1,30}"),
+        pods in prop::collection::btree_map(0u32..4, any::<bool>(), 0..4),
+        volumes in 0u32..4,
+        finalizing in any::<bool>(),
+    ) -> (Value, bool) {
+        let name = "db";
+        let job_name = |kind: &str| match kind {
+            "init" => "db-init".to_string(),
+            "snapshot" => "db-snapshot".to_string(),
+            other => format!("db-{other}-{desired}"),
+        };
+        let mut children = serde_json::Map::new();
+        let mut group = |key: &str, object: Value| {
+            let entry = children.entry(key.to_string()).or_insert_with(|| json!({}));
+            let key = object["metadata"]["name"].as_str().unwrap().to_string();
+            entry[key] = object;
+        };
+        if let Some(running) = running {
+            group("StatefulSet.apps/v1", json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": name, "namespace": "ns", "generation": 2, "annotations": {"opshooks.io/postgres-version": running.to_string()}},
+                "spec": {"selector": {}, "template": {}, "persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted}},
+                "status": {"replicas": 1, "observedGeneration": if sts_synced { 2 } else { 1 }}}));
+        }
+        for (kind, state) in &jobs {
+            let status = if *state == "Running" { json!({"active": 1}) } else { json!({"conditions": [{"type": state, "status": "True"}]}) };
+            group("Job.batch/v1", json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job_name(kind), "namespace": "ns"}, "status": status}));
+        }
+        if let Some(data) = &secret_data {
+            let b64 = |s: &str| base64_encode(s.as_bytes());
+            group("Secret.v1", json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-superuser", "namespace": "ns"},
+                "data": {"password": b64(data), "replication-password": b64(&format!("r{data}"))}}));
+            group("Secret.v1", json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": "ns"},
+                "data": {"username": b64("db"), "password": b64(&format!("a{data}"))}}));
+        }
+        let related_pods: serde_json::Map<String, Value> = pods.iter().map(|(i, ready)| {
+            (format!("db-{i}"), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("db-{i}"), "namespace": "ns"},
+                "status": {"podIP": format!("10.0.0.{i}"), "conditions": [{"type": "Ready", "status": if *ready {"True"} else {"False"}}]}}))
+        }).collect();
+        let related_volumes: serde_json::Map<String, Value> = (0..volumes).map(|i| {
+            (format!("data-db-{i}"), json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": format!("data-db-{i}"), "namespace": "ns"}}))
+        }).collect();
+        let mut spec = json!({"version": desired.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy});
+        if has_backup {
+            spec["backup"] = json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "bucket"}});
+        }
+        let request = json!({
+            "parent": {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": spec},
+            "children": children,
+            "related": {"Pod.v1": related_pods, "PersistentVolumeClaim.v1": related_volumes},
+        });
+        (request, finalizing)
+    }
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn observed<'a>(request: &'a Value, group: &str, name: &str) -> Option<&'a Value> {
+    request["children"].get(group)?.get(name)
+}
+
+fn job_succeeded(request: &Value, name: &str) -> bool {
+    observed(request, "Job.batch/v1", name)
+        .is_some_and(|j| j["status"]["conditions"][0]["type"] == "Complete")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The data-safety invariants of the Database operator, over arbitrary
+    /// observed states and spec changes.
+    #[test]
+    fn database_never_loses_data((request, finalizing) in database_state()) {
+        let op = operator("database");
+        let hook = if finalizing { Hook::Finalize } else { Hook::Sync };
+        let body = request.to_string();
+        let call = op.call(hook, body.as_bytes(), &ctx()).unwrap();
+        let Ok(answer) = call.result else { return Ok(()) };
+        let again = op.call(hook, body.as_bytes(), &ctx()).unwrap().result.unwrap();
+        prop_assert_eq!(&answer.body, &again.body, "same input, same bytes");
+        let response: Value = serde_json::from_slice(&answer.body).unwrap();
+        let children = response["children"].as_array().unwrap();
+        let find = |kind: &str, name: &str| children.iter().find(|c| c["kind"] == kind && c["metadata"]["name"] == name);
+        let policy = request["parent"]["spec"]["deletionPolicy"].as_str().unwrap();
+        let snapshot_done = job_succeeded(&request, "db-snapshot");
+        let may_delete_volumes = finalizing && (policy == "Delete" || (policy == "Snapshot" && snapshot_done));
+
+        // 1. Generated Secrets never change once observed.
+        for secret in ["db-superuser", "db-credentials"] {
+            if let Some(seen) = observed(&request, "Secret.v1", secret) {
+                let answered = find("Secret", secret);
+                prop_assert!(answered.is_some(), "{} dropped", secret);
+                prop_assert_eq!(&answered.unwrap()["data"], &seen["data"], "{} changed", secret);
+            }
+        }
+        // 2. Volumes may be deleted only when finalizing under Delete, or
+        //    under Snapshot after the snapshot succeeded.
+        let sts = find("StatefulSet", "db");
+        if let Some(sts) = sts {
+            let when_deleted = &sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"];
+            prop_assert!(when_deleted == "Retain" || may_delete_volumes, "volumes released: {}", when_deleted);
+        }
+        // 3. An observed StatefulSet is dropped only when finalizing, and
+        //    under Snapshot only after the snapshot succeeded.
+        if observed(&request, "StatefulSet.apps/v1", "db").is_some() && sts.is_none() {
+            prop_assert!(finalizing && (policy != "Snapshot" || snapshot_done), "StatefulSet dropped");
+        }
+        // 4. finalized only when no StatefulSet and no volume is observed.
+        if response["finalized"] == true {
+            prop_assert!(observed(&request, "StatefulSet.apps/v1", "db").is_none());
+            prop_assert!(request["related"]["PersistentVolumeClaim.v1"].as_object().unwrap().is_empty());
+        }
+        // 5. The image moves to a new major only after the upgrade Job succeeded.
+        if let (Some(sts), Some(seen)) = (sts, observed(&request, "StatefulSet.apps/v1", "db")) {
+            let running = seen["metadata"]["annotations"]["opshooks.io/postgres-version"].as_str().unwrap();
+            let image = sts["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap();
+            if image != format!("postgres:{running}") {
+                let to = image.trim_start_matches("postgres:");
+                prop_assert!(job_succeeded(&request, &format!("db-upgrade-{to}")), "moved to {} before its upgrade Job succeeded", image);
+            }
+        }
+    }
+}
