@@ -102,15 +102,19 @@ pub fn crd_file(op: &Operator) -> String {
     format!("{HEADER}{}", to_yaml(&op.crd))
 }
 
-/// The CompositeController file of one operator, with a comment saying why
-/// each child type is updated the way it is.
-pub fn controller_file(op: &Operator, opts: &ControllerOptions) -> String {
-    let why: String = op
-        .controller
+/// One comment line per child type saying why it is updated as it is.
+fn update_comments(op: &Operator) -> String {
+    op.controller
         .children
         .iter()
         .map(|c| format!("# {} use {}: {}.\n", c.resource, c.update_method, c.why))
-        .collect();
+        .collect()
+}
+
+/// The CompositeController file of one operator, with a comment saying why
+/// each child type is updated the way it is.
+pub fn controller_file(op: &Operator, opts: &ControllerOptions) -> String {
+    let why = update_comments(op);
     format!("{HEADER}{why}{}", to_yaml(&controller(op, opts)))
 }
 
@@ -192,12 +196,7 @@ pub fn helm_controllers(ops: &[Operator]) -> String {
                     "  {{{{- with (int ($.Values.controllers.resyncPeriodSeconds | default {default_resync})) }}}}\n  resyncPeriodSeconds: {{{{ . }}}}\n  {{{{- end }}}}\n"
                 ),
             );
-        let why: String = op
-            .controller
-            .children
-            .iter()
-            .map(|c| format!("# {} use {}: {}.\n", c.resource, c.update_method, c.why))
-            .collect();
+        let why = update_comments(op);
         out.push_str(&format!(
             "{{{{- if .Values.operators.{}.enabled }}}}\n---\n{why}{yaml}{{{{- end }}}}\n",
             op.name

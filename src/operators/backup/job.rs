@@ -113,7 +113,8 @@ pub struct Plan<'a> {
     pub labels: BTreeMap<String, String>,
 }
 
-fn env(name: &str, value: impl Into<String>) -> EnvVar {
+/// A literal environment variable.
+pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.to_string(),
         value: Some(value.into()),
@@ -121,7 +122,8 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
-fn env_credential(name: &str, credential: &Credential) -> EnvVar {
+/// An environment variable from a literal or from a Secret key.
+pub fn env_credential(name: &str, credential: &Credential) -> EnvVar {
     match credential {
         Credential::Value(value) => env(name, value.clone()),
         Credential::Secret { name: secret, key } => EnvVar {
@@ -181,13 +183,24 @@ pub fn dump_env(source: &Source) -> Vec<EnvVar> {
 
 /// The environment of the upload container.
 pub fn upload_env(plan: &Plan<'_>) -> Vec<EnvVar> {
-    let dest = plan.destination;
     let mut vars = vec![
         env("WORK_DIR", WORK_DIR),
         env("HOME", WORK_DIR),
+        env("BACKUP_NAME", plan.name),
+    ];
+    if let Some(days) = plan.retention_days {
+        vars.push(env("RETENTION_DAYS", days.to_string()));
+    }
+    vars.extend(s3_env(plan.destination));
+    vars
+}
+
+/// How the AWS CLI reaches a destination: bucket, prefix, region, endpoint
+/// and, when given, the keys from their Secret.
+pub fn s3_env(dest: &Destination) -> Vec<EnvVar> {
+    let mut vars = vec![
         env("S3_BUCKET", dest.s3_bucket.clone()),
         env("S3_PREFIX", dest.s3_prefix.clone()),
-        env("BACKUP_NAME", plan.name),
         env(
             "AWS_DEFAULT_REGION",
             dest.region
@@ -197,9 +210,6 @@ pub fn upload_env(plan: &Plan<'_>) -> Vec<EnvVar> {
     ];
     if let Some(endpoint) = &dest.endpoint {
         vars.push(env("S3_ENDPOINT", endpoint.clone()));
-    }
-    if let Some(days) = plan.retention_days {
-        vars.push(env("RETENTION_DAYS", days.to_string()));
     }
     if let Some(secret) = &dest.credentials_secret {
         for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {

@@ -11,11 +11,10 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, ExecAction, ObjectReference, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
-    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    EnvVar, ExecAction, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, Secret, SecurityContext, Service, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -299,26 +298,17 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed) -> EndpointSlice {
 }
 
 fn secret_env(var: &str, secret: String, key: &str) -> EnvVar {
-    EnvVar {
-        name: var.to_string(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret,
-                key: key.to_string(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-    }
+    backup_job::env_credential(
+        var,
+        &Credential::Secret {
+            name: secret,
+            key: key.to_string(),
+        },
+    )
 }
 
 fn value_env(var: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: var.to_string(),
-        value: Some(value.into()),
-        value_from: None,
-    }
+    backup_job::env(var, value)
 }
 
 /// The data directory of a major: versioned, so an upgrade builds the new
@@ -692,26 +682,11 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
     let backup = db.spec.backup.as_ref()?;
     let dest = &backup.destination;
     let mut fetch_env = vec![
-        value_env("S3_BUCKET", dest.s3_bucket.clone()),
-        value_env("S3_PREFIX", dest.s3_prefix.clone()),
         value_env("DUMP_NAME", jobs::pre_upgrade(db, to)),
         value_env("DUMP", "/work/dump.pgdump"),
         value_env("HOME", "/work"),
-        value_env(
-            "AWS_DEFAULT_REGION",
-            dest.region
-                .clone()
-                .unwrap_or_else(|| "us-east-1".to_string()),
-        ),
     ];
-    if let Some(endpoint) = &dest.endpoint {
-        fetch_env.push(value_env("S3_ENDPOINT", endpoint.clone()));
-    }
-    if let Some(secret) = &dest.credentials_secret {
-        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
-            fetch_env.push(secret_env(key, secret.clone(), key));
-        }
-    }
+    fetch_env.extend(backup_job::s3_env(dest));
     let mut env = vec![
         value_env("NEW_PGDATA", pgdata(to)),
         value_env("OLD_PGDATA", pgdata(from)),
