@@ -414,6 +414,24 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
             ),
         ));
     }
+    // PostgreSQL cuts names at 63 bytes, not characters: a longer name is
+    // created but can never log in.
+    for (field, value) in [
+        ("spec.databaseName", &db.spec.database_name),
+        ("spec.user", &db.spec.user),
+    ] {
+        if let Some(value) = value
+            && (value.is_empty() || value.len() > 63)
+        {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{value:?} is {} bytes; PostgreSQL names hold 1 to 63 bytes",
+                    value.len()
+                ),
+            ));
+        }
+    }
     if let Some(b) = &db.spec.backup {
         validate_destination("spec.backup.destination", &b.destination)?;
         match (&b.schedule, b.enabled) {

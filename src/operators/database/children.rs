@@ -447,6 +447,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                     containers: vec![Container {
                         name: "postgres".to_string(),
                         image: Some(image),
+                        args: Some(postgres_args(db)),
                         env: Some(env),
                         ports: Some(vec![ContainerPort {
                             name: Some("postgresql".to_string()),
@@ -516,6 +517,19 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
         }),
         status: None,
     }
+}
+
+/// The server's arguments. Standbys that fall behind (a restart, a slow
+/// node) catch up from the primary's WAL if it is still there: keep a tenth
+/// of the volume of it, between 64 MB and 4 GB, rather than a replication
+/// slot that would fill the primary's disk if a standby disappeared.
+pub fn postgres_args(db: &Database) -> Vec<String> {
+    let volume_mb =
+        crate::operators::validate::quantity_bytes(&db.spec.storage.size).unwrap_or(0) / 1_000_000;
+    let keep_mb = (volume_mb / 10).clamp(64, 4096);
+    ["postgres", "-c", &format!("wal_keep_size={keep_mb}MB")]
+        .map(String::from)
+        .to_vec()
 }
 
 fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {

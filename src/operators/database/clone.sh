@@ -9,15 +9,20 @@
 # REPLICATION_PASSWORD, PRIMARY_PORT (default 5432); the ordinal comes from
 # the pod's hostname.
 set -eu
-ordinal="${HOSTNAME##*-}"
+# shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
+host="$HOSTNAME"
+ordinal="${host##*-}"
 case "$ordinal" in
-    '' | *[!0-9]*) echo "clone: cannot read an ordinal from hostname $HOSTNAME" >&2; exit 1 ;;
+    '' | *[!0-9]*) echo "clone: cannot read an ordinal from hostname $host" >&2; exit 1 ;;
 esac
 if [ "$ordinal" = "0" ]; then
     echo "clone: instance 0 is the primary; nothing to clone"
     exit 0
 fi
-if [ -s "$PGDATA/PG_VERSION" ]; then
+# pg_basebackup writes backup_label first; the server renames it when it
+# first starts. A PGDATA that still has it is an unfinished (or never
+# started) clone: start over.
+if [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/backup_label" ]; then
     echo "clone: $PGDATA already holds a cluster; starting it as it is"
     exit 0
 fi

@@ -15,7 +15,12 @@ listing="$(mktemp)"
 printf '%s' "$prefix" >"$listing.prefix"
 aws "$@" s3api list-objects-v2 --bucket "$S3_BUCKET" --prefix "file://$listing.prefix" \
     --query 'Contents[].Key' --output text >"$listing"
-newest="$(tr '\t' '\n' <"$listing" | grep '\.pgdump$' | sort | tail -n 1 || true)"
+# Only this name's complete dumps: <prefix><name>-YYYYMMDDTHHMMSSZ.pgdump
+newest="$(tr '\t' '\n' <"$listing" | while IFS= read -r key; do
+    case "${key#"$prefix"}" in
+        [0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]T[0-9][0-9][0-9][0-9][0-9][0-9]Z.pgdump) printf '%s\n' "$key" ;;
+    esac
+done | sort | tail -n 1)"
 if [ -z "$newest" ] || [ "$newest" = "None" ]; then
     printf 'fetch: no dump under s3://%s/%s\n' "$S3_BUCKET" "$prefix" >&2
     exit 1

@@ -53,7 +53,10 @@ SELECT format('CREATE DATABASE %I OWNER %I', :'app_db', :'app_user')
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'app_db')
 \gexec
 SQL
-pg_restore -h "$socket" -U postgres --dbname "$APP_DATABASE" --exit-on-error --no-password "$DUMP"
+# --dbname takes a value with "=" for a connection string: pass one, with
+# the name quoted as libpq wants (backslash before ' and \).
+dbname="dbname='$(printf '%s' "$APP_DATABASE" | sed "s/[\\\\']/\\\\&/g")'"
+pg_restore -h "$socket" -U postgres --dbname "$dbname" --exit-on-error --no-password "$DUMP"
 stop
 trap - EXIT
 touch "$done_marker"
