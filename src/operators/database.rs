@@ -75,7 +75,10 @@ pub const WAIT_SECONDS: f64 = 15.0;
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("self.deletionPolicy != 'Snapshot' || has(self.backup)").message("deletionPolicy Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete"),
-    validation = Rule::new("self.version >= oldSelf.version").message("spec.version cannot go down: downgrades are refused; restore a backup into a new Database instead")
+    validation = Rule::new("self.version >= oldSelf.version").message("spec.version cannot go down: downgrades are refused; restore a backup into a new Database instead"),
+    validation = Rule::new("has(self.credentialsSecret) == has(oldSelf.credentialsSecret) && (!has(self.credentialsSecret) || self.credentialsSecret == oldSelf.credentialsSecret)").message("spec.credentialsSecret cannot change once created: the database's user keeps the password it was created with"),
+    validation = Rule::new("has(self.databaseName) == has(oldSelf.databaseName) && (!has(self.databaseName) || self.databaseName == oldSelf.databaseName)").message("spec.databaseName cannot change once created"),
+    validation = Rule::new("has(self.user) == has(oldSelf.user) && (!has(self.user) || self.user == oldSelf.user)").message("spec.user cannot change once created")
 )]
 pub struct DatabaseSpec {
     /// The PostgreSQL major version: 14, 15, 16 or 17. Raising it upgrades
@@ -514,19 +517,34 @@ impl Observed {
     }
 
     /// The pod of instance `index`, if it exists and is ready.
-    pub fn is_instance_ready(&self, db: &Database, index: i32) -> bool {
-        let pod_name = format!("{}-{index}", name(db));
-        self.pods
-            .iter()
-            .any(|p| p.metadata.name.as_deref() == Some(pod_name.as_str()) && is_ready(p))
+    pub fn is_instance_ready(&self, db: &Database, index: u32) -> bool {
+        self.instances(db).any(|(i, p)| i == index && is_ready(p))
     }
 
-    /// Pods that are not being deleted.
-    pub fn live_pods(&self) -> usize {
-        self.pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .count()
+    /// The StatefulSet's pods with their ordinals: `<name>-<n>` and
+    /// labelled as instances (Job pods share the Database label, not these).
+    pub fn instances<'a>(&'a self, db: &'a Database) -> impl Iterator<Item = (u32, &'a Pod)> + 'a {
+        self.pods.iter().filter_map(move |p| {
+            let labels = p.metadata.labels.as_ref();
+            let is_instance = labels
+                .and_then(|l| l.get(crate::operators::LABEL_NAME))
+                .is_some_and(|app| app == "postgresql");
+            let index = p
+                .metadata
+                .name
+                .as_deref()?
+                .strip_prefix(name(db))?
+                .strip_prefix('-')?
+                .parse::<u32>()
+                .ok()?;
+            is_instance.then_some((index, p))
+        })
+    }
+
+    /// Instance pods that exist at all (being deleted or not): the restore
+    /// must wait until none is left holding the primary's volume.
+    pub fn live_instances(&self, db: &Database) -> usize {
+        self.instances(db).count()
     }
 }
 
@@ -599,7 +617,15 @@ pub struct Plan {
 /// Decides the StatefulSet's version and size and which Jobs exist.
 pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
     let desired = db.spec.version;
-    let running = seen.running().unwrap_or(desired);
+    // Without a StatefulSet (deleted by hand, or a Database re-created over
+    // retained volumes), the version last reported is what the volumes
+    // hold: never assume the new one, which would start an empty cluster.
+    let reported = db
+        .status
+        .as_ref()
+        .and_then(|s| s.version.as_deref())
+        .and_then(Major::parse);
+    let running = seen.running().or(reported).unwrap_or(desired);
     if desired < running {
         return Err(InvalidSpec::new(
             "spec.version",
@@ -634,7 +660,7 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
         Some(RunStatus::Failed) => Upgrade::BackupFailed { to },
         Some(RunStatus::Succeeded) => match seen.job(&jobs::upgrade(db, to)) {
             // The restore needs the primary's volume: stop every instance first.
-            None if seen.live_pods() > 0 => Upgrade::Stopping { to },
+            None if seen.live_instances(db) > 0 => Upgrade::Stopping { to },
             None | Some(RunStatus::Running | RunStatus::None) => Upgrade::Restoring { to },
             Some(RunStatus::Failed) => Upgrade::RestoreFailed { to },
             Some(RunStatus::Succeeded) => {
@@ -657,14 +683,29 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
 /// Snapshot, then let the volumes go with the StatefulSet.
 pub fn plan_deletion(db: &Database, seen: &Observed, mut plan: Plan) -> Plan {
     let snapshot = seen.job(&jobs::snapshot(db));
-    let volumes_may_go = match db.spec.deletion_policy {
-        DeletionPolicy::Retain => false,
-        DeletionPolicy::Delete => true,
-        DeletionPolicy::Snapshot => {
-            plan.snapshot_job = true;
-            snapshot == Some(RunStatus::Succeeded)
-        }
-    };
+    // Once the StatefulSet was told to delete its volumes, the StatefulSet
+    // controller may already have handed some of them to it: switching back
+    // half-way could leave a few owned and deleted with it. Stay the course.
+    let committed = seen
+        .statefulset
+        .as_ref()
+        .and_then(|s| {
+            s.spec
+                .as_ref()?
+                .persistent_volume_claim_retention_policy
+                .as_ref()
+        })
+        .and_then(|p| p.when_deleted.as_deref())
+        == Some("Delete");
+    let volumes_may_go = committed
+        || match db.spec.deletion_policy {
+            DeletionPolicy::Retain => false,
+            DeletionPolicy::Delete => true,
+            DeletionPolicy::Snapshot => {
+                plan.snapshot_job = true;
+                snapshot == Some(RunStatus::Succeeded)
+            }
+        };
     // Under Snapshot the data must stay until the snapshot succeeded.
     let may_remove = db.spec.deletion_policy == DeletionPolicy::Retain || volumes_may_go;
     plan.delete_volumes = volumes_may_go;
@@ -1091,7 +1132,7 @@ mod tests {
                 .collect();
             seen.pods = (0..case.pods)
                 .map(|i| {
-                    serde_json::from_value(json!({"metadata": {"name": format!("orders-{i}")}}))
+                    serde_json::from_value(json!({"metadata": {"name": format!("orders-{i}"), "labels": {"app.kubernetes.io/name": "postgresql"}}}))
                         .unwrap()
                 })
                 .collect();

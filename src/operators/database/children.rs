@@ -38,10 +38,11 @@ pub const CLONE_SCRIPT: &str = include_str!("clone.sh");
 pub const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
 /// The upgrade Job's restore into the new version.
 pub const UPGRADE_SCRIPT: &str = include_str!("upgrade.sh");
-/// The upgrade Job's init container: fetches the pre-upgrade dump.
-pub const FETCH_DUMP_SCRIPT: &str = include_str!("fetch-dump.sh");
+/// The upgrade Job's init container: dumps the stopped old version.
+pub const DUMP_STOPPED_SCRIPT: &str = include_str!("dump-stopped.sh");
 
 const APP: &str = "postgresql";
+const JOB_APP: &str = "postgresql-job";
 const DATA_DIR: &str = "/var/lib/postgresql/data";
 const POSTGRES_UID: i64 = 999;
 
@@ -89,6 +90,14 @@ pub fn labels(db: &Database) -> BTreeMap<String, String> {
     labels
 }
 
+/// The labels of Job pods: never matching the StatefulSet's selector, so
+/// the Services and the instance count never include them.
+pub fn job_labels(db: &Database) -> BTreeMap<String, String> {
+    let mut labels = standard_labels(JOB_APP, name(db));
+    labels.insert(LABEL_DATABASE.to_string(), name(db).to_string());
+    labels
+}
+
 /// The superuser and replication passwords' Secret.
 pub fn superuser_secret_name(db: &Database) -> String {
     format!("{}-superuser", name(db))
@@ -123,10 +132,13 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
             ("replication-password".to_string(), password(&e[21..42])),
         ]),
     )];
-    if db.spec.credentials_secret.is_none() {
+    let generated_credentials = format!("{}-credentials", name(db));
+    // Once generated, the application's credentials stay even if the spec
+    // later names a Secret of its own: they exist nowhere else.
+    if db.spec.credentials_secret.is_none() || seen.secrets.contains_key(&generated_credentials) {
         let user = db.spec.user.clone().unwrap_or_else(|| name(db).to_string());
         wanted.push((
-            credentials_secret_name(db),
+            generated_credentials,
             BTreeMap::from([
                 ("username".to_string(), ByteString(user.into_bytes())),
                 ("password".to_string(), password(&e[42..63])),
@@ -257,11 +269,10 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed) -> EndpointSlice {
         "endpointslice.kubernetes.io/managed-by".to_string(),
         "opshooks.io".to_string(),
     );
-    let primary = format!("{}-0", name(db));
     let endpoints = seen
-        .pods
-        .iter()
-        .filter(|p| p.metadata.name.as_deref() != Some(primary.as_str()) && is_ready(p))
+        .instances(db)
+        .filter(|(index, p)| *index > 0 && is_ready(p))
+        .map(|(_, p)| p)
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.clone()?;
             ip.parse::<std::net::Ipv4Addr>().ok()?;
@@ -459,8 +470,14 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                             period_seconds: Some(5),
                             ..pg_isready()
                         }),
+                        // Crash recovery after an unclean stop can take long:
+                        // liveness starts only once the server answered.
+                        startup_probe: Some(Probe {
+                            period_seconds: Some(10),
+                            failure_threshold: Some(360),
+                            ..pg_isready()
+                        }),
                         liveness_probe: Some(Probe {
-                            initial_delay_seconds: Some(30),
                             period_seconds: Some(10),
                             failure_threshold: Some(6),
                             ..pg_isready()
@@ -483,6 +500,9 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                         name: "initdb".to_string(),
                         config_map: Some(ConfigMapVolumeSource {
                             name: format!("{}-initdb", name(db)),
+                            // Executable, so the entrypoint runs it in its own
+                            // shell instead of sourcing it into its own.
+                            default_mode: Some(0o555),
                             ..ConfigMapVolumeSource::default()
                         }),
                         ..Volume::default()
@@ -540,7 +560,7 @@ fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Jo
             active_deadline_seconds: Some(6 * 3600),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels(db)),
+                    labels: Some(job_labels(db)),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -623,7 +643,7 @@ fn backup_plan<'a>(
         upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
         service_account: None,
         active_deadline_seconds: 6 * 3600,
-        labels: labels(db),
+        labels: job_labels(db),
     })
 }
 
@@ -690,21 +710,23 @@ pub fn upgrade_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
     out
 }
 
-/// The restore into `to`: fetch the pre-upgrade dump, build the new
-/// version's cluster beside the old one on the primary's volume, restore.
+/// The restore into `to`, while every instance is stopped: dump the old
+/// version from its own volume (nothing can write any more, so the dump is
+/// complete), build the new version's cluster beside the old one, restore.
+/// The S3 pre-upgrade backup taken before stopping stays as a safety copy.
 pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
-    let backup = db.spec.backup.as_ref()?;
-    let dest = &backup.destination;
-    let mut fetch_env = vec![
-        value_env("DUMP_NAME", jobs::pre_upgrade(db, to)),
-        value_env("DUMP", "/work/dump.pgdump"),
-        value_env("HOME", "/work"),
+    // The S3 safety copy comes first; without a destination there is none.
+    db.spec.backup.as_ref()?;
+    let dump = "/work/dump.pgdump";
+    let dump_env = vec![
+        value_env("OLD_PGDATA", pgdata(from)),
+        value_env("DUMP", dump),
+        value_env("PGDATABASE", database_name(db)),
     ];
-    fetch_env.extend(backup_job::s3_env(dest));
     let mut env = vec![
         value_env("NEW_PGDATA", pgdata(to)),
         value_env("OLD_PGDATA", pgdata(from)),
-        value_env("DUMP", "/work/dump.pgdump"),
+        value_env("DUMP", dump),
         secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
         secret_env(
             "REPLICATION_PASSWORD",
@@ -713,18 +735,21 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
         ),
     ];
     env.extend(app_env(db));
-    let work = mount("work", "/work", false);
+    let mounts = vec![
+        mount("work", "/work", false),
+        mount("data", DATA_DIR, false),
+    ];
     let pod = PodSpec {
         init_containers: Some(vec![Container {
-            name: "fetch".to_string(),
-            image: Some(backup_job::DEFAULT_UPLOAD_IMAGE.to_string()),
+            name: "dump".to_string(),
+            image: Some(from.image()),
             command: Some(vec![
                 "/bin/sh".into(),
                 "-c".into(),
-                FETCH_DUMP_SCRIPT.into(),
+                DUMP_STOPPED_SCRIPT.into(),
             ]),
-            env: Some(fetch_env),
-            volume_mounts: Some(vec![work.clone()]),
+            env: Some(dump_env),
+            volume_mounts: Some(mounts.clone()),
             security_context: Some(hardened()),
             ..Container::default()
         }]),
@@ -733,7 +758,7 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
             image: Some(to.image()),
             command: Some(vec!["/bin/sh".into(), "-c".into(), UPGRADE_SCRIPT.into()]),
             env: Some(env),
-            volume_mounts: Some(vec![work, mount("data", DATA_DIR, false)]),
+            volume_mounts: Some(mounts),
             security_context: Some(hardened()),
             ..Container::default()
         }],

@@ -1,7 +1,7 @@
 #!/bin/sh
 # opshooks database, major-version upgrade Job. Runs in the NEW version's
 # image while the database is stopped, with the primary's volume mounted and
-# the pre-upgrade dump fetched to $DUMP by the Job's init container.
+# the old version dumped to $DUMP by the Job's init container.
 #
 # Builds the new version's cluster beside the old one: the old data in
 # $OLD_PGDATA is only read, never changed, so a failed upgrade leaves the
