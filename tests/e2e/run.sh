@@ -107,5 +107,19 @@ kubectl get clusterrole -l app.kubernetes.io/instance=opshooks -o name
 step "hooks on the API server"
 python3 "$HERE/hooks.py" "http://127.0.0.1:$port" "$REPO"
 
+step "transition rules refuse changes to a stored Database"
+refused() { # field message...: a patch that the API server must refuse with that message
+  local patch=$1 want=$2 out
+  if out=$(kubectl patch database orders -n default --type=merge -p "$patch" 2>&1); then
+    fail "patch $patch was accepted: $out"
+  fi
+  grep -qF "$want" <<<"$out" || fail "patch $patch refused for another reason: $out"
+  echo "refused: $patch"
+}
+refused '{"spec":{"version":"15"}}' "downgrades are refused"
+refused '{"spec":{"storage":{"size":"40Gi"}}}' "spec.storage cannot change"
+refused '{"spec":{"credentialsSecret":"other"}}' "spec.credentialsSecret cannot change"
+refused '{"spec":{"databaseName":"other"}}' "spec.databaseName cannot change"
+
 step "done"
 echo "e2e suite finished in $((SECONDS - start))s"

@@ -1,25 +1,28 @@
 """The Database operator's shell scripts, run for real.
 
 src/operators/database/*.sh run here as the pods run them (children.rs):
-clone.sh, init-app.sh, upgrade.sh and fetch-dump.sh as `/bin/sh -c <script
-text>`, primary-init.sh sourced by the official image's entrypoint from
-/docker-entrypoint-initdb.d (a ConfigMap file, mode 0644, so not executed).
-Each is read from its real path in src/ for every run and gets only the
-environment its container would have (the variables children.rs sets, plus
-the PATH and HOME an image supplies):
+clone.sh, init-app.sh, upgrade.sh and dump-stopped.sh as `/bin/sh -c
+<script text>`; primary-init.sh from /docker-entrypoint-initdb.d, where the
+initdb ConfigMap mounts it with mode 0555, so the official image's
+entrypoint executes it (it still works sourced, as from a 0644 file, and
+one test runs it that way too). Each is read from its real path in src/
+for every run and gets only the environment its container would have (the
+variables children.rs sets, plus the PATH and HOME an image supplies):
 
-* primary-init.sh, clone.sh and upgrade.sh act as the database server's OS
-  user (`postgres`), against real PostgreSQL clusters made with initdb, on
-  loopback ports and private socket directories;
+* primary-init.sh, clone.sh, dump-stopped.sh and upgrade.sh act as the
+  database server's OS user (`postgres`), against real PostgreSQL clusters
+  made with initdb, on loopback ports and private socket directories;
 * init-app.sh is a client Job: it talks to the primary over TCP with
   password (SCRAM) authentication;
-* fetch-dump.sh runs the AWS CLI against moto's standalone S3 server.
+* dump-stopped.sh (the upgrade Job's init container, old version's image)
+  starts the stopped old cluster on a private socket, dumps the app
+  database to $DUMP and stops it again; upgrade.sh then restores that dump
+  into a new cluster beside the old one.
 
 Every value a user controls is hostile here (quotes, spaces, `$(...)`,
 backticks, backslashes, psql meta-commands): it must reach PostgreSQL as
 data and never run as shell or SQL.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -35,23 +38,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "src" / "operators" / "database"
-SCRIPT_NAMES = ["primary-init.sh", "clone.sh", "init-app.sh", "upgrade.sh", "fetch-dump.sh"]
+SCRIPT_NAMES = ["primary-init.sh", "clone.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The aws CLI and moto come from the interpreter running the tests.
-PY_BIN = str(Path(sys.executable).parent)
-
 # /bin/sh of the images the scripts run in: dash (Debian-based postgres
-# images), bash started as `sh`, i.e. in POSIX mode (amazon/aws-cli), and
+# images), bash started as `sh`, i.e. in POSIX mode, and
 # busybox ash (alpine postgres images). Each runs with argv[0] "sh".
 SHELLS = {
     "dash": "dash",
@@ -247,12 +245,15 @@ class Cluster:
             "local all all trust\nhost all all all scram-sha-256\n"
         )
 
-    def start(self, port: int | None = None, *, tcp: bool = True) -> None:
+    def start(self, port: int | None = None, *, tcp: bool = True, durable: bool = False) -> None:
+        """durable: commits reach the kernel (WAL written at commit) so they
+        survive a kill -9 of the server; fsync stays off (no OS crash here)."""
         self.port = port or self.port or free_port()
         listen = "127.0.0.1" if tcp else ""
+        sync = "on" if durable else "off"
         opts = (f"-c listen_addresses='{listen}' -c port={self.port} "
                 f"-c unix_socket_directories={self.sock} -c fsync=off "
-                "-c full_page_writes=off -c synchronous_commit=off")
+                f"-c full_page_writes=off -c synchronous_commit={sync}")
         r = self.pg("pg_ctl", "-D", str(self.data), "-l", str(self.sock / "log"),
                     "-w", "-t", "60", "-o", opts, "start", timeout=90)
         if r.rc != 0:
@@ -363,7 +364,7 @@ def primary(scratch) -> Primary:
 
 # What the official image's docker-entrypoint.sh does with the file (its
 # docker_process_init_files and what follows it in _main), in its bash with
-# `set -Eeo pipefail`: a *.sh that is not executable is sourced.
+# `set -Eeo pipefail`: an executable *.sh is run, any other *.sh is sourced.
 ENTRYPOINT = r"""
 set -Eeo pipefail
 for f in "$INITDB_D"/*; do
@@ -385,14 +386,15 @@ echo "entrypoint: init process complete"
 """
 
 
-def run_entrypoint_init(cluster: Cluster) -> Result:
+def run_entrypoint_init(cluster: Cluster, mode: int = 0o555) -> Result:
     """Mounts the script as the initdb ConfigMap does (10-replication.sh,
-    read-only, mode 0644) and runs the entrypoint's init-file loop on it."""
+    read-only, defaultMode 0555) and runs the entrypoint's init-file loop
+    on it. mode=0o644 gets it sourced instead."""
     initdb_d = fresh_path("docker-entrypoint-initdb.d")
     initdb_d.mkdir()
     script = initdb_d / "10-replication.sh"
     script.write_bytes((SCRIPTS / "primary-init.sh").read_bytes())
-    script.chmod(0o644)
+    script.chmod(mode)
     initdb_d.chmod(0o555)
     env = dict(primary_init_env(cluster), INITDB_D=str(initdb_d))
     return run(["/usr/local/bin/docker-entrypoint.sh", "-c", ENTRYPOINT], env,
@@ -412,7 +414,7 @@ def replication_connect(cluster: Cluster, user: str, password: str) -> Result:
 def test_primary_init_creates_replicator(primary: Primary):
     c = primary.cluster
     assert primary.init.rc == 0, str(primary.init)
-    assert "sourcing" in primary.init.out  # the ConfigMap's file is not executable
+    assert "running" in primary.init.out  # the ConfigMap's file is executable (0555)
     assert "entrypoint: init process complete" in primary.init.out, str(primary.init)
     assert c.sql("SELECT rolreplication, rolcanlogin, rolsuper FROM pg_roles "
                  "WHERE rolname = 'replicator'") == "t|t|f"
@@ -445,10 +447,11 @@ def test_primary_init_second_run(primary: Primary):
     c = primary.cluster
     assert primary.init.rc == 0, str(primary.init)
     before = c.sql("SELECT oid, rolpassword FROM pg_authid WHERE rolname = 'replicator'")
-    # Run again, sourced as the entrypoint does, then executed by /bin/sh
-    # (as it would be from an executable file, e.g. a defaultMode 0755).
-    again = run_entrypoint_init(c)
+    # Run again: sourced by the entrypoint (as from a 0644 file), then as
+    # `/bin/sh -c <text>`.
+    again = run_entrypoint_init(c, mode=0o644)
     assert again.rc == 0 and "entrypoint: init process complete" in again.out, str(again)
+    assert "sourcing" in again.out, str(again)
     executed = run_script("primary-init.sh", primary_init_env(c), as_postgres=True)
     assert executed.rc == 0, str(executed)
 
@@ -865,7 +868,7 @@ def test_upgrade_refuses_without_inputs(old: Old, case):
 
 def test_upgrade_failed_restore_stops_its_server_and_a_retry_succeeds(old: Old):
     new = old.volume / f"new-{uuid.uuid4().hex[:6]}"
-    # A dump cut short (the fetch died half-way): pg_restore fails.
+    # A dump cut short (written half-way): pg_restore fails.
     bad = fresh_path("truncated").with_suffix(".pgdump")
     data = old.dump.read_bytes()
     bad.write_bytes(data[: len(data) * 2 // 3])
@@ -904,143 +907,225 @@ def test_upgrade_database_name_read_as_connection_string(old: Old, database):
 
 
 # --------------------------------------------------------------------------
-# 5. fetch-dump.sh
+# 5. dump-stopped.sh
 
-SECRET_ACCESS_KEY = "moto-secret-key-not-for-logs"
+
+def dump_env(data: Path, dump: Path, database: str = APP_DATABASE) -> dict[str, str]:
+    """The init container's environment: what restore_job sets, plus the
+    official image's PATH, HOME, LANG and PGDATA (the image's default data
+    directory, not the old cluster: the script must use OLD_PGDATA)."""
+    return {
+        "PATH": PG_PATH,
+        "HOME": str(dump.parent),
+        "LANG": "C.UTF-8",
+        "PGDATA": str(dump.parent / "image-default-pgdata"),
+        "OLD_PGDATA": str(data),
+        "DUMP": str(dump),
+        "PGDATABASE": database,
+    }
+
+
+def work_dir() -> Path:
+    """The Job's `work` emptyDir."""
+    return pg_dir(fresh_path("work"))
+
+
+def assert_stopped(cluster: Cluster) -> None:
+    assert not (cluster.data / "postmaster.pid").exists(), "dump-stopped.sh left the old cluster running"
+    st = cluster.pg("pg_ctl", "-D", str(cluster.data), "status", timeout=20)
+    assert st.rc == 3, f"pg_ctl status: {st}"  # 3: no server running
+
+
+def assert_private_socket_only(r: Result) -> None:
+    """The server's own log (on the script's output): no TCP listener."""
+    log = r.out + r.err
+    assert "listening on Unix socket" in log, str(r)
+    assert "listening on IPv" not in log, f"the old cluster listened on TCP:\n{r}"
 
 
 @dataclasses.dataclass
-class S3:
-    endpoint: str
-    client: object
+class Stopped:
+    volume: Path
+    cluster: Cluster
+    rows: str
 
 
 @pytest.fixture(scope="module")
-def s3(scratch):
-    port = free_port()
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        # Small pages: the listing fetch-dump.sh reads spans several of them.
-        env=dict(os.environ, MOTO_S3_DEFAULT_MAX_KEYS="2"),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+def stopped(scratch) -> Stopped:
+    """The primary's old cluster as the upgrade finds it: the app's role,
+    database (hostile name) and rows; every instance stopped cleanly."""
+    volume = pg_dir(fresh_path("dvolume"))
+    cluster = Cluster(volume / "old", fresh_path("dold-sock"))
+    cluster.initdb()
+    cluster.image_hba()
+    cluster.start()
+    cluster.sql("CREATE ROLE :\"u\" LOGIN PASSWORD 'old password'", u=APP_USER)
+    cluster.sql("CREATE DATABASE :\"d\" OWNER :\"u\"", u=APP_USER, d=APP_DATABASE)
+    app = dict(user=APP_USER, password="old password", database=APP_DATABASE)
+    cluster.sql(
+        "CREATE TABLE items (id serial PRIMARY KEY, name text NOT NULL UNIQUE);"
+        "INSERT INTO items (name) SELECT 'item ' || g FROM generate_series(1, 300) g;"
+        "INSERT INTO items (name) VALUES ('quote '' \"dq\" ünïcødé ✓'), (E'back\\\\slash\\ttab');",
+        **app,
     )
-    endpoint = f"http://127.0.0.1:{port}"
+    rows = cluster.sql(ROWS_SQL, **app)
+    for name in ["app=db", "postgresql://db"]:  # names libpq could take for connection strings
+        cluster.sql("CREATE DATABASE :\"d\"", d=name)
+        cluster.sql("CREATE TABLE marker (v text); INSERT INTO marker VALUES (current_database())",
+                    database=name)
+    cluster.stop()
+    assert not (cluster.data / "postmaster.pid").exists()
+    yield Stopped(volume, cluster, rows)
+
+
+def test_dump_stopped_then_upgrade(stopped: Stopped):
+    """The whole upgrade path: dump the stopped old cluster, restore it
+    into the new one with upgrade.sh, find exactly the same rows."""
+    c = stopped.cluster
+    dump = work_dir() / "dump.pgdump"
+    r = run_script("dump-stopped.sh", dump_env(c.data, dump), as_postgres=True, timeout=60)
+    assert r.rc == 0, str(r)
+    assert dump.is_file() and dump.stat().st_size > 0, str(r)
+    assert not Path(f"{dump}.tmp").exists(), "$DUMP.tmp left behind"
+    assert_stopped(c)
+    assert_private_socket_only(r)
+    assert not (dump.parent / "image-default-pgdata").exists()
+    listing = run([str(BIN / "pg_restore"), "--list", str(dump)], {"PATH": PG_PATH}, timeout=20)
+    assert listing.rc == 0 and "TABLE DATA public items" in listing.out, str(listing)
+
+    old = Old(stopped.volume, c, dump, stopped.rows, tree_digest(c.data))
+    new = stopped.volume / f"new-{uuid.uuid4().hex[:6]}"
+    up = run_script("upgrade.sh", upgrade_env(old, new), as_postgres=True, timeout=150)
+    assert up.rc == 0, str(up)
+    assert (new / ".opshooks-upgrade-complete").exists()
+    assert_old_untouched(old)
+    cluster = Cluster(new, fresh_path("dnew-sock"), password=UPGRADE_POSTGRES_PASSWORD)
+    pg_dir(cluster.sock)
+    cluster.start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    pytest.fail(f"moto server did not start: {log.read().decode()}")
-                time.sleep(0.2)
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id="moto", aws_secret_access_key=SECRET_ACCESS_KEY)
-        yield S3(endpoint, client)
+        app = dict(user=APP_USER, password=UPGRADE_APP_PASSWORD, database=APP_DATABASE)
+        assert cluster.sql(ROWS_SQL, **app) == stopped.rows
+        assert cluster.sql("SELECT count(*) FROM items", **app) == "302"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        cluster.stop()
+    assert not PWNED_APP.exists()
+
+
+def kill_9(cluster: Cluster) -> None:
+    """SIGKILL the postmaster and all its children at once (a pod killed
+    without a clean shutdown), then wait until every one is gone."""
+    pid = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    pids = [pid]
+    for stat_file in glob.glob("/proc/[0-9]*/stat"):
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+            fields = Path(stat_file).read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # ppid
+            pids.append(int(Path(stat_file).parent.name))
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    # Gone means reaped too: the postmaster's pid still exists as a zombie
+    # until init reaps it, and a new postmaster would take that for a live
+    # one holding the lock (in a pod, the killed pod's processes are gone).
+    deadline = time.monotonic() + 20
+    for p in pids:
+        while Path(f"/proc/{p}").exists():
+            assert time.monotonic() < deadline, f"process {p} survived SIGKILL (or is never reaped)"
+            time.sleep(0.05)
 
 
-def new_bucket(s3: S3, keys: dict[str, bytes]) -> str:
-    name = f"opshooks-db-{uuid.uuid4().hex[:12]}"
-    s3.client.create_bucket(Bucket=name)
-    for key, body in keys.items():
-        s3.client.put_object(Bucket=name, Key=key, Body=body)
-    return name
-
-
-def fetch(s3: S3, bucket: str, *, prefix: str = "p/", name: str = "db-pre-upgrade-15-to-16",
-          shell: str = "dash") -> tuple[Result, Path]:
-    work = fresh_path("fetch")
-    work.mkdir()
-    dump = work / "dump" / "db.pgdump"
-    dump.parent.mkdir()
-    env = {
-        "PATH": f"{PY_BIN}:{SYSTEM_PATH}",
-        "HOME": str(work),
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "moto",
-        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
-        "S3_BUCKET": bucket,
-        "S3_PREFIX": prefix,
-        "S3_ENDPOINT": s3.endpoint,
-        "DUMP_NAME": name,
-        "DUMP": str(dump),
-    }
-    return run_script("fetch-dump.sh", env, shell=shell, timeout=60), dump
-
-
-DUMPS = {
-    "p/db-pre-upgrade-15-to-16-20251230T000000Z.pgdump": b"older 1",
-    "p/db-pre-upgrade-15-to-16-20251231T235959Z.pgdump": b"older 2",
-    "p/db-pre-upgrade-15-to-16-20260101T000000Z.pgdump": b"the one before",
-    "p/db-pre-upgrade-15-to-16-20260102T000000Z.pgdump": b"the newest dump",
-}
-UNRELATED = {
-    "p/db-pre-upgrade-15-to-16-20260103T000000Z.pgdump.partial": b"unfinished upload",
-    "p/nightly-20270101T000000Z.pgdump": b"another backup",
-    "q/db-pre-upgrade-15-to-16-20270101T000000Z.pgdump": b"another prefix",
-    "db-pre-upgrade-15-to-16-20270101T000000Z.pgdump": b"no prefix",
-}
-
-
-@pytest.mark.parametrize("shell", ["dash", "bash"])
-def test_fetch_dump_downloads_the_newest(s3: S3, shell):
-    bucket = new_bucket(s3, {**DUMPS, **UNRELATED})
-    # The listing the script reads really spans several pages.
-    page = s3.client.list_objects_v2(Bucket=bucket, Prefix="p/db-pre-upgrade-15-to-16-")
-    assert page["IsTruncated"] and page["KeyCount"] < len(DUMPS)
-    r, dump = fetch(s3, bucket, shell=shell)
+def copy_rows(dump: Path, table: str) -> list[str]:
+    """The rows of table's COPY block in the archive, as COPY text lines."""
+    r = run([str(BIN / "pg_restore"), "--data-only", "-t", table, "-f", "-", str(dump)],
+            {"PATH": PG_PATH}, timeout=20)
     assert r.rc == 0, str(r)
-    assert dump.read_bytes() == b"the newest dump"
-    assert "p/db-pre-upgrade-15-to-16-20260102T000000Z.pgdump" in r.out
-    assert list(dump.parent.iterdir()) == [dump]
+    lines = r.out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"COPY public.{table} "))
+    end = lines.index("\\.", start)
+    return lines[start + 1:end]
 
 
-@pytest.mark.parametrize("keys", [{}, UNRELATED], ids=["empty bucket", "only unrelated keys"])
-def test_fetch_dump_fails_without_a_dump(s3: S3, keys):
-    bucket = new_bucket(s3, keys)
-    r, dump = fetch(s3, bucket)
+def test_dump_stopped_after_a_crash(scratch):
+    """The old cluster was killed (-9) right after commits that only its
+    WAL holds: the script's start runs crash recovery and the dump has
+    every committed row."""
+    volume = pg_dir(fresh_path("dcrash"))
+    c = Cluster(volume / "old", fresh_path("dcrash-sock"))
+    c.initdb()
+    c.image_hba()
+    c.start(durable=True)
+    c.sql("CREATE DATABASE :\"d\"", d=APP_DATABASE)
+    db = dict(database=APP_DATABASE)
+    c.sql("CREATE TABLE t (id int PRIMARY KEY, v text); CHECKPOINT;", **db)
+    # After the checkpoint: one big transaction, then 100 small ones.
+    c.sql("INSERT INTO t SELECT g, 'bulk ' || g FROM generate_series(1, 1000) g", **db)
+    c.sql("".join(f"INSERT INTO t VALUES ({1000 + i}, 'single {i}');\n" for i in range(1, 101)), **db)
+    expected = c.sql("SELECT string_agg(id || E'\\t' || v, E'\\n' ORDER BY id) FROM t", **db).splitlines()
+    assert len(expected) == 1100
+    kill_9(c)
+    assert (c.data / "postmaster.pid").exists()  # a stale lock, as a killed pod leaves
+
+    dump = work_dir() / "dump.pgdump"
+    r = run_script("dump-stopped.sh", dump_env(c.data, dump), as_postgres=True, timeout=60)
+    assert r.rc == 0, str(r)
+    assert "automatic recovery in progress" in r.out + r.err, str(r)
+    assert dump.is_file() and not Path(f"{dump}.tmp").exists()
+    assert_stopped(c)
+    assert sorted(copy_rows(dump, "t"), key=lambda line: int(line.split("\t")[0])) == expected
+
+
+@pytest.mark.parametrize("case", ["missing", "empty"])
+def test_dump_stopped_refuses_without_a_cluster(case):
+    work = work_dir()
+    data = fresh_path("dnone") / "old"
+    if case == "empty":
+        pg_dir(data.parent)
+        pg_dir(data)
+    dump = work / "dump.pgdump"
+    r = run_script("dump-stopped.sh", dump_env(data, dump), as_postgres=True, timeout=20)
     assert r.rc != 0, str(r)
-    assert "no dump under" in r.err
-    assert not dump.exists()
+    assert "no cluster in" in r.err, str(r)
+    assert sorted(p.name for p in work.iterdir()) == [], "the refusal left files in the work volume"
+    if case == "missing":
+        assert not data.exists(), "OLD_PGDATA was created"
+    else:
+        assert list(data.iterdir()) == []
 
 
-def test_fetch_dump_ignores_other_names_sharing_the_prefix(s3: S3):
-    """BUG pin. The listing prefix "<prefix><name>-" also matches another
-    name that starts with "<name>-" (a database "app" next to one called
-    "app-staging"), and `sort | tail -n 1` then prefers it, whatever its
-    date, because a letter sorts after a digit. upload.sh's retention
-    accepts only <prefix><name>-YYYYMMDDTHHMMSSZ.pgdump; fetch-dump.sh
-    should too."""
-    bucket = new_bucket(s3, {
-        "p/app-20260101T000000Z.pgdump": b"app, older",
-        "p/app-20260102T000000Z.pgdump": b"app, newest",
-        "p/app-staging-20250101T000000Z.pgdump": b"another database's dump",
-    })
-    r, dump = fetch(s3, bucket, name="app")
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_dump_stopped_failing_pg_dump(stopped: Stopped, shell):
+    """pg_dump fails (no such database): the script fails too, under every
+    /bin/sh, with no $DUMP and the old cluster stopped again. A stale
+    $DUMP.tmp is tolerated: upgrade.sh reads $DUMP only, a rerun removes
+    the .tmp first, and a failed Job pod's emptyDir goes with it."""
+    c = stopped.cluster
+    dump = work_dir() / "dump.pgdump"
+    r = run_script("dump-stopped.sh", dump_env(c.data, dump, database="no such 'db\""),
+                   shell=shell, as_postgres=True, timeout=60)
+    assert r.rc != 0, f"dump-stopped.sh succeeded although pg_dump failed:\n{r}"
+    assert 'database "no such \'db"" does not exist' in r.err, str(r)
+    assert not dump.exists(), "a failed dump was left as $DUMP"
+    # (pg_dump creates $DUMP.tmp before it connects, so a stale one is left.)
+    assert_stopped(c)
+    control = c.pg("pg_controldata", str(c.data))
+    assert "Database cluster state:               shut down\n" in control.out, str(control)
+
+
+@pytest.mark.parametrize("database", ["app=db", "postgresql://db"])
+def test_dump_stopped_database_name_is_just_a_name(stopped: Stopped, database):
+    """PGDATABASE is read from the environment, where libpq never takes a
+    value for a connection string (unlike a --dbname argument)."""
+    c = stopped.cluster
+    dump = work_dir() / "dump.pgdump"
+    r = run_script("dump-stopped.sh", dump_env(c.data, dump, database=database),
+                   as_postgres=True, timeout=60)
     assert r.rc == 0, str(r)
-    assert dump.read_bytes() == b"app, newest", f"fetched the wrong dump:\n{r}"
-
-
-@pytest.mark.parametrize("prefix", ["file://p/", "http://127.0.0.1:9/p/"])
-def test_fetch_dump_prefix_is_literal(s3: S3, prefix):
-    """The AWS CLI reads a parameter value that starts with file:// (or
-    http(s):// in CLI v1) from that file or URL: the prefix must reach S3
-    as it is, as upload.sh (which wrote the dump) passes it."""
-    bucket = new_bucket(s3, {f"{prefix}db-pre-upgrade-16-20260102T000000Z.pgdump": b"literal"})
-    r, dump = fetch(s3, bucket, prefix=prefix, name="db-pre-upgrade-16")
-    assert r.rc == 0, str(r)
-    assert dump.read_bytes() == b"literal"
+    assert copy_rows(dump, "marker") == [database]
+    assert_stopped(c)
 
 
 # --------------------------------------------------------------------------

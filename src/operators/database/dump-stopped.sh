@@ -15,11 +15,12 @@ if [ ! -s "$OLD_PGDATA/PG_VERSION" ]; then
     exit 1
 fi
 socket="$(mktemp -d)"
-pg_ctl -D "$OLD_PGDATA" -o "-c listen_addresses='' -k $socket" -w -t 3600 start
+# The port is fixed here too, whatever the old postgresql.conf says.
+pg_ctl -D "$OLD_PGDATA" -o "-c listen_addresses='' -c port=5432 -k $socket" -w -t 3600 start
 stop() { pg_ctl -D "$OLD_PGDATA" -m fast -w stop >/dev/null 2>&1 || true; }
-trap stop EXIT
+trap 'stop; rm -f "$DUMP.tmp"' EXIT
 rm -f "$DUMP.tmp"
-pg_dump -h "$socket" -U postgres --format=custom --no-password --file "$DUMP.tmp"
+pg_dump -h "$socket" -p 5432 -U postgres --format=custom --no-password --file "$DUMP.tmp"
 stop
 trap - EXIT
 mv "$DUMP.tmp" "$DUMP"
