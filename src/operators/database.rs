@@ -867,7 +867,22 @@ pub fn status(
         Phase::Degraded
     };
     let ready = phase == Phase::Running;
-    let ready_condition = if ready {
+    let leftover: Vec<String> = seen
+        .volumes
+        .iter()
+        .filter_map(|v| v.metadata.name.clone())
+        .collect();
+    let ready_condition = if finalizing && seen.statefulset.is_none() && !leftover.is_empty() {
+        Observation::new(
+            "Ready",
+            false,
+            "WaitingForVolumes",
+            format!(
+                "waiting for volumes {} to be deleted; a volume the StatefulSet never owned (scaled away, never ready) must be deleted by hand",
+                leftover.join(", ")
+            ),
+        )
+    } else if ready {
         Observation::new(
             "Ready",
             true,

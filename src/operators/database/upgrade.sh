@@ -57,6 +57,8 @@ SQL
 # the name quoted as libpq wants (backslash before ' and \).
 dbname="dbname='$(printf '%s' "$APP_DATABASE" | sed "s/[\\\\']/\\\\&/g")'"
 pg_restore -h "$socket" -U postgres --dbname "$dbname" --exit-on-error --no-password "$DUMP"
+# A restored cluster has no planner statistics: gather them before serving.
+vacuumdb -h "$socket" -U postgres --all --analyze-only --quiet
 stop
 trap - EXIT
 touch "$done_marker"
