@@ -10,8 +10,10 @@ use crate::config::{LogArgs, LogFormat};
 pub fn init(args: &LogArgs) -> Result<(), String> {
     let filter = EnvFilter::try_new(&args.log_level)
         .map_err(|err| format!("--log-level {:?}: {err}", args.log_level))?;
+    // Colours only for a person at a terminal, never in collected logs.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let result = match args.log_format {
         LogFormat::Plain => builder.try_init(),
