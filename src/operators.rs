@@ -327,6 +327,35 @@ pub fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
             })
 }
 
+/// A container that runs with no capabilities and cannot gain privileges:
+/// the "restricted" Pod Security Standard.
+pub fn restricted_container() -> k8s_openapi::api::core::v1::SecurityContext {
+    k8s_openapi::api::core::v1::SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A pod that runs as `uid` (group and volume group too), non-root, with
+/// the runtime's default seccomp profile.
+pub fn restricted_pod(uid: i64) -> k8s_openapi::api::core::v1::PodSecurityContext {
+    k8s_openapi::api::core::v1::PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        fs_group: Some(uid),
+        seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// A typed Kubernetes object as a desired child.
 pub fn child<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
     serde_json::to_value(object).expect("Kubernetes objects serialize")

@@ -11,9 +11,8 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service, ServicePort,
-    ServiceSpec, TCPSocketAction,
+    Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -24,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use super::validate::{self, InvalidSpec};
 use super::{
-    ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready, selector_labels,
-    sorted_children, standard_labels,
+    ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready,
+    restricted_container, restricted_pod, selector_labels, sorted_children, standard_labels,
 };
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::hook::{
@@ -259,26 +258,13 @@ pub fn deployment(mc: &Memcached, item_memory_mib: Option<u64>) -> Deployment {
                         }),
                         resources,
                         security_context: Some(SecurityContext {
-                            allow_privilege_escalation: Some(false),
                             read_only_root_filesystem: Some(true),
-                            capabilities: Some(Capabilities {
-                                drop: Some(vec!["ALL".to_string()]),
-                                add: None,
-                            }),
-                            ..SecurityContext::default()
+                            ..restricted_container()
                         }),
                         ..Container::default()
                     }],
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        // The official image's memcache user.
-                        run_as_user: Some(11211),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_string(),
-                            localhost_profile: None,
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    // The official image's memcache user.
+                    security_context: Some(restricted_pod(11211)),
                     ..PodSpec::default()
                 }),
             },

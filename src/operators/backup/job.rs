@@ -13,13 +13,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
-    PodSpec, PodTemplateSpec, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
-    VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
+    SecretKeySelector, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::operators::{restricted_container, restricted_pod};
 
 /// The dump side of the backup pod.
 pub const DUMP_SCRIPT: &str = include_str!("dump.sh");
@@ -141,17 +142,6 @@ pub fn env_credential(name: &str, credential: &Credential) -> EnvVar {
     }
 }
 
-fn hardened() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_string()]),
-            add: None,
-        }),
-        ..SecurityContext::default()
-    }
-}
-
 fn script_container(name: &str, image: &str, script: &str, env: Vec<EnvVar>) -> Container {
     Container {
         name: name.to_string(),
@@ -163,7 +153,7 @@ fn script_container(name: &str, image: &str, script: &str, env: Vec<EnvVar>) -> 
             mount_path: WORK_DIR.to_string(),
             ..VolumeMount::default()
         }]),
-        security_context: Some(hardened()),
+        security_context: Some(restricted_container()),
         ..Container::default()
     }
 }
@@ -249,17 +239,7 @@ pub fn pod_template(plan: &Plan<'_>) -> PodTemplateSpec {
                 empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Volume::default()
             }]),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(POSTGRES_UID),
-                run_as_group: Some(POSTGRES_UID),
-                fs_group: Some(POSTGRES_UID),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".to_string(),
-                    localhost_profile: None,
-                }),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(restricted_pod(POSTGRES_UID)),
             ..PodSpec::default()
         }),
     }

@@ -10,11 +10,10 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, ExecAction, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, Secret, SecurityContext, Service, ServicePort,
-    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    ExecAction, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,7 +27,10 @@ use super::{
 };
 use crate::operators::backup::job::{self as backup_job, Credential, Source};
 use crate::operators::backup::{self, Schedule};
-use crate::operators::{Context, HookError, child, is_ready, selector_labels, standard_labels};
+use crate::operators::{
+    Context, HookError, child, is_ready, restricted_container, restricted_pod, selector_labels,
+    standard_labels,
+};
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
 pub const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
@@ -328,31 +330,6 @@ pub fn pgdata(version: Major) -> String {
     format!("{DATA_DIR}/pg{}", version.as_str())
 }
 
-fn hardened() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_string()]),
-            add: None,
-        }),
-        ..SecurityContext::default()
-    }
-}
-
-fn pod_security() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(POSTGRES_UID),
-        run_as_group: Some(POSTGRES_UID),
-        fs_group: Some(POSTGRES_UID),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_string(),
-            localhost_profile: None,
-        }),
-        ..PodSecurityContext::default()
-    }
-}
-
 fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: volume.to_string(),
@@ -445,14 +422,14 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    security_context: Some(pod_security()),
+                    security_context: Some(restricted_pod(POSTGRES_UID)),
                     init_containers: Some(vec![Container {
                         name: "clone".to_string(),
                         image: Some(image.clone()),
                         command: Some(vec!["/bin/sh".into(), "-c".into(), CLONE_SCRIPT.into()]),
                         env: Some(env.clone()),
                         volume_mounts: Some(mounts.clone()),
-                        security_context: Some(hardened()),
+                        security_context: Some(restricted_container()),
                         ..Container::default()
                     }]),
                     containers: vec![Container {
@@ -493,7 +470,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                                 .chain([mount("initdb", "/docker-entrypoint-initdb.d", true)])
                                 .collect(),
                         ),
-                        security_context: Some(hardened()),
+                        security_context: Some(restricted_container()),
                         ..Container::default()
                     }],
                     volumes: Some(vec![Volume {
@@ -565,7 +542,7 @@ fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Jo
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_string()),
-                    security_context: Some(pod_security()),
+                    security_context: Some(restricted_pod(POSTGRES_UID)),
                     ..pod
                 }),
             },
@@ -598,7 +575,7 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
         image: Some(plan.version.image()),
         command: Some(vec!["/bin/sh".into(), "-c".into(), INIT_APP_SCRIPT.into()]),
         env: Some(env),
-        security_context: Some(hardened()),
+        security_context: Some(restricted_container()),
         ..Container::default()
     };
     script_job(
@@ -750,7 +727,7 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
             ]),
             env: Some(dump_env),
             volume_mounts: Some(mounts.clone()),
-            security_context: Some(hardened()),
+            security_context: Some(restricted_container()),
             ..Container::default()
         }]),
         containers: vec![Container {
@@ -759,7 +736,7 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
             command: Some(vec!["/bin/sh".into(), "-c".into(), UPGRADE_SCRIPT.into()]),
             env: Some(env),
             volume_mounts: Some(mounts),
-            security_context: Some(hardened()),
+            security_context: Some(restricted_container()),
             ..Container::default()
         }],
         volumes: Some(vec![
