@@ -178,16 +178,18 @@ async fn not_found(State(state): State<AppState>, uri: Uri) -> Problem {
     Problem::new(StatusCode::NOT_FOUND, detail)
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> Problem {
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    // Hook routes are /<operator>/<hook>; every other route is a GET.
     let allowed = if uri.path().matches('/').count() == 2 {
         "POST"
     } else {
         "GET"
     };
-    Problem::new(
+    let problem = Problem::new(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("{method} is not allowed on {}; use {allowed}", uri.path()),
-    )
+    );
+    ([(header::ALLOW, allowed)], problem).into_response()
 }
 
 /// The one adapter from a hook route to an operator's pure function.

@@ -53,6 +53,15 @@ pub struct Context {
 }
 
 impl Context {
+    /// A fixed context for unit tests: a known time, all-zero randomness.
+    #[cfg(test)]
+    pub(crate) fn fixed() -> Self {
+        Context {
+            now: "2026-03-04T05:06:07Z".parse().expect("a valid time"),
+            entropy: [0; ENTROPY],
+        }
+    }
+
     /// A context at `now` with fresh random bytes from the operating system.
     pub fn fresh(now: Timestamp) -> Result<Self, getrandom::Error> {
         let mut entropy = [0u8; ENTROPY];

@@ -53,18 +53,6 @@ impl IntoResponse for Problem {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if self.status == StatusCode::METHOD_NOT_ALLOWED
-            && !response.headers().contains_key(header::ALLOW)
-        {
-            let allow = if self.detail.ends_with("use POST") {
-                "POST"
-            } else {
-                "GET"
-            };
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(allow));
-        }
         response
     }
 }

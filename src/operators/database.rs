@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -468,8 +468,6 @@ pub struct Observed {
     pub secrets: BTreeMap<String, Secret>,
     /// The backup CronJob, if it exists.
     pub cron_job: Option<CronJob>,
-    /// Every other child, kept only to count them.
-    pub services: Vec<Service>,
     /// The instances' pods.
     pub pods: Vec<Pod>,
     /// The instances' volumes (not asked for under Retain).
@@ -499,7 +497,6 @@ impl Observed {
                 .filter_map(|s| Some((s.metadata.name.clone()?, s)))
                 .collect(),
             cron_job: req.children.of::<CronJob>()?.into_iter().next(),
-            services: req.children.of::<Service>()?,
             pods: req.related.of::<Pod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
         })

@@ -388,10 +388,7 @@ mod tests {
     }
 
     fn ctx() -> Context {
-        Context {
-            now: "2026-03-04T05:06:07Z".parse().unwrap(),
-            entropy: [0; crate::operators::ENTROPY],
-        }
+        Context::fixed()
     }
 
     #[test]
