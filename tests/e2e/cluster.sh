@@ -179,11 +179,17 @@ start() { # name binary args...
 # Alive and still the process we started (a recycled PID would not have
 # DIR in its command line).
 ours() { # name -> pid on stdout
-  local f=$DIR/pids/$1 pid
+  local f=$DIR/pids/$1 pid state cmdline
   [[ -f $f ]] || return 1
   pid=$(cat "$f")
-  [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR" || return 1
+  [[ -n $pid && -r /proc/$pid/stat ]] || return 1
+  # A process that died but is not reaped yet is a zombie: not alive.
+  state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ -n $state && $state != Z ]] || return 1
+  cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  # Right after the fork the child is still between fork and exec, and its
+  # command line can read empty for an instant: that is our process starting.
+  [[ -z $cmdline || $cmdline == *"$DIR"* ]] || return 1
   echo "$pid"
 }
 
