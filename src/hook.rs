@@ -8,6 +8,7 @@
 
 pub mod conditions;
 mod objects;
+mod unique;
 
 pub use objects::{ObjectGroups, group_key};
 
@@ -66,7 +67,13 @@ pub enum DecodeError {
 }
 
 /// Decodes a whole request body, naming the offending field on failure.
+/// A key repeated anywhere in the body is refused: which of the two values
+/// was meant cannot be known.
 pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
+    unique::check(body).map_err(|err| {
+        let err = err.split(" at line ").next().unwrap_or_default();
+        DecodeError::Malformed(format!("request body: {err}"))
+    })?;
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de)
         .map_err(|err| DecodeError::Malformed(describe("request body", err)))?;

@@ -182,11 +182,13 @@ impl Operator {
 
     /// Adds the `customize` hook.
     pub fn customize<P: DeserializeOwned + 'static>(mut self, f: CustomizeFn<P>) -> Self {
+        let served = self.served(Hook::Customize);
         let handler = move |body: &[u8], ctx: &Context| {
             let mut call = Call::new();
             call.result = (|| {
                 let req: CustomizeRequest = decode_body(body)?;
                 call.parent = parent_ref(&req.parent);
+                served.check(&req.parent)?;
                 let answer = f(&req.typed::<P>()?, ctx)?;
                 Ok(Answer {
                     children_out: answer.related_resources.len(),
@@ -201,11 +203,13 @@ impl Operator {
 
     fn composite<P: DeserializeOwned + 'static>(mut self, hook: Hook, f: SyncFn<P>) -> Self {
         let finalizing = hook == Hook::Finalize;
+        let served = self.served(hook);
         let handler = move |body: &[u8], ctx: &Context| {
             let mut call = Call::new();
             call.result = (|| {
                 let mut req: SyncRequest = decode_body(body)?;
                 call.parent = parent_ref(&req.parent);
+                served.check(&req.parent)?;
                 call.children_in = req.children.len() + req.related.len();
                 // The route decides which hook this is, whatever the body says.
                 req.finalizing = finalizing;
@@ -219,6 +223,14 @@ impl Operator {
         };
         self.hooks.insert(hook, Box::new(handler));
         self
+    }
+
+    fn served(&self, hook: Hook) -> Served {
+        Served {
+            route: format!("/{}/{hook}", self.name),
+            kind: self.kind.clone(),
+            api_version: self.api_version(),
+        }
     }
 
     /// The hooks this operator answers, in route order.
@@ -251,6 +263,31 @@ impl Call {
             children_in: 0,
             result: Err(HookError::Decode(DecodeError::Malformed(String::new()))),
         }
+    }
+}
+
+/// What a route serves: a parent of any other kind is refused before the
+/// operator sees it. Decoding alone would not notice (a Memcached's `spec`
+/// can look like a WebServer's), and the answer would be built for the
+/// wrong resource: a Memcached with `size: 0` posted to the WebServer route
+/// would drop every pod.
+struct Served {
+    route: String,
+    kind: String,
+    api_version: String,
+}
+
+impl Served {
+    fn check(&self, parent: &Value) -> Result<(), DecodeError> {
+        let field = |name: &str| parent.get(name).and_then(Value::as_str).unwrap_or("");
+        let (kind, api_version) = (field("kind"), field("apiVersion"));
+        if kind == self.kind && api_version == self.api_version {
+            return Ok(());
+        }
+        Err(DecodeError::Parent(format!(
+            "parent: kind {kind:?} of apiVersion {api_version:?} is not served here; {} serves {} of {}",
+            self.route, self.kind, self.api_version
+        )))
     }
 }
 

@@ -1,6 +1,11 @@
-//! Status conditions in the Kubernetes convention, and the one rule that
-//! keeps them stable: a condition keeps its `lastTransitionTime` unless its
-//! status flips.
+//! Status conditions in the Kubernetes convention, and the two rules that
+//! keep them stable: a condition keeps its `lastTransitionTime` unless its
+//! status flips, and a condition someone else wrote (Metacontroller's own
+//! `Updated`, a user's, another tool's) is answered back unchanged.
+//!
+//! Others follow looser conventions than ours: Metacontroller's `Updated`
+//! has no `lastTransitionTime`, so only `type` and `status` are required
+//! when reading (and in the CRD); every condition we write has them all.
 //!
 //! The current time is an argument, never read here, so the same observed
 //! parent gives byte-identical conditions.
@@ -36,16 +41,21 @@ impl From<bool> for ConditionStatus {
 pub struct Condition {
     /// The aspect this condition reports, such as `Ready`.
     #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316))]
     pub type_: String,
     /// Whether the condition holds: True, False or Unknown.
     pub status: ConditionStatus,
     /// A CamelCase word for why, for machines.
-    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// One sentence for why, for people.
-    pub message: String,
-    /// When the status last changed (RFC 3339, seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the status last changed (RFC 3339, seconds). Always set on the
+    /// conditions opshooks writes; Metacontroller's own omit it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
-    pub last_transition_time: String,
+    pub last_transition_time: Option<String>,
     /// The parent's `metadata.generation` this condition was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -88,30 +98,42 @@ pub fn format_time(time: Timestamp) -> String {
 }
 
 /// Turns observations into conditions, keeping each previously observed
-/// condition's `lastTransitionTime` when its status did not change.
+/// condition's `lastTransitionTime` when its status did not change, then
+/// appends, unchanged and in their observed order, the previous conditions
+/// of types the operator did not observe: those are someone else's.
+///
+/// Every operator reports the same condition types on every call (while
+/// deleting, a few more), so a type missing from `observations` is never
+/// one of ours gone stale.
 pub fn reconcile(
     previous: &[Condition],
     observations: Vec<Observation>,
     generation: Option<i64>,
     now: Timestamp,
 ) -> Vec<Condition> {
+    let foreign: Vec<Condition> = previous
+        .iter()
+        .filter(|old| !observations.iter().any(|seen| seen.type_ == old.type_))
+        .cloned()
+        .collect();
     observations
         .into_iter()
         .map(|seen| {
             let last_transition_time = previous
                 .iter()
                 .find(|old| old.type_ == seen.type_ && old.status == seen.status)
-                .map(|old| old.last_transition_time.clone())
+                .and_then(|old| old.last_transition_time.clone())
                 .unwrap_or_else(|| format_time(now));
             Condition {
                 type_: seen.type_.to_string(),
                 status: seen.status,
-                reason: seen.reason.to_string(),
-                message: seen.message,
-                last_transition_time,
+                reason: Some(seen.reason.to_string()),
+                message: Some(seen.message),
+                last_transition_time: Some(last_transition_time),
                 observed_generation: generation,
             }
         })
+        .chain(foreign)
         .collect()
 }
 
@@ -160,12 +182,38 @@ mod tests {
                 at("2026-02-02T10:20:30.999Z"),
             );
             assert_eq!(
-                got[0].last_transition_time, case.want_time,
+                got[0].last_transition_time.as_deref(),
+                Some(case.want_time),
                 "{}",
                 case.reason
             );
             assert_eq!(got[0].observed_generation, Some(2), "{}", case.reason);
         }
+    }
+
+    /// Metacontroller adds `Updated` (no lastTransitionTime) to the status
+    /// of parents whose children roll; it must come back exactly as read.
+    #[test]
+    fn regression_metacontroller_updated_condition_is_answered_back_unchanged() {
+        let updated = r#"{"type":"Updated","status":"True","reason":"OnLatestRevision","message":"latest ControllerRevision: hello-5d4c"}"#;
+        let previous: Vec<Condition> = serde_json::from_str(&format!(
+            r#"[{{"type":"Ready","status":"True","reason":"R","message":"m","lastTransitionTime":"2026-01-01T00:00:00Z"}},{updated},{{"type":"Custom","status":"Unknown"}}]"#
+        ))
+        .unwrap();
+        let got = reconcile(
+            &previous,
+            vec![ready(false)],
+            Some(3),
+            at("2026-03-03T00:00:00Z"),
+        );
+        let types: Vec<&str> = got.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "Updated", "Custom"]);
+        assert_eq!(serde_json::to_string(&got[1]).unwrap(), updated);
+        assert_eq!(
+            serde_json::to_string(&got[2]).unwrap(),
+            r#"{"type":"Custom","status":"Unknown"}"#
+        );
+        assert_eq!(got[0].status, ConditionStatus::False);
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub struct ObjectGroups(BTreeMap<String, BTreeMap<String, Value>>);
 impl ObjectGroups {
     /// All observed objects of type `K`, decoded and sorted by namespace and
     /// name. Fields the typed model does not know are ignored.
+    ///
+    /// An object whose `metadata.name` is missing or does not match its
+    /// path key (`name` or `namespace/name`) is refused: Metacontroller never
+    /// sends one, and an operator that skipped it would leave it out of its
+    /// answer, which deletes it.
     pub fn of<K>(&self) -> Result<Vec<K>, DecodeError>
     where
         K: k8s_openapi::Resource + Metadata<Ty = ObjectMeta> + DeserializeOwned,
@@ -41,9 +46,11 @@ impl ObjectGroups {
         let mut objects = group
             .iter()
             .map(|(path, value)| {
-                serde_path_to_error::deserialize::<_, K>(value).map_err(|err| {
+                let object = serde_path_to_error::deserialize::<_, K>(value).map_err(|err| {
                     DecodeError::Malformed(describe(&format!("observed {key} {path:?}"), err))
-                })
+                })?;
+                check_path(&key, path, object.metadata())?;
+                Ok(object)
             })
             .collect::<Result<Vec<K>, _>>()?;
         objects.sort_by(|a, b| {
@@ -81,6 +88,35 @@ impl ObjectGroups {
     pub fn declare<K: k8s_openapi::Resource>(&mut self) {
         self.0.entry(group_key::<K>()).or_default();
     }
+}
+
+/// An observed object must carry the name (and namespace, when the key has
+/// one) its path key says.
+fn check_path(key: &str, path: &str, meta: &ObjectMeta) -> Result<(), DecodeError> {
+    let fail = |what: String| {
+        Err(DecodeError::Malformed(format!(
+            "observed {key} {path:?}: {what}; every observed object is keyed by its own name"
+        )))
+    };
+    let Some(name) = meta.name.as_deref().filter(|n| !n.is_empty()) else {
+        return fail("metadata.name is missing".into());
+    };
+    let (namespace, key_name) = match path.split_once('/') {
+        Some((ns, n)) => (Some(ns), n),
+        None => (None, path),
+    };
+    if key_name != name {
+        return fail(format!("metadata.name is {name:?}"));
+    }
+    if let Some(ns) = namespace
+        && meta.namespace.as_deref() != Some(ns)
+    {
+        return fail(format!(
+            "metadata.namespace is {:?}",
+            meta.namespace.as_deref().unwrap_or_default()
+        ));
+    }
+    Ok(())
 }
 
 /// Metacontroller may send `null` for an empty map; treat it as empty.
@@ -129,12 +165,47 @@ mod tests {
         assert_eq!(names(&v1), names(&v2));
     }
 
+    /// An object skipped for a missing or mismatched name would be left out
+    /// of the answer, and so deleted: such a body is refused instead.
     #[test]
-    fn keys_are_never_parsed_for_names() {
-        // A key that disagrees with the object: the metadata wins.
-        let g = groups(json!({"Pod.v1": {"ns/wrong": {"metadata": {"name": "right"}}}}));
-        let pods = g.of::<Pod>().unwrap();
-        assert_eq!(pods[0].metadata.name.as_deref(), Some("right"));
+    fn regression_objects_must_carry_the_name_of_their_key() {
+        struct Case {
+            reason: &'static str,
+            group: Value,
+            want: Option<&'static str>,
+        }
+        let cases = [
+            Case {
+                reason: "v1 key, name only",
+                group: json!({"web-0": {"metadata": {"name": "web-0", "namespace": "ns"}}}),
+                want: None,
+            },
+            Case {
+                reason: "name missing",
+                group: json!({"ns/web-0": {"metadata": {"namespace": "ns"}}}),
+                want: Some("observed Pod.v1 \"ns/web-0\": metadata.name is missing"),
+            },
+            Case {
+                reason: "name differs from the key",
+                group: json!({"ns/wrong": {"metadata": {"name": "right", "namespace": "ns"}}}),
+                want: Some("observed Pod.v1 \"ns/wrong\": metadata.name is \"right\""),
+            },
+            Case {
+                reason: "namespace differs from the key",
+                group: json!({"ns/web-0": {"metadata": {"name": "web-0", "namespace": "other"}}}),
+                want: Some("observed Pod.v1 \"ns/web-0\": metadata.namespace is \"other\""),
+            },
+        ];
+        for case in cases {
+            let got = groups(json!({ "Pod.v1": case.group })).of::<Pod>();
+            match case.want {
+                None => assert!(got.is_ok(), "{}: {got:?}", case.reason),
+                Some(want) => {
+                    let err = got.unwrap_err().to_string();
+                    assert!(err.starts_with(want), "{}: {err}", case.reason);
+                }
+            }
+        }
     }
 
     #[test]

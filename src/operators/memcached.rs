@@ -446,9 +446,15 @@ mod tests {
         let got = status(&mc(2, None), &pods, &ctx());
         assert_eq!(got.nodes, ["cache-a", "cache-b"]);
         assert_eq!(got.ready_replicas, 1);
-        assert_eq!(got.conditions[0].message, "1 of 2 nodes are ready");
+        assert_eq!(
+            got.conditions[0].message.as_deref().unwrap(),
+            "1 of 2 nodes are ready"
+        );
         let zero = status(&mc(0, None), &[], &ctx());
-        assert_eq!(zero.conditions[0].reason, "ScaledToZero");
+        assert_eq!(
+            zero.conditions[0].reason.as_deref().unwrap(),
+            "ScaledToZero"
+        );
     }
 
     #[test]

@@ -383,7 +383,7 @@ mod tests {
                     got.count,
                     got.ready_replicas,
                     status.as_str().unwrap(),
-                    cond.message.as_str()
+                    cond.message.as_deref().unwrap()
                 ),
                 case.want,
                 "{}",
@@ -396,7 +396,7 @@ mod tests {
     fn long_waiting_lists_are_summarized() {
         let got = status(&ws(5), &[], &ctx());
         assert_eq!(
-            got.conditions[0].message,
+            got.conditions[0].message.as_deref().unwrap(),
             "0 of 5 pods are ready; waiting for web-0, web-1, web-2 and 2 more"
         );
     }

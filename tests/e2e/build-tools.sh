@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries the end-to-end suite runs -- etcd, kube-apiserver,
-# kube-controller-manager, kubectl and helm -- from pinned public Go modules,
+# kube-controller-manager, kube-scheduler, kubectl, helm, kwok and
+# Metacontroller -- from pinned public Go modules (Metacontroller from its
+# source in ../shared/metacontroller/src),
 # once, into a cache outside the repo:
 #
 #   ${OPSHOOKS_E2E_CACHE:-$HOME/.cache/opshooks-e2e}/bin
@@ -31,6 +33,11 @@ K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}
 # the newest 3.6 patch carries the bug fixes since.
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
+# kwok plays the kubelet for fake nodes (see ../shared/kwok/README.md).
+KWOK_VERSION=v0.8.0
+# Metacontroller is built from the source shared beside the project; its
+# stamp is the release it is, plus a hash of the source so an edit rebuilds.
+METACONTROLLER_SRC=${OPSHOOKS_METACONTROLLER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/shared/metacontroller/src}
 
 CACHE=${OPSHOOKS_E2E_CACHE:-$HOME/.cache/opshooks-e2e}
 BIN=$CACHE/bin
@@ -99,7 +106,7 @@ build_one() { # tool version -- command...
 # v0.34.N tag yields exactly the dependency graph of the release.
 build_kubernetes() {
   if stamp_ok kube-apiserver "$K8S_VERSION" && stamp_ok kube-controller-manager "$K8S_VERSION" &&
-    stamp_ok kubectl "$K8S_VERSION"; then
+    stamp_ok kube-scheduler "$K8S_VERSION" && stamp_ok kubectl "$K8S_VERSION"; then
     log "kubernetes $K8S_VERSION: cached"
     return
   fi
@@ -107,6 +114,8 @@ build_kubernetes() {
   mkdir -p "$dir"
   (
     cd "$dir"
+    # A wrapper resolved before kube-scheduler was added lacks its imports.
+    if [[ -f go.sum && ! -f .with-scheduler ]]; then rm -f go.sum go.mod; fi
     if [[ ! -f go.sum ]]; then
       local start=$SECONDS
       log "kubernetes $K8S_VERSION: resolving modules..."
@@ -144,7 +153,9 @@ build_kubernetes() {
       go get \
         "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+      touch .with-scheduler
       log "kubernetes $K8S_VERSION: modules resolved in $((SECONDS - start))s"
     fi
 
@@ -171,7 +182,7 @@ build_kubernetes() {
     done
     # Same tags as upstream's non-debug release builds (hack/lib/golang.sh).
     local tags=selinux,notest,grpcnotrace
-    for tool in kube-apiserver kube-controller-manager kubectl; do
+    for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
       build_one "$tool" "$K8S_VERSION" -- \
         go build -trimpath -tags "$tags" -ldflags "${ldflags[*]}" -o "$BIN/.$tool.tmp" "k8s.io/kubernetes/cmd/$tool"
     done
@@ -245,9 +256,38 @@ go_install_helm() { # ldflags
   rm -rf "$gobin"
 }
 
+# ---- kwok -----------------------------------------------------------------
+# kwok's go.mod has no replace directives: `go install` like helm.
+build_kwok() {
+  build_one kwok "$KWOK_VERSION" -- go_install_kwok
+}
+go_install_kwok() {
+  local gobin=$CACHE/.gobin-kwok
+  rm -rf "$gobin"
+  GOBIN=$gobin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  mv -f "$gobin/kwok" "$BIN/.kwok.tmp"
+  rm -rf "$gobin"
+}
+
+# ---- Metacontroller -------------------------------------------------------
+build_metacontroller() {
+  [[ -f $METACONTROLLER_SRC/go.mod ]] || {
+    log "Metacontroller source not found at $METACONTROLLER_SRC"
+    exit 1
+  }
+  local hash
+  hash=$(cd "$METACONTROLLER_SRC" && find . -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) -print0 |
+    LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+  build_one metacontroller "v4.17.2-$hash" -- \
+    bash -c 'cd "$1" && go build -trimpath -ldflags "-s -w" -o "$2" ./pkg/cmd/metacontroller' _ \
+    "$METACONTROLLER_SRC" "$BIN/.metacontroller.tmp"
+}
+
 total_start=$SECONDS
 build_etcd
 build_helm
 build_kubernetes
+build_metacontroller
+build_kwok
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"

@@ -110,7 +110,7 @@ proptest! {
     #[test]
     fn any_json_parent_is_answered_or_refused_never_a_panic(spec in arbitrary_json(), name in any::<Option<String>>()) {
         let op = webserver();
-        let body = json!({"parent": {"metadata": {"name": name}, "spec": spec}, "children": {"Pod.v1": {}}}).to_string();
+        let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer", "metadata": {"name": name}, "spec": spec}, "children": {"Pod.v1": {}}}).to_string();
         let call = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap();
         if let Ok(answer) = call.result {
             let response: Value = serde_json::from_slice(&answer.body).unwrap();
@@ -211,7 +211,7 @@ prop_compose! {
         }).collect();
         let mut spec = json!({"size": size, "containerPort": port});
         if let Some(mib) = memory { spec["memoryLimit"] = json!(format!("{mib}Mi")); }
-        json!({"parent": {"metadata": {"name": "cache", "namespace": "ns"}, "spec": spec},
+        json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "Memcached", "metadata": {"name": "cache", "namespace": "ns"}, "spec": spec},
                "children": {"Deployment.apps/v1": {}, "Service.v1": {}},
                "related": {"Pod.v1": related}})
     }
@@ -248,7 +248,7 @@ prop_compose! {
                 "status": status}))
         }).collect();
         let request = json!({
-            "parent": {"metadata": {"name": "b", "namespace": "ns"},
+            "parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "Backup", "metadata": {"name": "b", "namespace": "ns"},
                 "spec": {"schedule": format!("{minute} {hour} * * *"), "target": {"kind": "StatefulSet", "name": "db"},
                          "destination": {"s3Bucket": "bucket"}, "suspend": suspend}},
             "children": {"CronJob.batch/v1": if cron_observed { json!({"b-backup": cron}) } else { json!({}) }},
@@ -299,7 +299,7 @@ proptest! {
     #[test]
     fn no_operator_panics_on_any_parent(spec in arbitrary_json(), which in 0usize..4, hook in prop::sample::select(Hook::ALL.to_vec())) {
         let op = &operators::all()[which];
-        let body = json!({"parent": {"metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
+        let body = json!({"parent": {"apiVersion": op.api_version(), "kind": op.kind, "metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
         if let Some(call) = op.call(hook, body.as_bytes(), &ctx())
             && let Ok(answer) = call.result
         {
@@ -368,7 +368,7 @@ prop_compose! {
             spec["backup"] = json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "bucket"}});
         }
         let request = json!({
-            "parent": {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": spec},
+            "parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "Database", "metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": spec},
             "children": children,
             "related": {"Pod.v1": related_pods, "PersistentVolumeClaim.v1": related_volumes},
         });

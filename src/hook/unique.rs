@@ -1,0 +1,178 @@
+//! Refuses JSON with a repeated key anywhere in it.
+//!
+//! `serde_json` keeps the last of two equal keys without a word, so
+//! `{"replicas": 3, "replicas": 0}` would quietly mean 0 and a 200 answer
+//! would drop three pods. Which value the sender meant cannot be known, so
+//! the whole body is refused, naming the path of the repeated key.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// Checks that no object in `body` repeats a key. Syntax errors are left to
+/// the decoder that runs next, which reports them with their position.
+pub fn check(body: &[u8]) -> Result<(), String> {
+    let mut path = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match (Unique { path: &mut path }).deserialize(&mut de) {
+        Err(err) if err.is_data() => Err(err.to_string()),
+        _ => Ok(()),
+    }
+}
+
+/// One step of a walk over any JSON value; `path` holds the keys and
+/// indices from the root to this value.
+struct Unique<'p> {
+    path: &'p mut Vec<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for Unique<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unique<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut index = 0usize;
+        loop {
+            self.path.push(index.to_string());
+            let more = seq.next_element_seed(Unique {
+                path: &mut *self.path,
+            })?;
+            self.path.pop();
+            if more.is_none() {
+                return Ok(());
+            }
+            index += 1;
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen: HashSet<Cow<'de, str>> = HashSet::new();
+        while let Some(Key(key)) = map.next_key()? {
+            if seen.contains(&key) {
+                let at = if self.path.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", self.path.join("."))
+                };
+                return Err(de::Error::custom(format_args!(
+                    "{at}the key {key:?} appears twice; send each key once"
+                )));
+            }
+            self.path.push(key.to_string());
+            map.next_value_seed(Unique {
+                path: &mut *self.path,
+            })?;
+            self.path.pop();
+            seen.insert(key);
+        }
+        Ok(())
+    }
+}
+
+/// An object key, borrowed from the body unless it had escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[test]
+    fn repeated_keys_are_refused_at_any_depth_with_their_path() {
+        struct Case {
+            reason: &'static str,
+            body: &'static str,
+            want: Result<(), &'static str>,
+        }
+        let cases = [
+            Case {
+                reason: "distinct keys pass",
+                body: r#"{"a":{"b":1,"c":[{"d":1},{"d":2}]}}"#,
+                want: Ok(()),
+            },
+            Case {
+                reason: "top level",
+                body: r#"{"parent":{},"parent":{}}"#,
+                want: Err(r#"the key "parent" appears twice; send each key once"#),
+            },
+            Case {
+                reason: "inside the parent",
+                body: r#"{"parent":{"spec":{"replicas":3,"replicas":0}}}"#,
+                want: Err(r#"parent.spec: the key "replicas" appears twice; send each key once"#),
+            },
+            Case {
+                reason: "inside an array",
+                body: r#"{"a":[{"x":1},{"x":1,"x":2}]}"#,
+                want: Err(r#"a.1: the key "x" appears twice; send each key once"#),
+            },
+            Case {
+                reason: "escaped and plain spellings are the same key",
+                body: r#"{"a":1,"\u0061":2}"#,
+                want: Err(r#"the key "a" appears twice; send each key once"#),
+            },
+            Case {
+                reason: "syntax errors are left to the decoder",
+                body: r#"{"a":"#,
+                want: Ok(()),
+            },
+        ];
+        for case in cases {
+            let got = check(case.body.as_bytes());
+            let got = got.as_ref().map_err(|e| {
+                // serde_json appends the position; the path is what matters.
+                e.split(" at line ").next().unwrap()
+            });
+            assert_eq!(got.copied(), case.want, "{}", case.reason);
+        }
+    }
+}
