@@ -376,6 +376,7 @@ impl Problem {
             HookError::Decode(DecodeError::Parent(_)) | HookError::Invalid(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
+            HookError::Unsafe(_) => StatusCode::CONFLICT,
         };
         Problem::new(status, err.to_string())
     }

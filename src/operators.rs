@@ -79,6 +79,11 @@ pub enum HookError {
     /// The parent's spec is invalid for the operator.
     #[error(transparent)]
     Invalid(#[from] InvalidSpec),
+    /// The observed state leaves a decision that could lose data open: the
+    /// operator answers nothing, so Metacontroller changes nothing, and the
+    /// message says what to check.
+    #[error("{0}")]
+    Unsafe(String),
 }
 
 /// A successful answer: the exact response body.

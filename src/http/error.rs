@@ -80,6 +80,7 @@ pub fn outcome(status: StatusCode) -> &'static str {
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::REQUEST_TIMEOUT => "request_timeout",
         StatusCode::UNPROCESSABLE_ENTITY => "invalid_spec",
+        StatusCode::CONFLICT => "unsafe",
         StatusCode::SERVICE_UNAVAILABLE => "timeout",
         _ if status.is_server_error() => "internal",
         _ => "other",

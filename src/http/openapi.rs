@@ -220,6 +220,7 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
             .response("405", problem("Hooks take POST only."))
             .response("408", problem("The body did not arrive in time."))
             .response("413", problem("The body is over --max-body-bytes."))
+            .response("409", problem("The observed state leaves a decision that could lose data open; nothing is changed and detail says what to check."))
             .response("415", problem("The body is not sent as application/json."))
             .response(
                 "422",

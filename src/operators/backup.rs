@@ -493,15 +493,11 @@ pub fn sync(req: &SyncRequest<Backup>, ctx: &Context) -> Result<SyncResponse, Ho
     let usable = target
         .as_ref()
         .map(|sts| source_of(sts, b.spec.database.as_deref()));
-    // The source to build from: the target's, or, while the target is gone
-    // or unusable, the one the observed CronJob was built from.
-    let remembered = observed_cron
-        .as_ref()
-        .and_then(|c| c.metadata.annotations.as_ref()?.get(ANNOTATION_SOURCE))
-        .and_then(|text| serde_json::from_str::<Source>(text).ok());
-    let children = match (&usable, remembered) {
+    let children = match (&usable, &observed_cron) {
         (Some(Ok(source)), _) => vec![child(&cron_job(b, source, b.spec.suspend))],
-        (_, Some(source)) => vec![child(&cron_job(b, &source, true))],
+        // While the target is gone or unusable, the CronJob is kept,
+        // suspended, with the connection it was built with.
+        (_, Some(cron)) => vec![child(&cron_job(b, &built_with(b, cron)?, true))],
         (_, None) => vec![],
     };
     let status = status(b, observed_cron.as_ref(), usable.as_ref(), &jobs, ctx);
@@ -509,6 +505,29 @@ pub fn sync(req: &SyncRequest<Backup>, ctx: &Context) -> Result<SyncResponse, Ho
         status: serde_json::to_value(status).expect("status serializes"),
         children: sorted_children(children),
         ..SyncResponse::default()
+    })
+}
+
+/// The connection an observed CronJob was built with: read from its own
+/// job template (which we wrote, and which a user edit of an annotation
+/// cannot change), else from its annotation. Neither readable means the
+/// CronJob cannot be rebuilt, and leaving it out would delete it and any
+/// backup it is running: refuse instead.
+fn built_with(b: &Backup, cron: &CronJob) -> Result<Source, HookError> {
+    let from_template = || {
+        let job = cron.spec.as_ref()?.job_template.spec.as_ref()?;
+        job::source_in(job.template.spec.as_ref()?)
+    };
+    let from_annotation = || {
+        let text = cron.metadata.annotations.as_ref()?.get(ANNOTATION_SOURCE)?;
+        serde_json::from_str::<Source>(text).ok()
+    };
+    from_template().or_else(from_annotation).ok_or_else(|| {
+        HookError::Unsafe(format!(
+            "statefulset {} is gone or unusable and cronjob {} no longer shows which database it backs up (its dump container and its {ANNOTATION_SOURCE} annotation are unreadable); nothing is changed: restore the target statefulset",
+            b.spec.target.name,
+            cron_job_name(b)
+        ))
     })
 }
 

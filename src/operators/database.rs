@@ -42,7 +42,10 @@ pub use backup::Destination;
 
 /// Label on every object of a Database, naming it; customize selects by it.
 pub const LABEL_DATABASE: &str = "opshooks.io/database";
-/// Annotation on the StatefulSet naming the PostgreSQL major it runs.
+/// Annotation on the StatefulSet naming the PostgreSQL major it runs: a
+/// hint for people. The operator reads the major from the pod template
+/// (where the data lives and which image runs it), which anyone editing an
+/// annotation cannot change by accident.
 pub const ANNOTATION_VERSION: &str = "opshooks.io/postgres-version";
 /// The longest Database name: it prefixes Jobs (`<name>-pre-upgrade-17`)
 /// and the backup CronJob's jobs, which must fit in 63.
@@ -280,6 +283,11 @@ pub struct DatabaseStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub last_backup_time: Option<String>,
+    /// While deleting: when the final snapshot succeeded. Once recorded, the
+    /// snapshot is never taken again, whatever happens to its Job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub snapshot_time: Option<String>,
     /// Ready, Initialized, BackupScheduled, Upgrading and, when deleting, Snapshotted.
     pub conditions: Vec<Condition>,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
@@ -475,15 +483,25 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Decodes the request's children and related objects.
+    /// Decodes the request's children and related objects. A StatefulSet
+    /// of another name is refused: it holds volumes, and an answer without
+    /// it would delete it.
     pub fn from_request(req: &SyncRequest<Database>) -> Result<Self, HookError> {
         let db = &req.parent;
+        let mut statefulsets = req.children.of::<StatefulSet>()?;
+        if let Some(other) = statefulsets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() != Some(name(db)))
+        {
+            return Err(HookError::Unsafe(format!(
+                "statefulset {} is a child of Database {} but not one opshooks builds (that is {}); nothing is changed: remove its owner reference or delete it by hand",
+                other.metadata.name.as_deref().unwrap_or_default(),
+                name(db),
+                name(db)
+            )));
+        }
         Ok(Observed {
-            statefulset: req
-                .children
-                .of::<StatefulSet>()?
-                .into_iter()
-                .find(|s| s.metadata.name.as_deref() == Some(name(db))),
+            statefulset: statefulsets.pop(),
             jobs: req
                 .children
                 .of::<Job>()?
@@ -502,10 +520,35 @@ impl Observed {
         })
     }
 
-    /// The major the StatefulSet runs, from its annotation.
+    /// The major the StatefulSet runs: the data directory its postgres
+    /// container uses (`PGDATA`, `.../pg16`), else that container's image
+    /// tag, else, as a last hint, the version annotation. `None` without a
+    /// StatefulSet or when none of them names a major.
     pub fn running(&self) -> Option<Major> {
-        let annotations = self.statefulset.as_ref()?.metadata.annotations.as_ref()?;
-        Major::parse(annotations.get(ANNOTATION_VERSION)?)
+        let sts = self.statefulset.as_ref()?;
+        let postgres = sts
+            .spec
+            .as_ref()?
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.containers.iter().find(|c| c.name == "postgres"));
+        let from_pgdata = postgres
+            .and_then(|c| c.env.as_ref())
+            .and_then(|env| env.iter().find(|e| e.name == "PGDATA"))
+            .and_then(|e| e.value.as_deref())
+            .and_then(|dir| dir.rsplit_once("/pg"))
+            .and_then(|(_, major)| Major::parse(major));
+        let from_image = || {
+            let image = postgres?.image.as_deref()?;
+            let tag = image.strip_prefix("postgres:")?;
+            Major::parse(tag.split(['.', '-', '@']).next()?)
+        };
+        let from_annotation = || {
+            let annotations = sts.metadata.annotations.as_ref()?;
+            Major::parse(annotations.get(ANNOTATION_VERSION)?)
+        };
+        from_pgdata.or_else(from_image).or_else(from_annotation)
     }
 
     /// The outcome of one of our Jobs, if it exists.
@@ -592,9 +635,33 @@ pub enum Upgrade {
     Starting { to: Major },
 }
 
+impl Upgrade {
+    /// True while an upgrade moves forward by itself (not stopped by a
+    /// failure or a missing destination).
+    pub fn in_progress(self) -> bool {
+        matches!(
+            self,
+            Upgrade::BackingUp { .. }
+                | Upgrade::Stopping { .. }
+                | Upgrade::Restoring { .. }
+                | Upgrade::Starting { .. }
+        )
+    }
+
+    /// True from the restore on: the restore Job exists.
+    pub fn is_restoring(self) -> bool {
+        matches!(
+            self,
+            Upgrade::Restoring { .. } | Upgrade::RestoreFailed { .. } | Upgrade::Starting { .. }
+        )
+    }
+}
+
 /// What to build, decided from the observed state alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The major the data is in now: what the StatefulSet runs.
+    pub running: Major,
     /// The major the StatefulSet should run.
     pub version: Major,
     /// How many instances the StatefulSet should run.
@@ -603,6 +670,10 @@ pub struct Plan {
     pub upgrade: Upgrade,
     /// Whether the initial-configuration Job should exist.
     pub init_job: bool,
+    /// Whether the pre-upgrade backup Job should exist.
+    pub pre_upgrade_job: bool,
+    /// Whether the upgrade's restore Job should exist.
+    pub restore_job: bool,
     /// Whether to keep the StatefulSet at all (false only late in finalizing).
     pub keep_statefulset: bool,
     /// Whether deleting the StatefulSet may delete its volumes.
@@ -612,17 +683,9 @@ pub struct Plan {
 }
 
 /// Decides the StatefulSet's version and size and which Jobs exist.
-pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
+pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
+    let running = running(db, seen)?;
     let desired = db.spec.version;
-    // Without a StatefulSet (deleted by hand, or a Database re-created over
-    // retained volumes), the version last reported is what the volumes
-    // hold: never assume the new one, which would start an empty cluster.
-    let reported = db
-        .status
-        .as_ref()
-        .and_then(|s| s.version.as_deref())
-        .and_then(Major::parse);
-    let running = seen.running().or(reported).unwrap_or(desired);
     if desired < running {
         return Err(InvalidSpec::new(
             "spec.version",
@@ -631,26 +694,62 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
                 desired.as_str(),
                 running.as_str()
             ),
-        ));
+        )
+        .into());
     }
+    Ok(upgrade_plan(db, seen, running))
+}
+
+/// The major the data is in. From the StatefulSet when there is one; without
+/// it (deleted by hand, or a Database re-created over retained volumes) the
+/// version last reported in the status, never the one asked for, which
+/// would start an empty cluster beside the data.
+fn running(db: &Database, seen: &Observed) -> Result<Major, HookError> {
+    let reported = db
+        .status
+        .as_ref()
+        .and_then(|s| s.version.as_deref())
+        .and_then(Major::parse);
+    match (&seen.statefulset, seen.running()) {
+        (_, Some(major)) => Ok(major),
+        (None, None) => Ok(reported.unwrap_or(db.spec.version)),
+        (Some(_), None) => reported.ok_or_else(|| {
+            HookError::Unsafe(format!(
+                "cannot tell which PostgreSQL major statefulset {} runs (no PGDATA, postgres image or version annotation names one) and status.version is empty; nothing is changed: put back its postgres container or annotate it {ANNOTATION_VERSION}=<major>",
+                name(db)
+            ))
+        }),
+    }
+}
+
+/// Where an upgrade from `running` to the spec's version stands, from the
+/// Jobs observed.
+fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
     let instances = db.spec.size.instances();
     let init_job = seen.jobs.contains_key(&jobs::init(db)) || seen.is_instance_ready(db, 0);
     let mut plan = Plan {
+        running,
         version: running,
         replicas: instances,
         upgrade: Upgrade::None,
         init_job,
+        pre_upgrade_job: false,
+        restore_job: false,
         keep_statefulset: true,
         delete_volumes: false,
         snapshot_job: false,
     };
-    if desired == running {
-        return Ok(plan);
+    let to = db.spec.version;
+    if to == running {
+        // Upgraded (or never upgraded): the Jobs have done their work and
+        // go; the pre-upgrade dump stays in S3, the old data on the volume.
+        return plan;
     }
-    let to = desired;
     if db.spec.backup.is_none() {
         plan.upgrade = Upgrade::NoDestination { to };
-        return Ok(plan);
+        plan.pre_upgrade_job = seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
+        plan.restore_job = seen.jobs.contains_key(&jobs::upgrade(db, to));
+        return plan;
     }
     plan.upgrade = match seen.job(&jobs::pre_upgrade(db, to)) {
         None | Some(RunStatus::Running | RunStatus::None) => Upgrade::BackingUp { to },
@@ -667,19 +766,74 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, InvalidSpec> {
             }
         },
     };
+    // Kept once observed, so a failed one stays for its logs and is never
+    // retried behind the user's back.
+    plan.pre_upgrade_job = true;
+    plan.restore_job =
+        plan.upgrade.is_restoring() || seen.jobs.contains_key(&jobs::upgrade(db, to));
     if matches!(
         plan.upgrade,
         Upgrade::Stopping { .. } | Upgrade::Restoring { .. }
     ) {
         plan.replicas = 0;
     }
-    Ok(plan)
+    plan
+}
+
+/// How far a deletion got, from what is observed and what the status
+/// recorded: each step, once done, stays done.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deletion {
+    /// When the final snapshot succeeded, once it did.
+    pub snapshot_time: Option<String>,
+}
+
+impl Deletion {
+    /// The record carried in the status, completed by what is observed now.
+    pub fn observe(db: &Database, seen: &Observed, ctx: &Context) -> Self {
+        let recorded = db.status.as_ref().and_then(|s| s.snapshot_time.clone());
+        let succeeded = seen
+            .jobs
+            .get(&jobs::snapshot(db))
+            .filter(|j| backup::run_status(j) == RunStatus::Succeeded);
+        let observed = succeeded.map(|job| {
+            job.status
+                .as_ref()
+                .and_then(|s| s.completion_time.as_ref())
+                .map_or_else(|| format_time(ctx.now), |t| format_time(t.0))
+        });
+        Deletion {
+            snapshot_time: recorded.or(observed),
+        }
+    }
 }
 
 /// Decides what finalizing does, on top of the plan: snapshot first under
 /// Snapshot, then let the volumes go with the StatefulSet.
-pub fn plan_deletion(db: &Database, seen: &Observed, mut plan: Plan) -> Plan {
-    let snapshot = seen.job(&jobs::snapshot(db));
+///
+/// Deletion only moves forward. Nothing the Database had is created again:
+/// no StatefulSet (it would bring fresh, empty volumes), no Job but the
+/// snapshot (and that only while the data is still served and no snapshot
+/// succeeded). Every Job observed is kept until the Database is gone, so
+/// nothing a later call must know about disappears with an answer.
+pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut plan: Plan) -> Plan {
+    let snapshot_name = jobs::snapshot(db);
+    let has = |job: &str| seen.jobs.contains_key(job);
+    let to = db.spec.version;
+    // An upgrade that has not reached its restore is abandoned: the old
+    // version keeps serving so the snapshot can read it.
+    if !has(&jobs::upgrade(db, to)) {
+        plan.version = plan.running;
+        plan.replicas = db.spec.size.instances();
+    }
+    plan.init_job &= has(&jobs::init(db));
+    plan.pre_upgrade_job &= has(&jobs::pre_upgrade(db, to));
+    plan.restore_job &= has(&jobs::upgrade(db, to));
+    let serving = seen
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.metadata.deletion_timestamp.is_none());
+    let snapshotted = deletion.snapshot_time.is_some();
     // Once the StatefulSet was told to delete its volumes, the StatefulSet
     // controller may already have handed some of them to it: switching back
     // half-way could leave a few owned and deleted with it. Stay the course.
@@ -698,15 +852,17 @@ pub fn plan_deletion(db: &Database, seen: &Observed, mut plan: Plan) -> Plan {
         || match db.spec.deletion_policy {
             DeletionPolicy::Retain => false,
             DeletionPolicy::Delete => true,
-            DeletionPolicy::Snapshot => {
-                plan.snapshot_job = true;
-                snapshot == Some(RunStatus::Succeeded)
-            }
+            DeletionPolicy::Snapshot => snapshotted,
         };
+    plan.snapshot_job = has(&snapshot_name)
+        || (db.spec.deletion_policy == DeletionPolicy::Snapshot
+            && db.spec.backup.is_some()
+            && !snapshotted
+            && serving);
     // Under Snapshot the data must stay until the snapshot succeeded.
     let may_remove = db.spec.deletion_policy == DeletionPolicy::Retain || volumes_may_go;
     plan.delete_volumes = volumes_may_go;
-    plan.keep_statefulset = !may_remove || !retention_applied(seen, volumes_may_go);
+    plan.keep_statefulset = serving && (!may_remove || !retention_applied(seen, volumes_may_go));
     plan
 }
 
@@ -734,7 +890,7 @@ pub fn sync(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, 
     validate(db)?;
     let seen = Observed::from_request(req)?;
     let plan = plan(db, &seen)?;
-    answer(db, &seen, plan, false, ctx)
+    answer(db, &seen, plan, None, ctx)
 }
 
 /// Deletion: snapshot (under Snapshot), then remove the StatefulSet with
@@ -742,46 +898,61 @@ pub fn sync(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, 
 /// is observed any more.
 pub fn finalize(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, HookError> {
     let db = &req.parent;
-    // A spec that no longer validates must not block deletion forever, but
-    // it must not lose data either: Snapshot without a destination keeps
-    // everything and says why.
+    if let Err(invalid) = validate(db) {
+        // Nothing of it is left: an invalid spec must not hold the deletion.
+        if req.children.is_empty() && req.related.is_empty() {
+            let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
+            let status = DatabaseStatus {
+                phase: Phase::Deleting,
+                conditions: conditions::reconcile(
+                    previous.unwrap_or_default(),
+                    vec![Observation::new(
+                        "Ready",
+                        false,
+                        "Deleted",
+                        format!("{invalid}; nothing of this Database is left, so it is deleted"),
+                    )],
+                    db.metadata.generation,
+                    ctx.now,
+                ),
+                ..DatabaseStatus::default()
+            };
+            return Ok(SyncResponse {
+                status: serde_json::to_value(status).expect("status serializes"),
+                children: vec![],
+                resync_after_seconds: None,
+                finalized: Some(true),
+            });
+        }
+        return Err(invalid.into());
+    }
     let seen = Observed::from_request(req)?;
-    let base = plan(db, &seen).unwrap_or(Plan {
-        version: seen.running().unwrap_or(db.spec.version),
-        replicas: db.spec.size.instances(),
-        upgrade: Upgrade::None,
-        init_job: seen.jobs.contains_key(&jobs::init(db)),
-        keep_statefulset: true,
-        delete_volumes: false,
-        snapshot_job: false,
-    });
-    let plan = if db.spec.deletion_policy == DeletionPolicy::Snapshot && db.spec.backup.is_none() {
-        base
-    } else {
-        plan_deletion(db, &seen, base)
+    // A downgrade asked for while deleting must not block the deletion: the
+    // plan keeps the running version.
+    let base = match plan(db, &seen) {
+        Err(HookError::Invalid(_)) => upgrade_plan(db, &seen, running(db, &seen)?),
+        other => other?,
     };
-    answer(db, &seen, plan, true, ctx)
+    let deletion = Deletion::observe(db, &seen, ctx);
+    let plan = plan_deletion(db, &seen, &deletion, base);
+    answer(db, &seen, plan, Some(&deletion), ctx)
 }
 
+/// The answer from the plan; `deletion` is how far a deletion got, `None`
+/// when not finalizing.
 fn answer(
     db: &Database,
     seen: &Observed,
     plan: Plan,
-    finalizing: bool,
+    deletion: Option<&Deletion>,
     ctx: &Context,
 ) -> Result<SyncResponse, HookError> {
+    let finalizing = deletion.is_some();
     let built = children::build(db, seen, &plan, ctx)?;
-    let status = status(db, seen, &plan, finalizing, ctx);
+    let status = status(db, seen, &plan, deletion, ctx);
     let clean = seen.statefulset.is_none() && seen.volumes.is_empty();
     let finalized = finalizing && !plan.keep_statefulset && clean;
-    let waiting = finalizing && !finalized
-        || matches!(
-            plan.upgrade,
-            Upgrade::BackingUp { .. }
-                | Upgrade::Stopping { .. }
-                | Upgrade::Restoring { .. }
-                | Upgrade::Starting { .. }
-        );
+    let waiting = finalizing && !finalized || plan.upgrade.in_progress();
     Ok(SyncResponse {
         status: serde_json::to_value(status).expect("status serializes"),
         children: sorted_children(built),
@@ -795,21 +966,16 @@ pub fn status(
     db: &Database,
     seen: &Observed,
     plan: &Plan,
-    finalizing: bool,
+    deletion: Option<&Deletion>,
     ctx: &Context,
 ) -> DatabaseStatus {
+    let finalizing = deletion.is_some();
     let sts_status = seen.statefulset.as_ref().and_then(|s| s.status.as_ref());
     let replicas = sts_status.map_or(0, |s| s.replicas);
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
     let instances = db.spec.size.instances();
     let init = seen.job(&jobs::init(db));
-    let upgrading = matches!(
-        plan.upgrade,
-        Upgrade::BackingUp { .. }
-            | Upgrade::Stopping { .. }
-            | Upgrade::Restoring { .. }
-            | Upgrade::Starting { .. }
-    );
+    let upgrading = plan.upgrade.in_progress();
     let upgrade_failed = matches!(
         plan.upgrade,
         Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
@@ -999,17 +1165,8 @@ pub fn status(
         backup_scheduled,
         upgrading_condition,
     ];
-    if finalizing {
-        observations.push(match db.spec.deletion_policy {
-            DeletionPolicy::Snapshot => match seen.job(&jobs::snapshot(db)) {
-                Some(RunStatus::Succeeded) => Observation::new("Snapshotted", true, "Snapshotted", format!("job {} stored the final snapshot", jobs::snapshot(db))),
-                Some(RunStatus::Failed) => Observation::new("Snapshotted", false, "SnapshotFailed", format!("job {} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain", jobs::snapshot(db))),
-                _ if db.spec.backup.is_none() => Observation::new("Snapshotted", false, "NoBackupDestination", "deletionPolicy Snapshot needs spec.backup.destination; nothing is deleted"),
-                _ => Observation::new("Snapshotted", ConditionStatus::Unknown, "SnapshotRunning", format!("job {} takes the final snapshot", jobs::snapshot(db))),
-            },
-            DeletionPolicy::Retain => Observation::new("Snapshotted", false, "Retained", "deletionPolicy Retain: the volumes are kept"),
-            DeletionPolicy::Delete => Observation::new("Snapshotted", false, "NotRequested", "deletionPolicy Delete: no snapshot"),
-        });
+    if let Some(deletion) = deletion {
+        observations.push(snapshotted(db, seen, deletion));
     }
     let previous = db
         .status
@@ -1028,8 +1185,67 @@ pub fn status(
             .as_ref()
             .and_then(|c| c.status.as_ref()?.last_successful_time.as_ref())
             .map(|t| format_time(t.0)),
+        snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
         conditions: conditions::reconcile(previous, observations, db.metadata.generation, ctx.now),
         observed_generation: None,
+    }
+}
+
+/// While deleting: whether the data was snapshotted, or why not yet.
+fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -> Observation {
+    let job = jobs::snapshot(db);
+    let condition = |status: ConditionStatus, reason, message: String| {
+        Observation::new("Snapshotted", status, reason, message)
+    };
+    match db.spec.deletion_policy {
+        DeletionPolicy::Retain => condition(
+            ConditionStatus::False,
+            "Retained",
+            "deletionPolicy Retain: the volumes are kept".into(),
+        ),
+        DeletionPolicy::Delete => condition(
+            ConditionStatus::False,
+            "NotRequested",
+            "deletionPolicy Delete: no snapshot".into(),
+        ),
+        DeletionPolicy::Snapshot => match (&deletion.snapshot_time, seen.job(&job)) {
+            (Some(at), _) => condition(
+                ConditionStatus::True,
+                "Snapshotted",
+                format!("job {job} stored the final snapshot at {at}"),
+            ),
+            (None, Some(RunStatus::Failed)) => condition(
+                ConditionStatus::False,
+                "SnapshotFailed",
+                format!(
+                    "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
+                ),
+            ),
+            (None, None) if seen.statefulset.is_none() => {
+                let volumes: Vec<&str> = seen
+                    .volumes
+                    .iter()
+                    .filter_map(|v| v.metadata.name.as_deref())
+                    .collect();
+                condition(
+                    ConditionStatus::False,
+                    "NothingToSnapshot",
+                    if volumes.is_empty() {
+                        "the StatefulSet is gone and no volume is left: nothing to snapshot".into()
+                    } else {
+                        format!(
+                            "the StatefulSet is gone and no snapshot is recorded; nothing is created again while deleting; volumes {} go with the StatefulSet's retention policy, or by hand once copied",
+                            volumes.join(", ")
+                        )
+                    },
+                )
+            }
+            _ => condition(
+                ConditionStatus::Unknown,
+                "SnapshotRunning",
+                format!("job {job} takes the final snapshot"),
+            ),
+        },
     }
 }
 
@@ -1158,18 +1374,28 @@ mod tests {
     #[test]
     fn downgrades_are_refused() {
         let err = plan(&db("15", "Delete"), &running("16")).unwrap_err();
-        assert_eq!(err.field, "spec.version");
+        assert!(
+            matches!(&err, HookError::Invalid(e) if e.field == "spec.version"),
+            "{err:?}"
+        );
+    }
+
+    fn not_yet() -> Deletion {
+        Deletion {
+            snapshot_time: None,
+        }
     }
 
     #[test]
     fn deletion_keeps_data_until_allowed() {
         let seen = running("16");
         let base = plan(&db("16", "Snapshot"), &seen).unwrap();
-        let snapshot = plan_deletion(&db("16", "Snapshot"), &seen, base.clone());
+        let snapshot = plan_deletion(&db("16", "Snapshot"), &seen, &not_yet(), base.clone());
         assert!(snapshot.snapshot_job && snapshot.keep_statefulset && !snapshot.delete_volumes);
         let mut done = running("16");
         done.jobs.insert("orders-snapshot".into(), job("Complete"));
-        let after = plan_deletion(&db("16", "Snapshot"), &done, base.clone());
+        let record = Deletion::observe(&db("16", "Snapshot"), &done, &Context::fixed());
+        let after = plan_deletion(&db("16", "Snapshot"), &done, &record, base.clone());
         assert!(
             after.delete_volumes,
             "after the snapshot the volumes may go"
@@ -1178,8 +1404,202 @@ mod tests {
             after.keep_statefulset,
             "but only once the StatefulSet carries whenDeleted=Delete"
         );
-        let retain = plan_deletion(&db("16", "Retain"), &seen, base);
+        assert!(after.snapshot_job, "the finished snapshot Job is kept");
+        let retain = plan_deletion(&db("16", "Retain"), &seen, &not_yet(), base);
         assert!(!retain.delete_volumes);
+    }
+
+    /// Issue 8: once the StatefulSet and the snapshot Job were gone, the
+    /// next finalize call desired both again: new empty volumes, and a
+    /// snapshot of the empty database uploaded as the newest dump.
+    #[test]
+    fn regression_deletion_never_creates_the_statefulset_or_a_done_snapshot_again() {
+        struct Case {
+            reason: &'static str,
+            policy: &'static str,
+            statefulset: bool,
+            jobs: Vec<(&'static str, &'static str)>,
+            recorded: bool,
+            want_statefulset: bool,
+            want_snapshot_job: bool,
+        }
+        let cases = [
+            Case {
+                reason: "StatefulSet and snapshot Job gone, snapshot recorded",
+                policy: "Snapshot",
+                statefulset: false,
+                jobs: vec![],
+                recorded: true,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "StatefulSet and snapshot Job gone, nothing recorded (status lost)",
+                policy: "Snapshot",
+                statefulset: false,
+                jobs: vec![],
+                recorded: false,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "snapshot Job gone after success, StatefulSet still there",
+                policy: "Snapshot",
+                statefulset: true,
+                jobs: vec![],
+                recorded: true,
+                want_statefulset: true,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "failed snapshot Job deleted by the user: retry",
+                policy: "Snapshot",
+                statefulset: true,
+                jobs: vec![],
+                recorded: false,
+                want_statefulset: true,
+                want_snapshot_job: true,
+            },
+            Case {
+                reason: "Delete: StatefulSet gone stays gone",
+                policy: "Delete",
+                statefulset: false,
+                jobs: vec![("orders-init", "Complete")],
+                recorded: false,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "Retain: StatefulSet gone stays gone",
+                policy: "Retain",
+                statefulset: false,
+                jobs: vec![],
+                recorded: false,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+        ];
+        for case in cases {
+            let d = db("16", case.policy);
+            let mut seen = if case.statefulset {
+                running("16")
+            } else {
+                Observed::default()
+            };
+            seen.jobs = case
+                .jobs
+                .iter()
+                .map(|(n, s)| (n.to_string(), job(s)))
+                .collect();
+            let deletion = Deletion {
+                snapshot_time: case.recorded.then(|| "2026-01-01T00:00:00Z".to_string()),
+            };
+            let mut parent = d.clone();
+            parent.status = Some(DatabaseStatus {
+                version: Some("16".into()),
+                ..DatabaseStatus::default()
+            });
+            let base = plan(&parent, &seen).unwrap();
+            let got = plan_deletion(&parent, &seen, &deletion, base);
+            assert_eq!(
+                got.keep_statefulset, case.want_statefulset,
+                "{}",
+                case.reason
+            );
+            assert_eq!(got.snapshot_job, case.want_snapshot_job, "{}", case.reason);
+            assert!(
+                !got.init_job || seen.jobs.contains_key("orders-init"),
+                "{}",
+                case.reason
+            );
+        }
+    }
+
+    #[test]
+    fn a_recorded_snapshot_stays_recorded() {
+        let mut d = db("16", "Snapshot");
+        d.status = Some(DatabaseStatus {
+            snapshot_time: Some("2026-01-01T00:00:00Z".into()),
+            ..DatabaseStatus::default()
+        });
+        let got = Deletion::observe(&d, &Observed::default(), &Context::fixed());
+        assert_eq!(got.snapshot_time.as_deref(), Some("2026-01-01T00:00:00Z"));
+        let mut failed = Observed::default();
+        failed.jobs.insert("orders-snapshot".into(), job("Failed"));
+        let got = Deletion::observe(&db("16", "Snapshot"), &failed, &Context::fixed());
+        assert_eq!(got.snapshot_time, None, "a failed snapshot records nothing");
+    }
+
+    /// Issue 9: with the annotation gone and no reported version, a raised
+    /// spec.version moved the StatefulSet to an empty data directory.
+    #[test]
+    fn regression_running_version_comes_from_the_pod_template() {
+        let sts = |annotation: Option<&str>, pgdata: Option<&str>, image: Option<&str>| {
+            let mut env = vec![];
+            if let Some(dir) = pgdata {
+                env.push(json!({"name": "PGDATA", "value": dir}));
+            }
+            let mut container = json!({"name": "postgres", "env": env});
+            if let Some(image) = image {
+                container["image"] = json!(image);
+            }
+            let mut meta = json!({"name": "orders"});
+            if let Some(a) = annotation {
+                meta["annotations"] = json!({ANNOTATION_VERSION: a});
+            }
+            Observed {
+                statefulset: Some(
+                    serde_json::from_value(json!({"metadata": meta,
+                        "spec": {"selector": {}, "template": {"spec": {"containers": [container]}}}}))
+                    .unwrap(),
+                ),
+                ..Observed::default()
+            }
+        };
+        struct Case {
+            reason: &'static str,
+            seen: Observed,
+            want: Option<Major>,
+        }
+        let cases = [
+            Case {
+                reason: "PGDATA names the data directory",
+                seen: sts(
+                    None,
+                    Some("/var/lib/postgresql/data/pg16"),
+                    Some("postgres:17"),
+                ),
+                want: Some(Major::V16),
+            },
+            Case {
+                reason: "the image when PGDATA is absent",
+                seen: sts(None, None, Some("postgres:15.6")),
+                want: Some(Major::V15),
+            },
+            Case {
+                reason: "the template beats an edited annotation",
+                seen: sts(Some("17"), None, Some("postgres:16")),
+                want: Some(Major::V16),
+            },
+            Case {
+                reason: "the annotation as a last hint",
+                seen: sts(Some("14"), None, Some("example/pg:latest")),
+                want: Some(Major::V14),
+            },
+            Case {
+                reason: "nothing names a major",
+                seen: sts(None, None, None),
+                want: None,
+            },
+        ];
+        for case in cases {
+            assert_eq!(case.seen.running(), case.want, "{}", case.reason);
+        }
+        let err = plan(&db("17", "Delete"), &sts(None, None, None)).unwrap_err();
+        assert!(matches!(err, HookError::Unsafe(_)), "{err:?}");
+        let upgrade = plan(&db("17", "Delete"), &sts(None, None, Some("postgres:16"))).unwrap();
+        assert_eq!(upgrade.upgrade, Upgrade::BackingUp { to: Major::V17 });
+        assert_eq!(upgrade.version, Major::V16);
     }
 
     #[test]

@@ -171,6 +171,42 @@ pub fn dump_env(source: &Source) -> Vec<EnvVar> {
     ]
 }
 
+/// The source a backup job was built with, read back from its pod: the
+/// image and environment of its `dump` container, the inverse of
+/// [`dump_env`]. `None` when the pod is not one this module built.
+pub fn source_in(pod: &PodSpec) -> Option<Source> {
+    let dump = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .find(|c| c.name == "dump")?;
+    let vars = dump.env.as_ref()?;
+    let var = |name: &str| vars.iter().find(|v| v.name == name);
+    let literal = |name: &str| var(name)?.value.clone();
+    let credential = |name: &str| {
+        let v = var(name)?;
+        match (&v.value, &v.value_from) {
+            (Some(value), None) => Some(Credential::Value(value.clone())),
+            (None, Some(from)) => {
+                let secret = from.secret_key_ref.as_ref()?;
+                Some(Credential::Secret {
+                    name: secret.name.clone(),
+                    key: secret.key.clone(),
+                })
+            }
+            _ => None,
+        }
+    };
+    Some(Source {
+        host: literal("PGHOST")?,
+        port: literal("PGPORT")?.parse().ok()?,
+        database: literal("PGDATABASE")?,
+        user: credential("PGUSER")?,
+        password: credential("PGPASSWORD")?,
+        image: dump.image.clone()?,
+    })
+}
+
 /// The environment of the upload container.
 pub fn upload_env(plan: &Plan<'_>) -> Vec<EnvVar> {
     let mut vars = vec![

@@ -22,8 +22,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use super::{
-    Database, LABEL_DATABASE, Major, Observed, PORT, Plan, Upgrade, database_name, jobs, name,
-    namespace,
+    Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name, jobs, name, namespace,
 };
 use crate::operators::backup::job::{self as backup_job, Credential, Source};
 use crate::operators::backup::{self, Schedule};
@@ -66,7 +65,7 @@ pub fn build(
     if plan.init_job {
         out.push(child(&init_job(db, plan)));
     }
-    out.extend(upgrade_jobs(db, seen, plan).iter().map(child));
+    out.extend(upgrade_jobs(db, plan).iter().map(child));
     if plan.snapshot_job {
         out.extend(snapshot_job(db, plan).as_ref().map(child));
     }
@@ -658,30 +657,15 @@ pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::b
     ))
 }
 
-/// The Jobs of an upgrade in progress or finished: the pre-upgrade backup
-/// and the restore into the new version. Kept once observed, so a failed
-/// one stays for its logs and is never retried behind the user's back.
-pub fn upgrade_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
-    let to = db.spec.version;
-    let from = seen.running().unwrap_or(to);
+/// The Jobs of an upgrade, as the plan decided: the pre-upgrade backup of
+/// the running version and the restore into the new one.
+pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
+    let (from, to) = (plan.running, db.spec.version);
     let mut out = Vec::new();
-    if from == to {
-        // Upgraded (or never upgraded): the Jobs have done their work and
-        // go; the pre-upgrade dump stays in S3, the old data on the volume.
-        return out;
+    if plan.pre_upgrade_job {
+        out.extend(backup_job(db, jobs::pre_upgrade(db, to), from));
     }
-    let pre_name = jobs::pre_upgrade(db, to);
-    let wants_pre = !matches!(plan.upgrade, Upgrade::None | Upgrade::NoDestination { .. })
-        || seen.jobs.contains_key(&pre_name);
-    if wants_pre {
-        out.extend(backup_job(db, pre_name, from));
-    }
-    let upgrade_name = jobs::upgrade(db, to);
-    let wants_restore = matches!(
-        plan.upgrade,
-        Upgrade::Restoring { .. } | Upgrade::RestoreFailed { .. } | Upgrade::Starting { .. }
-    );
-    if wants_restore || seen.jobs.contains_key(&upgrade_name) {
+    if plan.restore_job {
         out.extend(restore_job(db, from, to));
     }
     out
