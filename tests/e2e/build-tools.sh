@@ -244,29 +244,22 @@ build_helm() {
   for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
     helm_ldflags+=" -X $p.k8sVersionMajor=$kmajor -X $p.k8sVersionMinor=$kminor"
   done
-  build_one helm "$HELM_VERSION" -- go_install_helm "$helm_ldflags"
+  build_one helm "$HELM_VERSION" -- go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "$helm_ldflags"
 }
 
 # `go install` has no -o, so it installs into a scratch GOBIN first.
-go_install_helm() { # ldflags
-  local gobin=$CACHE/.gobin-helm
+go_install() { # tool package@version ldflags
+  local gobin=$CACHE/.gobin-$1
   rm -rf "$gobin"
-  GOBIN=$gobin go install -trimpath -ldflags "$1" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  mv -f "$gobin/helm" "$BIN/.helm.tmp"
+  GOBIN=$gobin go install -trimpath -ldflags "$3" "$2"
+  mv -f "$gobin/$1" "$BIN/.$1.tmp"
   rm -rf "$gobin"
 }
 
 # ---- kwok -----------------------------------------------------------------
 # kwok's go.mod has no replace directives: `go install` like helm.
 build_kwok() {
-  build_one kwok "$KWOK_VERSION" -- go_install_kwok
-}
-go_install_kwok() {
-  local gobin=$CACHE/.gobin-kwok
-  rm -rf "$gobin"
-  GOBIN=$gobin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  mv -f "$gobin/kwok" "$BIN/.kwok.tmp"
-  rm -rf "$gobin"
+  build_one kwok "$KWOK_VERSION" -- go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "-s -w"
 }
 
 # ---- Metacontroller -------------------------------------------------------
