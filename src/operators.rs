@@ -286,13 +286,34 @@ impl Served {
     fn check(&self, parent: &Value) -> Result<(), DecodeError> {
         let field = |name: &str| parent.get(name).and_then(Value::as_str).unwrap_or("");
         let (kind, api_version) = (field("kind"), field("apiVersion"));
-        if kind == self.kind && api_version == self.api_version {
-            return Ok(());
+        if kind != self.kind || api_version != self.api_version {
+            return Err(DecodeError::Parent(format!(
+                "parent: kind {} of apiVersion {} is not served here; {} serves {} of {}",
+                validate::quote(kind),
+                validate::quote(api_version),
+                self.route,
+                self.kind,
+                self.api_version
+            )));
         }
-        Err(DecodeError::Parent(format!(
-            "parent: kind {kind:?} of apiVersion {api_version:?} is not served here; {} serves {} of {}",
-            self.route, self.kind, self.api_version
-        )))
+        // Kubernetes' own limits, before any work: a name or namespace is
+        // repeated in every child and log line, so an oversized one (which no
+        // API server would have stored) must not multiply into the answer.
+        // Each operator checks its name more strictly.
+        let meta = parent.get("metadata");
+        let text = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str);
+        if let Some(namespace) = text("namespace") {
+            validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
+                .map_err(|e| DecodeError::Parent(e.to_string()))?;
+        }
+        if let Some(name) = text("name").filter(|n| n.len() > MAX_NAME) {
+            return Err(DecodeError::Parent(format!(
+                "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
+                validate::quote(name),
+                name.len()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -304,12 +325,21 @@ fn to_body<T: Serialize>(answer: &T) -> Vec<u8> {
 /// `namespace/name` (or `name`) of a parent, for logs.
 fn parent_ref(parent: &Value) -> Option<String> {
     let meta = parent.get("metadata")?;
-    let name = meta.get("name")?.as_str()?;
+    // Cut to Kubernetes' limits: this goes into every log line of the call,
+    // before the parent is validated.
+    let cut = |text: &str, max: usize| match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    };
+    let name = cut(meta.get("name")?.as_str()?, MAX_NAME);
     Some(match meta.get("namespace").and_then(Value::as_str) {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.to_string(),
+        Some(ns) => format!("{}/{name}", cut(ns, validate::MAX_LABEL_VALUE)),
+        None => name,
     })
 }
+
+/// The longest object name Kubernetes stores (a DNS-1123 subdomain).
+const MAX_NAME: usize = 253;
 
 /// Sorts children by apiVersion, kind, namespace and name, so the answer is
 /// the same whatever order a builder produced them in.
@@ -416,6 +446,39 @@ pub fn child<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Issue 10: a 1 MiB namespace made a 1,000 MiB WebServer answer, and
+    /// an 8 MiB name was echoed back in the 422 and the log line.
+    #[test]
+    fn regression_oversized_names_are_refused_before_any_work_and_never_echoed() {
+        let webserver = all().into_iter().find(|op| op.name == "webserver").unwrap();
+        let huge = "a".repeat(1 << 20);
+        for (field, meta) in [
+            (
+                "metadata.namespace",
+                json!({"name": "web", "namespace": huge}),
+            ),
+            ("metadata.name", json!({"name": huge, "namespace": "ns"})),
+            (
+                "metadata.namespace",
+                json!({"name": "web", "namespace": "Not_A_Label"}),
+            ),
+        ] {
+            let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
+                "metadata": meta, "spec": {"replicas": 1000}}, "children": {"Pod.v1": {}}});
+            let call = webserver
+                .call(Hook::Sync, body.to_string().as_bytes(), &Context::fixed())
+                .unwrap();
+            let err = call.result.unwrap_err().to_string();
+            assert!(
+                err.starts_with(field),
+                "{field}: {}",
+                &err[..err.len().min(200)]
+            );
+            assert!(err.len() < 300, "{field}: a {} byte message", err.len());
+            assert!(call.parent.unwrap().len() <= 253 + 1 + 63 + 2 * '…'.len_utf8());
+        }
+    }
 
     #[test]
     fn operator_names_are_unique_route_segments() {

@@ -32,11 +32,21 @@ pub struct Problem {
     pub detail: String,
 }
 
+/// The longest `detail` a problem carries.
+pub const MAX_DETAIL_CHARS: usize = 1024;
+
 impl Problem {
-    /// A problem with `status` and a one-line `detail`.
+    /// A problem with `status` and a one-line `detail`, cut to
+    /// [`MAX_DETAIL_CHARS`].
     pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
         // A newline would break the one-line event message users read.
-        let detail = detail.into().replace(['\n', '\r'], " ");
+        let mut detail = detail.into().replace(['\n', '\r'], " ");
+        // Metacontroller copies the body into an event; keep it an event's
+        // size whatever a message quoted.
+        if let Some((cut, _)) = detail.char_indices().nth(MAX_DETAIL_CHARS) {
+            detail.truncate(cut);
+            detail.push('…');
+        }
         Problem {
             type_: "about:blank".into(),
             title: status.canonical_reason().unwrap_or("Error").into(),
@@ -201,6 +211,13 @@ mod tests {
             "{}",
             none.detail
         );
+    }
+
+    #[test]
+    fn details_are_cut_to_an_events_size() {
+        let problem = Problem::new(StatusCode::BAD_REQUEST, "é".repeat(5000));
+        assert_eq!(problem.detail.chars().count(), MAX_DETAIL_CHARS + 1);
+        assert!(problem.detail.ends_with('…'));
     }
 
     #[test]

@@ -69,24 +69,38 @@ pub fn image(field: &str, value: &str) -> Result<(), InvalidSpec> {
 /// A name that will be used as a label value and as the prefix of child
 /// names: a DNS-1123 label of at most `max` characters.
 pub fn dns_label(field: &str, value: &str, max: usize) -> Result<(), InvalidSpec> {
-    if !is_dns_label(value) {
-        return Err(InvalidSpec::new(
-            field,
-            format!(
-                "{value:?} is not a DNS-1123 label; use lower-case letters, digits and '-', starting and ending with a letter or digit"
-            ),
-        ));
-    }
     if value.len() > max {
         return Err(InvalidSpec::new(
             field,
             format!(
-                "{value:?} is {} characters long; use at most {max}",
+                "{} is {} characters long; use at most {max}",
+                quote(value),
                 value.len()
             ),
         ));
     }
+    if !is_dns_label(value) {
+        return Err(InvalidSpec::new(
+            field,
+            format!(
+                "{} is not a DNS-1123 label; use lower-case letters, digits and '-', starting and ending with a letter or digit",
+                quote(value)
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// The longest prefix of a user's value an error message quotes: enough to
+/// recognise it, never enough to turn an error into a large answer or log.
+pub const QUOTE_CHARS: usize = 64;
+
+/// A user's value quoted for a message, cut to [`QUOTE_CHARS`] characters.
+pub fn quote(value: &str) -> String {
+    match value.char_indices().nth(QUOTE_CHARS) {
+        Some((cut, _)) => format!("{:?}…", &value[..cut]),
+        None => format!("{value:?}"),
+    }
 }
 
 /// The cron macros Kubernetes CronJobs accept besides five fields.
