@@ -320,3 +320,72 @@ async fn openapi_json_is_the_generated_document() {
     assert_eq!(served, generated);
     assert!(served["paths"]["/webserver/sync"]["post"].is_object());
 }
+
+/// The error classes the data-safety checks added, through the whole HTTP
+/// stack: each a problem+json with its own status and metrics outcome.
+#[tokio::test]
+async fn data_safety_refusals_have_their_own_status_codes() {
+    let case = |operator: &str, name: &str| {
+        std::fs::read(
+            root()
+                .join("tests/fixtures")
+                .join(operator)
+                .join(name)
+                .join("request.json"),
+        )
+        .unwrap()
+    };
+    let cases = [
+        (
+            "/backup/sync",
+            case("backup", "invalid-target-missing-cronjob-unreadable"),
+            StatusCode::CONFLICT,
+            "statefulset mydb is gone or unusable",
+        ),
+        (
+            "/webserver/sync",
+            case("webserver", "invalid-duplicate-key-in-parent"),
+            StatusCode::BAD_REQUEST,
+            "request body: parent.spec: the key \"replicas\" appears twice",
+        ),
+        (
+            "/webserver/sync",
+            case("webserver", "invalid-memcached-parent-on-sync"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "parent: kind \"Memcached\"",
+        ),
+        (
+            "/database/sync",
+            case("database", "invalid-jobs-without-names"),
+            StatusCode::BAD_REQUEST,
+            "observed Job.batch/v1 \"production/orders-init\": metadata.name is missing",
+        ),
+    ];
+    let app = router(state(Limits::default()));
+    for (path, body, want, detail) in cases {
+        let response = app
+            .clone()
+            .oneshot(post(path, "application/json", body))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), want, "{path}");
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json",
+            "{path}"
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let problem: Value = serde_json::from_slice(&body).unwrap();
+        let got = problem["detail"].as_str().unwrap();
+        assert!(got.starts_with(detail), "{path}: {got}");
+    }
+    let metrics = app.oneshot(get("/metrics")).await.unwrap();
+    let text = metrics.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    assert!(
+        text.contains(
+            r#"opshooks_hook_requests_total{hook="sync",operator="backup",outcome="unsafe"} 1"#
+        ),
+        "{text}"
+    );
+}
