@@ -814,8 +814,10 @@ impl Deletion {
 /// Deletion only moves forward. Nothing the Database had is created again:
 /// no StatefulSet (it would bring fresh, empty volumes), no Job but the
 /// snapshot (and that only while the data is still served and no snapshot
-/// succeeded). Every Job observed is kept until the Database is gone, so
-/// nothing a later call must know about disappears with an answer.
+/// succeeded). The Jobs observed are kept until the Database is gone (a
+/// pre-upgrade or restore Job only while the spec still has the destination
+/// it is built with), so the snapshot Job a later call reads never
+/// disappears with an answer.
 pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut plan: Plan) -> Plan {
     let snapshot_name = jobs::snapshot(db);
     let has = |job: &str| seen.jobs.contains_key(job);
@@ -826,9 +828,11 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
         plan.version = plan.running;
         plan.replicas = db.spec.size.instances();
     }
-    plan.init_job &= has(&jobs::init(db));
-    plan.pre_upgrade_job &= has(&jobs::pre_upgrade(db, to));
-    plan.restore_job &= has(&jobs::upgrade(db, to));
+    // Exactly the Jobs observed: none is started, none that can still be
+    // built is dropped.
+    plan.init_job = has(&jobs::init(db));
+    plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
+    plan.restore_job = has(&jobs::upgrade(db, to));
     let serving = seen
         .statefulset
         .as_ref()

@@ -458,5 +458,30 @@ proptest! {
                 prop_assert!(job_succeeded(&request, &format!("db-upgrade-{to}")), "moved to {} before its upgrade Job succeeded", image);
             }
         }
+        // 6. Deletion only moves forward: a StatefulSet that is gone is
+        //    never created again (it would bring new, empty volumes).
+        if finalizing && observed(&request, "StatefulSet.apps/v1", "db").is_none() {
+            prop_assert!(sts.is_none(), "StatefulSet created again while deleting");
+        }
+        // 7. While deleting, the observed init and snapshot Jobs stay (the
+        //    snapshot's while the spec has the destination it is built
+        //    with; Snapshot without one is refused), and the only Job that
+        //    can be created is the snapshot, and only while the StatefulSet
+        //    is there to be read.
+        if finalizing {
+            let seen_jobs = request["children"]["Job.batch/v1"].as_object().cloned().unwrap_or_default();
+            let has_destination = request["parent"]["spec"].get("backup").is_some();
+            let kept = ["db-init", "db-snapshot"].into_iter().filter(|n| *n == "db-init" || has_destination);
+            for name in kept.filter(|n| seen_jobs.contains_key(*n)) {
+                prop_assert!(find("Job", name).is_some(), "observed Job {} dropped while deleting", name);
+            }
+            for job in children.iter().filter(|c| c["kind"] == "Job") {
+                let name = job["metadata"]["name"].as_str().unwrap();
+                if !seen_jobs.contains_key(name) {
+                    prop_assert_eq!(name, "db-snapshot", "Job created while deleting");
+                    prop_assert!(observed(&request, "StatefulSet.apps/v1", "db").is_some(), "snapshot of a StatefulSet that is gone");
+                }
+            }
+        }
     }
 }
