@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # A throwaway Kubernetes control plane (etcd + kube-apiserver +
 # kube-controller-manager) running as plain processes on loopback, for the
-# end-to-end suite. No Docker, no kubelet, no scheduler: objects are stored,
-# validated, admitted and reconciled by the built-in controllers, but Pods
-# stay Pending.
+# end-to-end suite. No Docker, no kubelet: objects are stored, validated,
+# admitted and reconciled by the built-in controllers. After `up` alone Pods
+# stay Pending; `nodes` adds the real kube-scheduler and kwok (which plays the
+# kubelet of one fake node, driven by the stage files in ../shared/kwok), and
+# kube-controller-manager's hostpath provisioner binds volumes.
 #
 # Usage (an executable script with subcommands, not a library):
 #
 #   tests/e2e/cluster.sh up DIR     # start a cluster whose whole state lives in DIR
+#   tests/e2e/cluster.sh nodes DIR  # add kube-scheduler, kwok and a fake node to a cluster that is up
 #   tests/e2e/cluster.sh down DIR   # stop it and delete DIR; idempotent, safe on a half-started DIR
 #   tests/e2e/cluster.sh logs DIR   # print the tail of every process log (for failure reports)
 #
@@ -118,6 +121,9 @@ subjectAltName=IP:127.0.0.1,DNS:localhost"
   # The user name the bootstrap RBAC policy grants the controller manager's role to.
   sign controller-manager "/CN=system:kube-controller-manager" "$leaf
 extendedKeyUsage=clientAuth"
+  # The user name the bootstrap RBAC policy grants the scheduler's role to.
+  sign scheduler "/CN=system:kube-scheduler" "$leaf
+extendedKeyUsage=clientAuth"
   # Front proxy (request-header authentication), as kubeadm sets it up: a
   # CA of its own, so that no cert of the cluster CA can assert identities
   # through X-Remote-* headers. Without it, the controller manager's
@@ -196,7 +202,7 @@ ours() { # name -> pid on stdout
 stop_all() {
   local name pid i
   # Reverse start order: clients before the servers they talk to.
-  for name in kube-controller-manager kube-apiserver etcd; do
+  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     pid=$(ours "$name") || continue
     kill -TERM "$pid" 2>/dev/null || true
     # Graceful first (etcd syncs, the apiserver drains); killed after 15s.
@@ -269,6 +275,7 @@ cmd_up() {
   kcm_port=$(free_port)
   write_kubeconfig "$DIR/kubeconfig" admin
   write_kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager
+  write_kubeconfig "$DIR/scheduler.kubeconfig" scheduler
 
   # Plain HTTP is acceptable for etcd: it listens on loopback only and lives
   # for one test run. No fsync: the data is thrown away, and fsync dominates
@@ -317,6 +324,10 @@ cmd_up() {
 
   wait_for "kube-apiserver /readyz" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" get --raw /readyz
 
+  # --enable-hostpath-provisioner: the in-tree, test-only provisioner gives
+  # every claim of the default StorageClass (`nodes` installs it) a real
+  # PersistentVolume, bound, and deleted with its claim, so StatefulSets
+  # with volume claim templates behave as on a real cluster.
   # --use-service-account-credentials: each controller acts as its own
   # service account, so the RBAC the cluster enforces is what a real
   # cluster enforces. Leader election is pointless with one instance and
@@ -336,6 +347,7 @@ cmd_up() {
     --cluster-signing-cert-file="$PKI/ca.crt" \
     --cluster-signing-key-file="$PKI/ca.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
+    --enable-hostpath-provisioner=true \
     --profiling=false
 
   # Same CA and client cert as the API server, another port.
@@ -353,6 +365,59 @@ export OPSHOOKS_E2E_APISERVER='https://127.0.0.1:$API_PORT'
 EOF
   log "cluster up in $((SECONDS - start_time))s: https://127.0.0.1:$API_PORT"
   log "use it with: source '$DIR/env'"
+}
+
+# The kwok Stage CRD from kwok's own module (the version build-tools.sh
+# pins), so stages can be applied, changed and removed while tests run.
+kwok_stage_crd() {
+  local version dir
+  version=$(sed -nE 's/^KWOK_VERSION=(.*)/\1/p' "$HERE/build-tools.sh")
+  command -v go >/dev/null 2>&1 || export PATH=/usr/local/go/bin:$PATH
+  dir=$(cd /tmp && go mod download -json "sigs.k8s.io/kwok@$version" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p')
+  [[ -f $dir/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml ]] || die "kwok $version's Stage CRD not found (module dir '$dir')"
+  echo "$dir/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml"
+}
+
+# Nodes without a kubelet (../shared/kwok/README.md): the real kube-scheduler
+# binds pods to one fake node that kwok plays the kubelet of. kwok runs with
+# --enable-crds=Stage, so its stages are objects: the shared stage file is
+# applied as is, and a test can add a stage (fail one Job's pods, say) and
+# remove it again.
+cmd_nodes() {
+  [[ -f $DIR/$MARKER && -f $DIR/env ]] || die "$DIR holds no cluster that is up; run 'up' first"
+  DIR=$(cd "$DIR" && pwd -P)
+  BIN=$("$HERE/build-tools.sh" | tail -n 1)
+  local shared k start_time=$SECONDS crd
+  shared=$(cd "$HERE/../../.." && pwd)/shared/kwok
+  [[ -f $shared/stages.yaml ]] || die "$shared/stages.yaml not found (shared/ must sit beside the repo)"
+  k() { "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" "$@"; }
+  crd=$(kwok_stage_crd)
+
+  start kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig="$DIR/scheduler.kubeconfig" \
+    --leader-elect=false \
+    --secure-port=0 \
+    --profiling=false
+
+  k apply --server-side --field-manager=opshooks-e2e -f "$crd" >/dev/null
+  k wait --for=condition=Established --timeout=60s crd/stages.kwok.x-k8s.io >/dev/null
+  k apply --server-side --field-manager=opshooks-e2e -f "$shared/stages.yaml" >/dev/null
+  k apply --server-side --field-manager=opshooks-e2e -f "$shared/storageclass-hostpath.yaml" >/dev/null
+
+  # kwok's default pod CIDR collides with the Service CIDR: another one.
+  # HOME=DIR keeps kwok from reading a configuration from the real $HOME.
+  start kwok env HOME="$DIR" "$BIN/kwok" \
+    --kubeconfig="$DIR/kubeconfig" \
+    --enable-crds=Stage \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds=40 \
+    --cidr=10.244.0.0/16 \
+    --node-ip=10.240.0.1
+
+  k apply --server-side --field-manager=opshooks-e2e -f "$shared/node.yaml" >/dev/null
+  wait_for "node kwok-node-0 Ready" k wait --for=condition=Ready --timeout=5s node/kwok-node-0
+  log "scheduler, kwok and node up in $((SECONDS - start_time))s"
 }
 
 cmd_down() {
@@ -373,7 +438,7 @@ cmd_logs() {
   print_logs
 }
 
-usage() { sed -n '10,12p' "${BASH_SOURCE[0]}" >&2; }
+usage() { sed -n '12,15p' "${BASH_SOURCE[0]}" >&2; }
 
 [[ $# -eq 2 ]] || {
   usage
@@ -383,6 +448,7 @@ DIR=$2
 [[ -n $DIR ]] || die "DIR must not be empty"
 case $1 in
 up) cmd_up ;;
+nodes) cmd_nodes ;;
 down) cmd_down ;;
 logs) cmd_logs ;;
 *)

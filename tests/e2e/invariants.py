@@ -1,0 +1,376 @@
+"""Invariants of the control loop, checked continuously while scenarios run.
+
+A Recorder watches every kind of child (and the parents) in every namespace
+from the moment the suite starts, keeps what it saw, and audits it once a
+second (and once more at the end):
+
+  A. no PersistentVolumeClaim is deleted except by a Database deletion whose
+     policy allows it (Delete, or Snapshot after its snapshot Job succeeded),
+     or by a scenario that says so;
+  B. no StatefulSet, volume or Job of a deleting Database is created once the
+     deletion started, except the first snapshot Job (and a retry a scenario
+     asks for by deleting a failed one);
+  C. inside a quiet window (a hook outage, a refused spec) no child of the
+     window's parents is created or deleted;
+  D. Metacontroller's log has no "can't update status" and no strict-decoding
+     error;
+  E. every hook call opshooks logged was answered 200, except calls a
+     scenario expects to be refused.
+
+Timestamps are compared on one clock: the API server, the processes and the
+suite all run on this machine. Metadata timestamps have one-second
+resolution, so windows are shrunk by a second at their edges.
+"""
+
+import json
+import os
+import re
+import threading
+import time
+from collections import defaultdict
+
+from kube import controller_uid, job_outcome, parse_time
+
+WATCHED = [
+    "WebServer",
+    "Memcached",
+    "Backup",
+    "Database",
+    "Pod",
+    "PersistentVolumeClaim",
+    "StatefulSet",
+    "Deployment",
+    "Job",
+    "CronJob",
+    "Service",
+    "ConfigMap",
+    "Secret",
+    "EndpointSlice",
+]
+PARENTS = ("WebServer", "Memcached", "Backup", "Database")
+DB_LABEL = "opshooks.io/database"
+# How old a record must be before rules A and B judge it: the parent's own
+# watch stream may deliver its deletion a little after the child's event.
+SETTLE = 3.0
+
+METACONTROLLER_BAD = [
+    (re.compile(r"can't update status"), "can't update status"),
+    (re.compile(r"strict validation failed|strict decoding error|unknown field"), "strict decoding"),
+]
+
+
+class Recorder:
+    def __init__(self, kube, opshooks_log, metacontroller_log):
+        self.kube = kube
+        self.lock = threading.RLock()
+        self.stop = threading.Event()
+        self.opshooks_log = opshooks_log
+        self.metacontroller_log = metacontroller_log
+        # Only what is logged from now on (a rerun on a kept cluster appends).
+        self.log_offsets = {f: os.path.getsize(f) if os.path.exists(f) else 0 for f in (opshooks_log, metacontroller_log)}
+        self.objects = {}  # (kind, uid) -> latest object
+        self.parents = {}  # uid -> parent record
+        self.creations = []  # child creations, in arrival order
+        self.deletions = []  # child deletions (first sign of one)
+        self.adds = defaultdict(list)  # (kind, ns, name) -> [uid, ...]
+        self.deleting_seen = set()
+        self.judged = set()
+        self.violations = []
+        self.violation_keys = set()
+        self.windows = []
+        self.allowed_pvc_deletes = set()  # (ns, name) or (ns, None) for a whole namespace
+        self.allowed_recreations = defaultdict(int)  # (kind, ns, name) -> extra creations allowed
+        self.refusals = []  # dicts: operator, parent, start, end
+        self.hook_calls = defaultdict(int)  # (operator, hook, status) -> count
+        self.listeners = []
+        self.relists = 0
+        self.threads = []
+
+    # ---- lifecycle ----
+    def start(self):
+        for kind in WATCHED:
+            t = threading.Thread(
+                target=self.kube.watch,
+                args=(kind, lambda et, obj, k=kind: self.on_event(k, et, obj), self.stop, self.on_relist),
+                daemon=True,
+                name=f"watch-{kind}",
+            )
+            t.start()
+            self.threads.append(t)
+        t = threading.Thread(target=self.audit_loop, daemon=True, name="audit")
+        t.start()
+        self.threads.append(t)
+
+    def on_relist(self, kind):
+        with self.lock:
+            self.relists += 1
+
+    def audit_loop(self):
+        while not self.stop.wait(1.0):
+            try:
+                self.audit(final=False)
+            except Exception as err:  # an audit bug must not end the suite silently
+                self.violate(("audit-error", str(err)), f"invariant audit failed: {err!r}")
+
+    def finish(self):
+        time.sleep(SETTLE + 0.5)
+        self.audit(final=True)
+        self.stop.set()
+
+    # ---- what scenarios tell the recorder ----
+    def add_listener(self, fn):
+        with self.lock:
+            self.listeners.append(fn)
+
+    def remove_listener(self, fn):
+        with self.lock:
+            self.listeners.remove(fn)
+
+    def quiet(self, name, parent_uids):
+        """Opens a window in which no child of these parents may be created
+        or deleted; returns it, to pass to close()."""
+        w = {"name": name, "parents": set(parent_uids), "start": time.time(), "end": None}
+        with self.lock:
+            self.windows.append(w)
+        return w
+
+    def close(self, window):
+        with self.lock:
+            window["end"] = time.time()
+
+    def expect_refusal(self, operator, parent):
+        r = {"operator": operator, "parent": parent, "start": time.time() - 1, "end": None}
+        with self.lock:
+            self.refusals.append(r)
+        return r
+
+    def allow_pvc_delete(self, ns, name=None):
+        with self.lock:
+            self.allowed_pvc_deletes.add((ns, name))
+
+    def allow_recreation(self, kind, ns, name):
+        with self.lock:
+            self.allowed_recreations[(kind, ns, name)] += 1
+
+    def creations_of(self, kind, ns, name):
+        with self.lock:
+            return list(self.adds[(kind, ns, name)])
+
+    # ---- events ----
+    def on_event(self, kind, etype, obj):
+        md = obj.get("metadata", {})
+        uid = md.get("uid")
+        if not uid:
+            return
+        now = time.time()
+        with self.lock:
+            first = (kind, uid) not in self.objects
+            self.objects[(kind, uid)] = obj
+            ns, name = md.get("namespace"), md.get("name")
+            if kind in PARENTS:
+                rec = self.parents.setdefault(
+                    uid, {"kind": kind, "ns": ns, "name": name, "uid": uid, "deleting": None, "gone": None}
+                )
+                rec["policy"] = (obj.get("spec") or {}).get("deletionPolicy", "Snapshot")
+                if md.get("deletionTimestamp") and rec["deleting"] is None:
+                    rec["deleting"] = parse_time(md["deletionTimestamp"])
+                if etype == "DELETED":
+                    rec["gone"] = now
+            else:
+                labels = md.get("labels") or {}
+                record = {
+                    "kind": kind,
+                    "ns": ns,
+                    "name": name,
+                    "uid": uid,
+                    "owner": controller_uid(obj),
+                    "db": labels.get(DB_LABEL),
+                    "created": parse_time(md.get("creationTimestamp")),
+                    "seen": now,
+                    "sync": etype == "SYNC",
+                }
+                if first and etype != "DELETED":
+                    self.creations.append(record)
+                    self.adds[(kind, ns, name)].append(uid)
+                if (etype == "DELETED" or md.get("deletionTimestamp")) and uid not in self.deleting_seen:
+                    self.deleting_seen.add(uid)
+                    self.deletions.append(dict(record, at=now))
+            listeners = list(self.listeners)
+        for fn in listeners:
+            fn(kind, etype, obj, now)
+
+    # ---- rules ----
+    def violate(self, key, message):
+        with self.lock:
+            if key in self.violation_keys:
+                return
+            self.violation_keys.add(key)
+            stamp = time.strftime("%H:%M:%S")
+            self.violations.append(f"{stamp} {message}")
+            print(f"!! invariant violated: {message}", flush=True)
+
+    def parent_of(self, rec):
+        if rec["owner"] in self.parents:
+            return self.parents[rec["owner"]]
+        if rec["db"]:
+            candidates = [
+                p
+                for p in self.parents.values()
+                if p["kind"] == "Database" and p["ns"] == rec["ns"] and p["name"] == rec["db"]
+            ]
+            if candidates:
+                return candidates[-1]
+        return None
+
+    def job_outcomes(self, ns, name):
+        """Every outcome any Job ns/name was seen in (all its incarnations)."""
+        with self.lock:
+            return {
+                job_outcome(obj)
+                for (kind, _), obj in self.objects.items()
+                if kind == "Job" and obj["metadata"].get("namespace") == ns and obj["metadata"].get("name") == name
+            }
+
+    def snapshot_succeeded(self, ns, db_name):
+        for (kind, _), obj in self.objects.items():
+            md = obj["metadata"]
+            if (
+                kind == "Job"
+                and md.get("namespace") == ns
+                and md.get("name") == f"{db_name}-snapshot"
+                and job_outcome(obj) == "Succeeded"
+            ):
+                return True
+        return False
+
+    def audit(self, final):
+        now = time.time()
+        with self.lock:
+            # A: volumes are deleted only by a deletion whose policy allows it.
+            for d in self.deletions:
+                if d["kind"] != "PersistentVolumeClaim" or ("A", d["uid"]) in self.judged:
+                    continue
+                if not final and now - d["at"] < SETTLE:
+                    continue
+                self.judged.add(("A", d["uid"]))
+                if (d["ns"], d["name"]) in self.allowed_pvc_deletes or (d["ns"], None) in self.allowed_pvc_deletes:
+                    continue
+                p = self.parent_of(d)
+                ok = bool(
+                    p
+                    and p["deleting"]
+                    and (
+                        p["policy"] == "Delete"
+                        or (p["policy"] == "Snapshot" and self.snapshot_succeeded(p["ns"], p["name"]))
+                    )
+                )
+                if not ok:
+                    why = (
+                        f"its Database {p['name']} is not being deleted under a policy that allows it "
+                        f"(deleting={bool(p['deleting'])}, policy={p['policy']})"
+                        if p
+                        else "it belongs to no Database"
+                    )
+                    self.violate(("A", d["uid"]), f"PersistentVolumeClaim {d['ns']}/{d['name']} was deleted: {why}")
+            # B: nothing of a deleting Database is created again.
+            for c in self.creations:
+                if c["kind"] not in ("StatefulSet", "PersistentVolumeClaim", "Job") or ("B", c["uid"]) in self.judged:
+                    continue
+                if not final and now - c["seen"] < SETTLE:
+                    continue
+                p = self.parent_of(c)
+                if not p or p["kind"] != "Database":
+                    if final or now - c["seen"] > 60:
+                        self.judged.add(("B", c["uid"]))
+                    continue
+                if not p["deleting"]:
+                    # Judged later if the parent starts deleting: keep it a minute.
+                    if final or now - c["seen"] > 60:
+                        self.judged.add(("B", c["uid"]))
+                    continue
+                self.judged.add(("B", c["uid"]))
+                if c["created"] is None or c["created"] <= p["deleting"]:
+                    continue
+                key = (c["kind"], c["ns"], c["name"])
+                order = self.adds[key].index(c["uid"])
+                if c["kind"] == "Job" and c["name"] == f"{p['name']}-snapshot":
+                    if order <= self.allowed_recreations[key]:
+                        continue
+                    self.violate(
+                        ("B", c["uid"]),
+                        f"snapshot Job {c['ns']}/{c['name']} created again (creation #{order + 1}) while Database {p['name']} is being deleted",
+                    )
+                    continue
+                if order > 0 and order <= self.allowed_recreations[key]:
+                    continue
+                again = "again " if order > 0 or c["kind"] != "Job" else ""
+                self.violate(
+                    ("B", c["uid"]),
+                    f"{c['kind']} {c['ns']}/{c['name']} created {again}(creation #{order + 1}) after Database {p['name']} started deleting",
+                )
+            # C: quiet windows.
+            for w in self.windows:
+                start, end = w["start"], w["end"] if w["end"] is not None else now
+                for c in self.creations:
+                    if c["owner"] in w["parents"] and c["created"] is not None and start + 1 <= c["created"] <= end:
+                        self.violate(
+                            ("C", w["name"], c["uid"], "create"),
+                            f"{c['kind']} {c['ns']}/{c['name']} was created during {w['name']}",
+                        )
+                for d in self.deletions:
+                    if d["owner"] in w["parents"] and start + 1 <= d["at"] <= end:
+                        self.violate(
+                            ("C", w["name"], d["uid"], "delete"),
+                            f"{d['kind']} {d['ns']}/{d['name']} was deleted during {w['name']}",
+                        )
+        # D and E: the logs.
+        self.scan_metacontroller()
+        self.scan_opshooks()
+
+    def read_new(self, file):
+        try:
+            with open(file, "rb") as f:
+                f.seek(self.log_offsets[file])
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.log_offsets[file] += end + 1
+        return data[: end + 1].decode(errors="replace").splitlines()
+
+    def scan_metacontroller(self):
+        for line in self.read_new(self.metacontroller_log):
+            for pattern, what in METACONTROLLER_BAD:
+                if pattern.search(line):
+                    self.violate(("D", what, line[:300]), f"Metacontroller logged {what}: {line[:400]}")
+
+    def scan_opshooks(self):
+        for line in self.read_new(self.opshooks_log):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            fields = entry.get("fields", entry)
+            if fields.get("message") != "hook call":
+                continue
+            operator, hook, status = fields.get("operator"), fields.get("hook"), fields.get("status")
+            parent = fields.get("parent", "-")
+            with self.lock:
+                self.hook_calls[(operator, hook, status)] += 1
+                if status == 200:
+                    continue
+                at = parse_time(entry.get("timestamp", "")[:19] + "Z") if entry.get("timestamp") else time.time()
+                expected = any(
+                    r["operator"] == operator
+                    and r["parent"] == parent
+                    and r["start"] <= (at or 0) + 1
+                    and (r["end"] is None or (at or 0) <= r["end"] + 1)
+                    for r in self.refusals
+                )
+            if not expected:
+                self.violate(
+                    ("E", line[:200]),
+                    f"opshooks answered {status} to {operator} {hook} for {parent}: {fields.get('detail', '')}",
+                )
