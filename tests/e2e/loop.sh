@@ -76,7 +76,7 @@ kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
 kubectl get compositecontrollers
 
 step "control loop"
-python3 "$HERE/loop.py" --dir "$dir" --port "$port" --opshooks "$OPSHOOKS" \
+python3 -B "$HERE/loop.py" --dir "$dir" --port "$port" --opshooks "$OPSHOOKS" \
   --metacontroller "$BIN/metacontroller" --mc-ports "$metrics,$health" "$@"
 
 step "done"
