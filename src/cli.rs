@@ -1,4 +1,5 @@
-//! The subcommands that do not serve: `hook`, `openapi`, `manifests`.
+//! The subcommands that do not serve: `hook`, `openapi`, `manifests`,
+//! `simulate`.
 //!
 //! `hook` runs a request through [`crate::operators::Operator::call`], the
 //! same code path as the server, and prints the exact body the server would
@@ -9,7 +10,7 @@ use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::config::{HookArgs, ManifestArgs};
+use crate::config::{HookArgs, ManifestArgs, SimulateArgs};
 use crate::hook::Hook;
 use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
@@ -185,4 +186,70 @@ fn print_text(text: &str) -> Result<(), Failure> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
         .map_err(|err| Failure::usage(format!("stdout: {err}")))
+}
+
+/// `opshooks simulate OPERATOR FILE [--then EVENT]...`: the timeline, one
+/// line per step, until the loop settles after the parent's creation and
+/// after each event. Fails (1) on a broken rule of the loop or a loop that
+/// does not settle.
+pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
+    use crate::simulate::{Event, Simulation};
+    let ops = operators::all();
+    let op = ops
+        .iter()
+        .find(|op| op.name == args.operator)
+        .ok_or_else(|| {
+            let names: Vec<_> = ops.iter().map(|op| op.name).collect();
+            Failure::usage(format!(
+                "unknown operator {:?}; use one of: {}",
+                args.operator,
+                names.join(", ")
+            ))
+        })?;
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|err| Failure::usage(format!("{}: {err}", args.file.display())))?;
+    let parent: serde_json::Value = yaml_serde::from_str(&text)
+        .map_err(|err| Failure::usage(format!("{}: {err}", args.file.display())))?;
+    let start = args
+        .start
+        .parse::<Timestamp>()
+        .map_err(|err| Failure::usage(format!("--start {:?}: {err}; use RFC 3339", args.start)))?;
+    let events = args
+        .then
+        .iter()
+        .map(|e| Event::parse(e))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::usage)?;
+    let mut sim = Simulation::new(op, parent, start, args.seed).map_err(Failure::usage)?;
+    for job in &args.fail_job {
+        sim.apply(&Event::FailJob(job.clone()))
+            .map_err(Failure::usage)?;
+    }
+    let mut out = std::io::stdout().lock();
+    let mut broken = 0;
+    let stages = std::iter::once(None).chain(events.iter().map(Some));
+    for event in stages {
+        if let Some(event) = event {
+            writeln!(out, "-- {event:?}").ok();
+            sim.apply(event).map_err(Failure::usage)?;
+        }
+        let (steps, settled) = sim.settle(args.max_steps);
+        for step in &steps {
+            writeln!(out, "{step}").ok();
+            broken += step.violations.len();
+        }
+        if !settled {
+            return Err(Failure {
+                message: format!("the loop did not settle within {} steps", args.max_steps),
+                code: 1,
+            });
+        }
+    }
+    if broken > 0 {
+        return Err(Failure {
+            message: format!("{broken} broken rule(s) of the loop; see VIOLATION above"),
+            code: 1,
+        });
+    }
+    Ok(())
 }

@@ -35,6 +35,10 @@ pub enum Command {
     Openapi,
     /// Print the CRDs and CompositeControllers, or write them to a folder.
     Manifests(ManifestArgs),
+    /// Run an operator through its life offline, with Metacontroller's
+    /// semantics and a model of the Kubernetes controllers, and print one
+    /// line per step.
+    Simulate(SimulateArgs),
 }
 
 /// Flags of `opshooks hook`.
@@ -79,6 +83,33 @@ pub struct ManifestArgs {
 }
 
 /// Server flags.
+/// `opshooks simulate OPERATOR FILE [--then EVENT]...`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The operator: webserver, memcached, backup or database.
+    pub operator: String,
+    /// The parent, as YAML or JSON (for example examples/database.yaml).
+    pub file: std::path::PathBuf,
+    /// An event to apply once the loop has settled, in order: spec.PATH=VALUE,
+    /// delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE,
+    /// unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME,
+    /// not-ready POD, ready POD, run-cronjob NAME.
+    #[arg(long = "then", value_name = "EVENT")]
+    pub then: Vec<String>,
+    /// Jobs whose runs fail from the start.
+    #[arg(long = "fail-job", value_name = "NAME")]
+    pub fail_job: Vec<String>,
+    /// The most steps to wait for the loop to settle after each event.
+    #[arg(long, default_value_t = 200)]
+    pub max_steps: u32,
+    /// The time of the first step (RFC 3339); each step adds 10 s.
+    #[arg(long, default_value = "2026-01-01T00:00:00Z")]
+    pub start: String,
+    /// Stands in for the randomness a server passes to each call.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// Address to listen on; the Helm chart passes 0.0.0.0:8080.

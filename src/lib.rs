@@ -13,6 +13,9 @@
 //! - [`http`]: the axum router, the one adapter from a route to an operator,
 //!   errors as `application/problem+json`, metrics and the OpenAPI document.
 //! - [`manifests`]: the CRDs and CompositeControllers generated from the code.
+//! - [`simulate`]: the loop offline: an operator stepped through a modelled
+//!   cluster with Metacontroller's semantics, for `opshooks simulate` and
+//!   the whole-life property tests.
 //! - [`cli`]: the `hook`, `openapi` and `manifests` subcommands.
 //! - [`config`]: command-line flags, each also read from the environment.
 //! - [`telemetry`]: logging set-up.
@@ -23,4 +26,5 @@ pub mod hook;
 pub mod http;
 pub mod manifests;
 pub mod operators;
+pub mod simulate;
 pub mod telemetry;

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Some(Command::Hook(args)) => cli::hook(args),
         Some(Command::Openapi) => cli::openapi(),
         Some(Command::Manifests(args)) => cli::manifests(args),
+        Some(Command::Simulate(args)) => cli::simulate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

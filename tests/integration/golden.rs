@@ -5,6 +5,7 @@
 use opshooks::hook::Hook;
 use opshooks::http::Problem;
 use opshooks::operators;
+use opshooks::simulate::schema::StatusSchema;
 use serde_json::Value;
 
 use super::support::{assert_matches_file, cases, ctx};
@@ -112,37 +113,10 @@ fn check_shape(op: &operators::Operator, case: &std::path::Path, body: &[u8]) {
             );
         }
     }
-    let crd = serde_json::to_value(&op.crd).unwrap();
-    let mut schema =
-        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone();
-    strip_kubernetes_keywords(&mut schema);
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(&answer["status"])
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
+    let errors = StatusSchema::of(op).errors(&answer["status"]);
     assert!(
         errors.is_empty(),
         "{}: status does not fit the CRD: {errors:?}",
         case.display()
     );
-}
-
-/// The CRD schema is OpenAPI v3; make it plain JSON Schema and forbid
-/// fields it does not declare, as the API server's pruning would drop them.
-fn strip_kubernetes_keywords(value: &mut Value) {
-    if let Value::Object(map) = value {
-        map.retain(|k, _| !k.starts_with("x-kubernetes-"));
-        if map.remove("nullable") == Some(Value::Bool(true))
-            && let Some(Value::String(t)) = map.get("type").cloned()
-        {
-            map.insert("type".into(), serde_json::json!([t, "null"]));
-        }
-        if map.contains_key("properties") && !map.contains_key("additionalProperties") {
-            map.insert("additionalProperties".into(), Value::Bool(false));
-        }
-        map.values_mut().for_each(strip_kubernetes_keywords);
-    } else if let Value::Array(items) = value {
-        items.iter_mut().for_each(strip_kubernetes_keywords);
-    }
 }

@@ -1,0 +1,858 @@
+//! The loop, offline: an operator driven through many steps with
+//! Metacontroller's semantics, so that what it does over a whole life (not
+//! one answer) can be read and checked before it runs anywhere.
+//!
+//! Each [`Simulation::step`] is what one resync does in a real cluster: the
+//! modelled controllers act ([`cluster`]), then Metacontroller calls the
+//! customize hook for related objects and the sync (or, once the parent is
+//! being deleted, finalize) hook with the observed children, through the
+//! same byte adapter the server uses. A 200 answer is applied as
+//! Metacontroller applies it: missing children are created, existing ones
+//! updated according to their type's update strategy (never under
+//! `OnDelete`, recreated under `Recreate`), observed children left out are
+//! deleted, the status is written back only if the CRD's schema accepts it
+//! (with Metacontroller's own `observedGeneration` and, for rolling child
+//! types, its `Updated` condition), and `finalized: true` removes the
+//! finalizer. Any other answer changes nothing.
+//!
+//! What it must not do: read a clock or a random source (time advances a
+//! fixed amount per step; randomness is a seed), or call anything outside
+//! this process. It lives above `operators` and `hook`; nothing imports it
+//! but the CLI and tests.
+
+pub mod cluster;
+pub mod schema;
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use crate::hook::Hook;
+use crate::operators::{ChildResource, Context, ENTROPY, Operator};
+use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
+use schema::StatusSchema;
+
+/// How far the model's clock moves per step.
+pub const STEP_SECONDS: i64 = 10;
+
+/// Something that happens to the cluster from outside the loop.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The user sets a field of the parent's spec (`spec.version=17`).
+    SetSpec {
+        /// The path below `spec`, dot-separated.
+        path: Vec<String>,
+        /// The new value: JSON if it parses as JSON, a string otherwise.
+        value: Value,
+    },
+    /// The user deletes the parent.
+    DeleteParent,
+    /// The user deletes any object (`delete Job/orders-snapshot`).
+    Delete {
+        /// The object's kind.
+        kind: String,
+        /// Its name.
+        name: String,
+    },
+    /// The user sets an annotation (`annotate CronJob/x key=value`).
+    Annotate {
+        /// The object's kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The annotation.
+        key: String,
+        /// Its value; `None` removes it.
+        value: Option<String>,
+    },
+    /// The hook does not answer for this many steps.
+    HookDown(u32),
+    /// Every run of this Job fails, from now on.
+    FailJob(String),
+    /// Runs of this Job succeed again.
+    HealJob(String),
+    /// This pod is (or, with `false`, is no longer) kept not ready.
+    NotReady(String, bool),
+    /// The CronJob's schedule fires: one Job from its template.
+    RunCronJob(String),
+}
+
+impl Event {
+    /// Parses the words of `--then`: `spec.PATH=VALUE`, `delete`,
+    /// `delete KIND/NAME`, `annotate KIND/NAME KEY=VALUE`,
+    /// `unannotate KIND/NAME KEY`, `hook-down N`, `fail-job NAME`,
+    /// `heal-job NAME`, `not-ready POD`, `ready POD`, `run-cronjob NAME`.
+    pub fn parse(text: &str) -> Result<Event, String> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let object = |word: &str| {
+            word.split_once('/')
+                .map(|(k, n)| (k.to_string(), n.to_string()))
+                .ok_or_else(|| {
+                    format!("{word:?}: name an object as KIND/NAME, like Job/orders-snapshot")
+                })
+        };
+        match words.as_slice() {
+            [assignment] if assignment.starts_with("spec.") => {
+                let (path, value) = assignment
+                    .split_once('=')
+                    .ok_or_else(|| format!("{text:?}: write spec.PATH=VALUE"))?;
+                let value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
+                Ok(Event::SetSpec {
+                    path: path["spec.".len()..].split('.').map(String::from).collect(),
+                    value,
+                })
+            }
+            ["delete"] => Ok(Event::DeleteParent),
+            ["delete", target] => {
+                let (kind, name) = object(target)?;
+                Ok(Event::Delete { kind, name })
+            }
+            ["annotate", target, assignment] => {
+                let (kind, name) = object(target)?;
+                let (key, value) = assignment
+                    .split_once('=')
+                    .ok_or_else(|| format!("{text:?}: write annotate KIND/NAME KEY=VALUE"))?;
+                Ok(Event::Annotate {
+                    kind,
+                    name,
+                    key: key.to_string(),
+                    value: Some(value.to_string()),
+                })
+            }
+            ["unannotate", target, key] => {
+                let (kind, name) = object(target)?;
+                Ok(Event::Annotate {
+                    kind,
+                    name,
+                    key: key.to_string(),
+                    value: None,
+                })
+            }
+            ["hook-down", steps] => steps
+                .parse()
+                .map(Event::HookDown)
+                .map_err(|_| format!("{text:?}: hook-down takes a number of steps")),
+            ["fail-job", name] => Ok(Event::FailJob(name.to_string())),
+            ["heal-job", name] => Ok(Event::HealJob(name.to_string())),
+            ["not-ready", pod] => Ok(Event::NotReady(pod.to_string(), true)),
+            ["ready", pod] => Ok(Event::NotReady(pod.to_string(), false)),
+            ["run-cronjob", name] => Ok(Event::RunCronJob(name.to_string())),
+            _ => Err(format!(
+                "{text:?} is not an event; use spec.PATH=VALUE, delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE, unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME, not-ready POD, ready POD or run-cronjob NAME"
+            )),
+        }
+    }
+}
+
+/// How the hook answered in one step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A 200 answer, applied.
+    Answered {
+        /// The hook that was called.
+        hook: Hook,
+        /// Whether the answer said `finalized: true`.
+        finalized: bool,
+    },
+    /// A refusal: nothing changed.
+    Refused {
+        /// The hook that was called.
+        hook: Hook,
+        /// The one-line reason.
+        reason: String,
+    },
+    /// The hook was down: nothing changed.
+    HookDown,
+    /// The parent is gone: nothing to call.
+    Gone,
+}
+
+/// What one step did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// 1 for the first step.
+    pub number: u32,
+    /// How the hook answered.
+    pub outcome: Outcome,
+    /// Every change to the cluster in this step, controllers' included.
+    pub changes: Vec<Change>,
+    /// The parent's `status.phase`, if it has one.
+    pub phase: Option<String>,
+    /// The parent's conditions as `Type=Status(Reason)`.
+    pub conditions: Vec<String>,
+    /// Broken rules of the loop itself (a status the CRD refuses, something
+    /// of a deleting parent created again).
+    pub violations: Vec<String>,
+    /// The answer's bytes, to tell when the loop has settled.
+    pub answer: Option<Vec<u8>>,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "step {:>3}", self.number)?;
+        match &self.outcome {
+            Outcome::Answered { hook, finalized } => {
+                write!(f, " {hook}")?;
+                if *finalized {
+                    write!(f, " finalized")?;
+                }
+            }
+            Outcome::Refused { hook, reason } => write!(f, " {hook} REFUSED: {reason}")?,
+            Outcome::HookDown => write!(f, " hook down")?,
+            Outcome::Gone => write!(f, " parent gone")?,
+        }
+        for change in self.changes.iter().filter(|c| is_shown(c)) {
+            let sign = match change.verb {
+                Verb::Created => '+',
+                Verb::Updated => '~',
+                Verb::Deleted => '-',
+            };
+            write!(f, " {sign}{}", change.key)?;
+            if change.actor == Actor::User {
+                write!(f, "(user)")?;
+            }
+        }
+        if let Some(phase) = &self.phase {
+            write!(f, " | phase={phase}")?;
+        }
+        if !self.conditions.is_empty() {
+            write!(f, " {}", self.conditions.join(" "))?;
+        }
+        for violation in &self.violations {
+            write!(f, " VIOLATION: {violation}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Pods come and go with their workloads; the timeline shows what the
+/// operator and the user did, and the volumes.
+fn is_shown(change: &Change) -> bool {
+    change.actor != Actor::Controllers || change.key.kind == "PersistentVolumeClaim"
+}
+
+/// One operator, one parent, one cluster, stepped through time.
+pub struct Simulation<'a> {
+    op: &'a Operator,
+    schema: StatusSchema,
+    /// The cluster: the parent, its children and everything the modelled
+    /// controllers made.
+    pub cluster: Cluster,
+    parent: Key,
+    parent_uid: String,
+    finalizer: Option<String>,
+    entropy: [u8; ENTROPY],
+    hook_down: u32,
+    steps: u32,
+    /// Children and volumes that existed before the parent's deletion began.
+    had: BTreeSet<Key>,
+    deleting: bool,
+}
+
+impl<'a> Simulation<'a> {
+    /// Creates `parent` (YAML or JSON already parsed) in an empty cluster at
+    /// `now`; `seed` stands in for the randomness a server passes each call.
+    pub fn new(
+        op: &'a Operator,
+        mut parent: Value,
+        now: Timestamp,
+        seed: u64,
+    ) -> Result<Self, String> {
+        let api_version = op.api_version();
+        if parent["apiVersion"] != api_version.as_str() || parent["kind"] != op.kind.as_str() {
+            return Err(format!(
+                "the parent must be apiVersion {api_version}, kind {}; this file has {} {}",
+                op.kind, parent["apiVersion"], parent["kind"]
+            ));
+        }
+        let finalizer = op
+            .hooks()
+            .any(|h| h == Hook::Finalize)
+            .then(|| format!("metacontroller.io/compositecontroller-{}", op.plural()));
+        if let Some(f) = &finalizer {
+            object_map(&mut parent, "metadata").insert("finalizers".into(), json!([f]));
+        }
+        let mut cluster = Cluster::new(now);
+        let key = cluster
+            .create(parent, Actor::User)
+            .ok_or("the parent needs metadata.name")?;
+        cluster.take_changes();
+        let parent_uid = uid_of(cluster.get(&key).expect("just created"))
+            .expect("created objects have uids")
+            .to_string();
+        let mut entropy = [0u8; ENTROPY];
+        for (i, byte) in entropy.iter_mut().enumerate() {
+            // A fixed, seed-dependent byte string (splitmix64), not a secret.
+            let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            *byte = (z ^ (z >> 31)) as u8;
+        }
+        Ok(Simulation {
+            op,
+            schema: StatusSchema::of(op),
+            cluster,
+            parent: key,
+            parent_uid,
+            finalizer,
+            entropy,
+            hook_down: 0,
+            steps: 0,
+            had: BTreeSet::new(),
+            deleting: false,
+        })
+    }
+
+    /// The parent as stored now, `None` once it is gone.
+    pub fn parent(&self) -> Option<&Value> {
+        self.cluster.get(&self.parent)
+    }
+
+    /// True once the parent's deletion began.
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// Applies an event from outside the loop.
+    pub fn apply(&mut self, event: &Event) -> Result<(), String> {
+        let namespace = self.parent.namespace.clone();
+        let find = |cluster: &Cluster, kind: &str, name: &str| {
+            cluster
+                .objects()
+                .map(|(k, _)| k)
+                .find(|k| k.kind == kind && k.name == name && k.namespace == namespace)
+                .cloned()
+                .ok_or_else(|| format!("no {kind}/{name} in the cluster"))
+        };
+        match event {
+            Event::SetSpec { path, value } => {
+                let before = self.parent().ok_or("the parent is gone")?.clone();
+                let mut spec = before.get("spec").cloned().unwrap_or(json!({}));
+                let mut at = &mut spec;
+                for (i, part) in path.iter().enumerate() {
+                    let map = at
+                        .as_object_mut()
+                        .ok_or_else(|| format!("spec.{} is not an object", path[..i].join(".")))?;
+                    at = map.entry(part.clone()).or_insert_with(|| json!({}));
+                }
+                *at = value.clone();
+                self.cluster
+                    .update(&self.parent.clone(), &json!({"spec": spec}), Actor::User);
+            }
+            Event::DeleteParent => {
+                self.begin_deletion();
+                self.cluster.delete(&self.parent.clone(), Actor::User);
+                self.cluster.collect_garbage();
+            }
+            Event::Delete { kind, name } => {
+                let key = find(&self.cluster, kind, name)?;
+                self.cluster.delete(&key, Actor::User);
+                self.cluster.collect_garbage();
+            }
+            Event::Annotate {
+                kind,
+                name,
+                key,
+                value,
+            } => {
+                let target = find(&self.cluster, kind, name)?;
+                self.cluster.edit(&target, |object| {
+                    let annotations = object_map(object, "metadata")
+                        .entry("annotations")
+                        .or_insert_with(|| json!({}));
+                    if let Some(map) = annotations.as_object_mut() {
+                        match value {
+                            Some(v) => map.insert(key.clone(), json!(v)),
+                            None => map.remove(key),
+                        };
+                    }
+                });
+            }
+            Event::HookDown(steps) => self.hook_down = *steps,
+            Event::FailJob(name) => {
+                self.cluster.failing_jobs.insert(name.clone());
+            }
+            Event::HealJob(name) => {
+                self.cluster.failing_jobs.remove(name);
+            }
+            Event::NotReady(pod, not_ready) => {
+                if *not_ready {
+                    self.cluster.not_ready_pods.insert(pod.clone());
+                } else {
+                    self.cluster.not_ready_pods.remove(pod);
+                }
+            }
+            Event::RunCronJob(name) => {
+                let key = find(&self.cluster, "CronJob", name)?;
+                self.cluster.run_cronjob(&key);
+            }
+        }
+        Ok(())
+    }
+
+    fn begin_deletion(&mut self) {
+        if self.deleting {
+            return;
+        }
+        self.deleting = true;
+        let uid = self.parent_uid.clone();
+        self.had = self
+            .cluster
+            .objects()
+            .filter(|(k, o)| is_owned_by(o, &uid) || k.kind == "PersistentVolumeClaim")
+            .map(|(k, _)| k.clone())
+            .collect();
+    }
+
+    /// One resync: the controllers act, then the hook is called and its
+    /// answer applied.
+    pub fn step(&mut self) -> Step {
+        self.steps += 1;
+        self.cluster.now = self
+            .cluster
+            .now
+            .checked_add(SignedDuration::from_secs(STEP_SECONDS))
+            .unwrap_or(self.cluster.now);
+        self.cluster.reconcile();
+        let mut violations = Vec::new();
+        let (outcome, answer) = if self.parent().is_none() {
+            (Outcome::Gone, None)
+        } else if self.hook_down > 0 {
+            self.hook_down -= 1;
+            (Outcome::HookDown, None)
+        } else {
+            self.call(&mut violations)
+        };
+        let changes = self.cluster.take_changes();
+        if self.deleting {
+            for change in &changes {
+                if change.verb == Verb::Created && self.had.contains(&change.key) {
+                    violations.push(format!("{} created again while deleting", change.key));
+                }
+            }
+        }
+        let status = self.parent().and_then(|p| p.get("status"));
+        Step {
+            number: self.steps,
+            outcome,
+            changes,
+            phase: status
+                .and_then(|s| s.get("phase"))
+                .and_then(Value::as_str)
+                .map(String::from),
+            conditions: status
+                .and_then(|s| s.get("conditions"))
+                .and_then(Value::as_array)
+                .map(|list| list.iter().map(condition_text).collect())
+                .unwrap_or_default(),
+            violations,
+            answer,
+        }
+    }
+
+    /// Calls customize (if any) and sync or finalize, and applies the answer.
+    fn call(&mut self, violations: &mut Vec<String>) -> (Outcome, Option<Vec<u8>>) {
+        let parent = self.parent().expect("checked by the caller").clone();
+        let finalizing = parent.pointer("/metadata/deletionTimestamp").is_some();
+        if finalizing {
+            self.begin_deletion();
+        }
+        let hook = if finalizing {
+            Hook::Finalize
+        } else {
+            Hook::Sync
+        };
+        let ctx = Context {
+            now: self.cluster.now,
+            entropy: self.entropy,
+        };
+        let related = match self.related(&parent, &ctx) {
+            Ok(related) => related,
+            Err(reason) => {
+                return (
+                    Outcome::Refused {
+                        hook: Hook::Customize,
+                        reason,
+                    },
+                    None,
+                );
+            }
+        };
+        let request = json!({
+            "controller": {},
+            "parent": parent,
+            "children": self.children_groups(),
+            "related": related,
+            "finalizing": finalizing,
+        });
+        let body = serde_json::to_vec(&request).expect("JSON values serialize");
+        let Some(call) = self.op.call(hook, &body, &ctx) else {
+            return (
+                Outcome::Refused {
+                    hook,
+                    reason: format!("{} has no {hook} hook", self.op.name),
+                },
+                None,
+            );
+        };
+        match call.result {
+            Err(err) => (
+                Outcome::Refused {
+                    hook,
+                    reason: err.to_string(),
+                },
+                None,
+            ),
+            Ok(answer) => {
+                let response: Value =
+                    serde_json::from_slice(&answer.body).expect("answers are JSON");
+                let finalized = response["finalized"] == true;
+                self.apply_answer(&parent, &response, violations);
+                if finalizing && finalized {
+                    if let Some(finalizer) = self.finalizer.clone() {
+                        self.cluster
+                            .remove_finalizer(&self.parent.clone(), &finalizer);
+                    }
+                    self.cluster.collect_garbage();
+                }
+                (Outcome::Answered { hook, finalized }, Some(answer.body))
+            }
+        }
+    }
+
+    /// Every declared child type, with the parent's children of that type,
+    /// keyed as hook version v2 keys them.
+    fn children_groups(&self) -> Value {
+        let mut groups = serde_json::Map::new();
+        for child in &self.op.controller.children {
+            let kind = kind_of(child);
+            let members: serde_json::Map<String, Value> = self
+                .cluster
+                .objects()
+                .filter(|(k, o)| {
+                    k.api_version == child.api_version
+                        && k.kind == kind
+                        && is_owned_by(o, &self.parent_uid)
+                })
+                .map(|(k, o)| (format!("{}/{}", k.namespace, k.name), o.clone()))
+                .collect();
+            groups.insert(
+                format!("{kind}.{}", child.api_version),
+                Value::Object(members),
+            );
+        }
+        Value::Object(groups)
+    }
+
+    /// The related objects the customize hook asks for.
+    fn related(&self, parent: &Value, ctx: &Context) -> Result<Value, String> {
+        let mut groups = serde_json::Map::new();
+        if !self.op.hooks().any(|h| h == Hook::Customize) {
+            return Ok(Value::Object(groups));
+        }
+        let body = serde_json::to_vec(&json!({"controller": {}, "parent": parent}))
+            .expect("JSON values serialize");
+        let call = self
+            .op
+            .call(Hook::Customize, &body, ctx)
+            .expect("checked above");
+        let answer = call.result.map_err(|e| e.to_string())?;
+        let response: Value = serde_json::from_slice(&answer.body).expect("answers are JSON");
+        for rule in response["relatedResources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let api_version = rule["apiVersion"].as_str().unwrap_or_default();
+            let kind = KINDS
+                .iter()
+                .find(|(plural, _)| rule["resource"] == *plural)
+                .map(|(_, kind)| *kind)
+                .ok_or_else(|| format!("the simulator does not model {}", rule["resource"]))?;
+            let namespace = rule["namespace"]
+                .as_str()
+                .unwrap_or(self.parent.namespace.as_str());
+            let wanted = rule["labelSelector"]["matchLabels"].as_object();
+            let names = rule["names"].as_array();
+            let members: serde_json::Map<String, Value> = self
+                .cluster
+                .objects()
+                .filter(|(k, _)| {
+                    k.api_version == api_version && k.kind == kind && k.namespace == namespace
+                })
+                .filter(|(k, _)| names.is_none_or(|n| n.iter().any(|n| n == k.name.as_str())))
+                .filter(|(_, o)| {
+                    wanted.is_none_or(|w| {
+                        w.iter().all(|(label, value)| {
+                            o.pointer(&format!("/metadata/labels/{}", label.replace('/', "~1")))
+                                == Some(value)
+                        })
+                    })
+                })
+                .map(|(k, o)| (format!("{}/{}", k.namespace, k.name), o.clone()))
+                .collect();
+            let group = groups
+                .entry(format!("{kind}.{api_version}"))
+                .or_insert_with(|| json!({}));
+            if let Some(map) = group.as_object_mut() {
+                map.extend(members);
+            }
+        }
+        Ok(Value::Object(groups))
+    }
+
+    /// Applies a 200 answer as Metacontroller does.
+    fn apply_answer(&mut self, parent: &Value, response: &Value, violations: &mut Vec<String>) {
+        let observed: BTreeSet<Key> = self
+            .cluster
+            .objects()
+            .filter(|(_, o)| is_owned_by(o, &self.parent_uid))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut desired = BTreeSet::new();
+        for child in response["children"].as_array().into_iter().flatten() {
+            let mut child = child.clone();
+            let meta = object_map(&mut child, "metadata");
+            meta.entry("namespace")
+                .or_insert_with(|| json!(self.parent.namespace));
+            // Metacontroller labels every desired child with the parent's
+            // uid before it compares or creates anything.
+            if self.op.controller.generate_selector {
+                let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert("controller-uid".into(), json!(self.parent_uid));
+                }
+            }
+            let Some(key) = Key::of(&child) else {
+                violations.push("a child without apiVersion, kind or name".into());
+                continue;
+            };
+            desired.insert(key.clone());
+            let method = self
+                .op
+                .controller
+                .children
+                .iter()
+                .find(|c| c.api_version == key.api_version && kind_of(c) == key.kind)
+                .map(|c| c.update_method)
+                .unwrap_or("OnDelete");
+            if observed.contains(&key) {
+                let existing = self.cluster.get(&key).expect("observed").clone();
+                match method {
+                    "OnDelete" => {}
+                    "Recreate" | "RollingRecreate" => {
+                        if differs(&existing, &child) {
+                            self.cluster.delete(&key, Actor::Metacontroller);
+                        }
+                    }
+                    _ => {
+                        self.cluster.update(&key, &child, Actor::Metacontroller);
+                    }
+                }
+            } else if self.cluster.get(&key).is_none() {
+                object_map(&mut child, "metadata")
+                    .insert("ownerReferences".into(), json!([owner_ref(parent)]));
+                self.cluster.create(child, Actor::Metacontroller);
+            }
+        }
+        for key in observed.difference(&desired) {
+            self.cluster.delete(key, Actor::Metacontroller);
+        }
+        self.write_status(parent, response, violations);
+    }
+
+    fn write_status(&mut self, parent: &Value, response: &Value, violations: &mut Vec<String>) {
+        let mut status = response.get("status").cloned().unwrap_or(Value::Null);
+        if status.is_null() {
+            return;
+        }
+        let generation = parent
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1));
+        if let Some(map) = status.as_object_mut() {
+            map.insert("observedGeneration".into(), generation);
+        }
+        let rolling = self
+            .op
+            .controller
+            .children
+            .iter()
+            .any(|c| c.update_method.starts_with("Rolling"));
+        if rolling {
+            set_condition(
+                &mut status,
+                json!({"type": "Updated", "status": "True", "reason": "OnLatestRevision",
+                       "message": format!("latest ControllerRevision: {}", self.parent.name)}),
+            );
+        }
+        let errors = self.schema.errors(&status);
+        if !errors.is_empty() {
+            violations.push(format!("can't update status: {}", errors.join("; ")));
+            return;
+        }
+        self.cluster.edit(&self.parent.clone(), |p| {
+            if let Some(map) = p.as_object_mut() {
+                map.insert("status".into(), status);
+            }
+        });
+    }
+
+    /// Steps until the loop settles (the same answer and no change for
+    /// three steps in a row, or the parent gone) or `max_steps` pass.
+    /// Returns the steps taken and whether it settled.
+    pub fn settle(&mut self, max_steps: u32) -> (Vec<Step>, bool) {
+        let mut steps: Vec<Step> = Vec::new();
+        let mut quiet = 0;
+        while steps.len() < max_steps as usize {
+            let step = self.step();
+            let same = steps.last().is_some_and(|last| {
+                last.answer == step.answer && last.conditions == step.conditions
+            });
+            let gone = step.outcome == Outcome::Gone;
+            quiet = if step.changes.is_empty() && same && self.hook_down == 0 {
+                quiet + 1
+            } else {
+                0
+            };
+            steps.push(step);
+            if gone || quiet >= 3 {
+                return (steps, true);
+            }
+        }
+        (steps, false)
+    }
+}
+
+/// `Type=Status(Reason)`.
+fn condition_text(condition: &Value) -> String {
+    format!(
+        "{}={}({})",
+        condition["type"].as_str().unwrap_or("?"),
+        condition["status"].as_str().unwrap_or("?"),
+        condition["reason"].as_str().unwrap_or("")
+    )
+}
+
+/// Replaces the condition of the same type, or appends it, as
+/// Metacontroller's `SetCondition` does.
+fn set_condition(status: &mut Value, condition: Value) {
+    let Some(map) = status.as_object_mut() else {
+        return;
+    };
+    let list = map.entry("conditions").or_insert_with(|| json!([]));
+    let Some(list) = list.as_array_mut() else {
+        return;
+    };
+    match list.iter_mut().find(|c| c["type"] == condition["type"]) {
+        Some(existing) => *existing = condition,
+        None => list.push(condition),
+    }
+}
+
+/// True when applying `desired` would change `existing`.
+fn differs(existing: &Value, desired: &Value) -> bool {
+    let Some(fields) = desired.as_object() else {
+        return false;
+    };
+    fields
+        .iter()
+        .filter(|(k, _)| *k != "metadata" && *k != "status")
+        .any(|(k, v)| existing.get(k) != Some(v))
+        || ["labels", "annotations"].iter().any(|f| {
+            let want = desired.pointer(&format!("/metadata/{f}"));
+            want.is_some() && existing.pointer(&format!("/metadata/{f}")) != want
+        })
+}
+
+/// The resources the simulator models, plural to kind.
+const KINDS: [(&str, &str); 10] = [
+    ("pods", "Pod"),
+    ("services", "Service"),
+    ("configmaps", "ConfigMap"),
+    ("secrets", "Secret"),
+    ("persistentvolumeclaims", "PersistentVolumeClaim"),
+    ("statefulsets", "StatefulSet"),
+    ("deployments", "Deployment"),
+    ("jobs", "Job"),
+    ("cronjobs", "CronJob"),
+    ("endpointslices", "EndpointSlice"),
+];
+
+fn kind_of(child: &ChildResource) -> &'static str {
+    KINDS
+        .iter()
+        .find(|(plural, _)| *plural == child.resource)
+        .map(|(_, kind)| *kind)
+        .unwrap_or("Unknown")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::all;
+
+    #[test]
+    fn events_parse_and_bad_ones_say_how() {
+        assert_eq!(
+            Event::parse("spec.version=17").unwrap(),
+            Event::SetSpec {
+                path: vec!["version".into()],
+                value: json!(17)
+            }
+        );
+        assert_eq!(
+            Event::parse("spec.image=nginx:1").unwrap(),
+            Event::SetSpec {
+                path: vec!["image".into()],
+                value: json!("nginx:1")
+            }
+        );
+        assert_eq!(
+            Event::parse("delete Job/orders-snapshot").unwrap(),
+            Event::Delete {
+                kind: "Job".into(),
+                name: "orders-snapshot".into()
+            }
+        );
+        assert!(
+            Event::parse("explode")
+                .unwrap_err()
+                .contains("is not an event")
+        );
+        assert!(
+            Event::parse("delete orders")
+                .unwrap_err()
+                .contains("KIND/NAME")
+        );
+    }
+
+    #[test]
+    fn a_webserver_scales_and_its_status_is_written_with_metacontrollers_condition() {
+        let op = all().into_iter().find(|op| op.name == "webserver").unwrap();
+        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
+            "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 2}});
+        let mut sim =
+            Simulation::new(&op, parent, "2026-01-01T00:00:00Z".parse().unwrap(), 1).unwrap();
+        let (steps, settled) = sim.settle(30);
+        assert!(settled);
+        assert!(steps.iter().all(|s| s.violations.is_empty()), "{steps:?}");
+        let pods = |sim: &Simulation| {
+            sim.cluster
+                .objects()
+                .filter(|(k, _)| k.kind == "Pod")
+                .count()
+        };
+        assert_eq!(pods(&sim), 2);
+        let status = &sim.parent().unwrap()["status"];
+        assert_eq!(status["readyReplicas"], 2);
+        assert_eq!(status["conditions"][1]["type"], "Updated");
+        sim.apply(&Event::parse("spec.replicas=0").unwrap())
+            .unwrap();
+        let (_, settled) = sim.settle(30);
+        assert!(settled);
+        assert_eq!(pods(&sim), 0);
+    }
+}

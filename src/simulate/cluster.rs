@@ -1,0 +1,714 @@
+//! A small, explicit model of a cluster for the simulator: an object store
+//! and the few Kubernetes controllers whose work an operator reads back.
+//!
+//! What it models, and nothing more: StatefulSets create their pods and
+//! claims, hand claims to themselves when their retention policy says
+//! `Delete`, and replace pods whose template changed; Deployments keep their
+//! pod count; Jobs run for a few steps and then succeed or fail as scripted;
+//! pods become ready one step after they appear (unless scripted not to);
+//! the garbage collector deletes what its owners left behind; a CronJob
+//! starts a Job only when told to. Everything is deterministic: uids,
+//! addresses and times come from counters, never from a clock or a random
+//! source. The e2e suite runs the real controllers; this model is only for
+//! fast, many-step checks, and is kept honest by comparing it with them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Map, Value, json};
+
+use crate::hook::conditions::format_time;
+
+/// Where an object lives.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// `v1` or `group/version`.
+    pub api_version: String,
+    /// `StatefulSet`.
+    pub kind: String,
+    /// The namespace (every modelled object is namespaced).
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl Key {
+    /// A key from its parts.
+    pub fn new(api_version: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        Key {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The key of an object, from its own fields.
+    pub fn of(object: &Value) -> Option<Key> {
+        let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
+        Some(Key::new(
+            text("/apiVersion")?,
+            text("/kind")?,
+            text("/metadata/namespace").unwrap_or("default"),
+            text("/metadata/name")?,
+        ))
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.kind, self.name)
+    }
+}
+
+/// Who changed the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Actor {
+    /// Metacontroller, applying a hook's answer.
+    Metacontroller,
+    /// The Kubernetes controllers (the model below), garbage collector included.
+    Controllers,
+    /// A person or a tool outside the loop (scripted events).
+    User,
+}
+
+/// What happened to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// It was created.
+    Created,
+    /// Its desired state changed.
+    Updated,
+    /// It was deleted (or marked for deletion, if it has finalizers).
+    Deleted,
+}
+
+/// One change to the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// What happened.
+    pub verb: Verb,
+    /// To which object.
+    pub key: Key,
+    /// Who did it.
+    pub actor: Actor,
+}
+
+/// The object store and the controllers' model.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    objects: BTreeMap<Key, Value>,
+    next_uid: u64,
+    /// Steps each object has existed, by uid: drives readiness and Jobs.
+    age: BTreeMap<String, u32>,
+    /// The model's clock: advanced by the simulation, read by nobody else.
+    pub now: Timestamp,
+    /// Jobs (by name) whose runs fail.
+    pub failing_jobs: BTreeSet<String>,
+    /// Pods (by name) that never become ready.
+    pub not_ready_pods: BTreeSet<String>,
+    /// How many steps a Job runs before it finishes.
+    pub job_steps: u32,
+    changes: Vec<Change>,
+}
+
+impl Cluster {
+    /// An empty cluster whose clock starts at `now`.
+    pub fn new(now: Timestamp) -> Self {
+        Cluster {
+            objects: BTreeMap::new(),
+            next_uid: 1,
+            age: BTreeMap::new(),
+            now,
+            failing_jobs: BTreeSet::new(),
+            not_ready_pods: BTreeSet::new(),
+            job_steps: 2,
+            changes: Vec::new(),
+        }
+    }
+
+    /// The object at `key`.
+    pub fn get(&self, key: &Key) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    /// Every object, in key order.
+    pub fn objects(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
+    }
+
+    /// The changes since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// True when an object with this uid exists.
+    pub fn has_uid(&self, uid: &str) -> bool {
+        self.objects.values().any(|o| uid_of(o) == Some(uid))
+    }
+
+    /// Stores a new object with a fresh uid, generation 1 and a creation
+    /// time; `None` when one with that key exists.
+    pub fn create(&mut self, mut object: Value, actor: Actor) -> Option<Key> {
+        let key = Key::of(&object)?;
+        if self.objects.contains_key(&key) {
+            return None;
+        }
+        let uid = format!("uid-{}", self.next_uid);
+        self.next_uid += 1;
+        let meta = object_map(&mut object, "metadata");
+        meta.insert("namespace".into(), json!(key.namespace));
+        meta.insert("uid".into(), json!(uid));
+        meta.insert("generation".into(), json!(1));
+        meta.insert("creationTimestamp".into(), json!(format_time(self.now)));
+        self.age.insert(uid, 0);
+        self.objects.insert(key.clone(), object);
+        self.record(Verb::Created, &key, actor);
+        Some(key)
+    }
+
+    /// Replaces an object's fields with `fields` (top-level fields other
+    /// than metadata and status, plus labels and annotations), raising its
+    /// generation when the spec changed. Returns whether anything changed.
+    pub fn update(&mut self, key: &Key, fields: &Value, actor: Actor) -> bool {
+        let Some(object) = self.objects.get_mut(key) else {
+            return false;
+        };
+        let before = object.clone();
+        if let (Some(target), Some(source)) = (object.as_object_mut(), fields.as_object()) {
+            for (field, value) in source {
+                if field != "metadata" && field != "status" {
+                    target.insert(field.clone(), value.clone());
+                }
+            }
+        }
+        for field in ["labels", "annotations"] {
+            if let Some(value) = fields.pointer(&format!("/metadata/{field}")) {
+                object_map(object, "metadata").insert(field.into(), value.clone());
+            }
+        }
+        if *object == before {
+            return false;
+        }
+        if object.get("spec") != before.get("spec") {
+            let generation = before
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            object_map(object, "metadata").insert("generation".into(), json!(generation + 1));
+        }
+        self.record(Verb::Updated, key, actor);
+        true
+    }
+
+    /// Edits an object in place without recording a change of its desired
+    /// state (status writes, finalizer bookkeeping, users' edits recorded by
+    /// the caller).
+    pub fn edit(&mut self, key: &Key, edit: impl FnOnce(&mut Value)) {
+        if let Some(object) = self.objects.get_mut(key) {
+            edit(object);
+        }
+    }
+
+    /// Deletes an object, or marks it for deletion while it has finalizers.
+    pub fn delete(&mut self, key: &Key, actor: Actor) -> bool {
+        let Some(object) = self.objects.get_mut(key) else {
+            return false;
+        };
+        let has_finalizers = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            if object.pointer("/metadata/deletionTimestamp").is_some() {
+                return false;
+            }
+            let now = format_time(self.now);
+            object_map(object, "metadata").insert("deletionTimestamp".into(), json!(now));
+        } else {
+            self.objects.remove(key);
+        }
+        self.record(Verb::Deleted, key, actor);
+        true
+    }
+
+    /// Removes one finalizer; an object being deleted goes once it has none.
+    pub fn remove_finalizer(&mut self, key: &Key, finalizer: &str) {
+        let Some(object) = self.objects.get_mut(key) else {
+            return;
+        };
+        if let Some(list) = object
+            .pointer_mut("/metadata/finalizers")
+            .and_then(Value::as_array_mut)
+        {
+            list.retain(|f| f != finalizer);
+        }
+        let empty = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        if empty && object.pointer("/metadata/deletionTimestamp").is_some() {
+            self.objects.remove(key);
+        }
+    }
+
+    /// One round of every modelled controller, then garbage collection.
+    pub fn reconcile(&mut self) {
+        for age in self.age.values_mut() {
+            *age += 1;
+        }
+        // Pods first, so a workload's status counts what its pods are now.
+        let pods: Vec<Key> = self
+            .objects
+            .keys()
+            .filter(|k| k.kind == "Pod")
+            .cloned()
+            .collect();
+        for key in &pods {
+            self.pod(key);
+        }
+        let keys: Vec<Key> = self.objects.keys().cloned().collect();
+        for key in &keys {
+            match (key.api_version.as_str(), key.kind.as_str()) {
+                ("apps/v1", "StatefulSet") => self.statefulset(key),
+                ("apps/v1", "Deployment") => self.deployment(key),
+                ("batch/v1", "Job") => self.job(key),
+                _ => {}
+            }
+        }
+        self.collect_garbage();
+    }
+
+    /// Starts a Job from a CronJob's template, as a schedule firing would.
+    pub fn run_cronjob(&mut self, cronjob: &Key) -> Option<Key> {
+        let cron = self.objects.get(cronjob)?.clone();
+        let template = cron.pointer("/spec/jobTemplate")?;
+        let name = format!("{}-{}", cronjob.name, self.next_uid);
+        let mut job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": cronjob.namespace,
+                         "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                         "ownerReferences": [owner_ref(&cron)]},
+            "spec": template.get("spec").cloned().unwrap_or(json!({})),
+        });
+        object_map(&mut job, "status").insert("active".into(), json!(1));
+        self.create(job, Actor::Controllers)
+    }
+
+    fn record(&mut self, verb: Verb, key: &Key, actor: Actor) {
+        self.changes.push(Change {
+            verb,
+            key: key.clone(),
+            actor,
+        });
+    }
+
+    fn age_of(&self, object: &Value) -> u32 {
+        uid_of(object)
+            .and_then(|uid| self.age.get(uid))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Pods and claims of one StatefulSet, its claims' owner references as
+    /// its retention policy says, and its status.
+    fn statefulset(&mut self, key: &Key) {
+        let Some(sts) = self.objects.get(key).cloned() else {
+            return;
+        };
+        if sts.pointer("/metadata/deletionTimestamp").is_some() {
+            return;
+        }
+        let replicas = sts
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0) as usize;
+        let template = sts.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let claims = sts
+            .pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let delete_claims = sts
+            .pointer("/spec/persistentVolumeClaimRetentionPolicy/whenDeleted")
+            .and_then(Value::as_str)
+            == Some("Delete");
+        for index in 0..replicas {
+            for claim in &claims {
+                let claim_name = format!(
+                    "{}-{}-{index}",
+                    claim
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("data"),
+                    key.name
+                );
+                let claim_key =
+                    Key::new("v1", "PersistentVolumeClaim", &key.namespace, &claim_name);
+                if !self.objects.contains_key(&claim_key) {
+                    let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": claim_name, "namespace": key.namespace,
+                                     "labels": claim.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+                        "spec": claim.get("spec").cloned().unwrap_or(json!({})),
+                        "status": {"phase": "Bound"}});
+                    self.create(pvc, Actor::Controllers);
+                }
+            }
+            let pod_key = Key::new(
+                "v1",
+                "Pod",
+                &key.namespace,
+                &format!("{}-{index}", key.name),
+            );
+            self.ensure_pod(&pod_key, &template, &sts);
+        }
+        self.remove_extra_pods(key, &sts, replicas);
+        // The claims this StatefulSet made: owned by it exactly while its
+        // policy says they go with it.
+        let prefixes: Vec<String> = claims
+            .iter()
+            .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
+            .map(|n| format!("{n}-{}-", key.name))
+            .collect();
+        for (claim_key, pvc) in self.objects.iter_mut() {
+            let is_ours = claim_key.kind == "PersistentVolumeClaim"
+                && claim_key.namespace == key.namespace
+                && prefixes.iter().any(|p| {
+                    claim_key
+                        .name
+                        .strip_prefix(p.as_str())
+                        .is_some_and(|i| i.parse::<u32>().is_ok())
+                });
+            if is_ours {
+                set_owned(pvc, &sts, delete_claims);
+            }
+        }
+        self.set_workload_status(key, &sts);
+    }
+
+    fn deployment(&mut self, key: &Key) {
+        let Some(deployment) = self.objects.get(key).cloned() else {
+            return;
+        };
+        let replicas = deployment
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0) as usize;
+        let template = deployment
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or(json!({}));
+        for index in 0..replicas {
+            let pod_key = Key::new(
+                "v1",
+                "Pod",
+                &key.namespace,
+                &format!("{}-{index}", key.name),
+            );
+            self.ensure_pod(&pod_key, &template, &deployment);
+        }
+        self.remove_extra_pods(key, &deployment, replicas);
+        self.set_workload_status(key, &deployment);
+    }
+
+    /// A pod of a workload exists and runs the current template; a pod of
+    /// an older template is replaced (created again on the next round).
+    fn ensure_pod(&mut self, pod_key: &Key, template: &Value, owner: &Value) {
+        let spec = template.get("spec").cloned().unwrap_or(json!({}));
+        if let Some(existing) = self.objects.get(pod_key) {
+            if existing.get("spec") != Some(&spec) {
+                self.delete(pod_key, Actor::Controllers);
+            }
+            return;
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_key.name, "namespace": pod_key.namespace,
+                         "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                         "ownerReferences": [owner_ref(owner)]},
+            "spec": spec,
+            "status": {"phase": "Pending"}});
+        self.create(pod, Actor::Controllers);
+    }
+
+    fn remove_extra_pods(&mut self, key: &Key, owner: &Value, replicas: usize) {
+        let Some(uid) = uid_of(owner).map(String::from) else {
+            return;
+        };
+        let extra: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(k, o)| {
+                k.kind == "Pod" && k.namespace == key.namespace && is_owned_by(o, &uid)
+            })
+            .filter(|(k, _)| {
+                k.name
+                    .strip_prefix(&format!("{}-", key.name))
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .is_none_or(|i| i >= replicas)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for pod in extra {
+            self.delete(&pod, Actor::Controllers);
+        }
+    }
+
+    fn set_workload_status(&mut self, key: &Key, owner: &Value) {
+        let Some(uid) = uid_of(owner) else {
+            return;
+        };
+        let pods: Vec<&Value> = self
+            .objects
+            .iter()
+            .filter(|(k, o)| k.kind == "Pod" && is_owned_by(o, uid))
+            .map(|(_, o)| o)
+            .collect();
+        let ready = pods.iter().filter(|p| is_ready(p)).count();
+        let status = json!({
+            "replicas": pods.len(),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "observedGeneration": owner.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        });
+        if let Some(object) = self.objects.get_mut(key) {
+            object_map(object, "status").extend(status.as_object().cloned().unwrap_or_default());
+        }
+    }
+
+    /// A Job runs for `job_steps` rounds, then succeeds or, if scripted,
+    /// fails. A finished Job stays finished.
+    fn job(&mut self, key: &Key) {
+        let Some(job) = self.objects.get(key) else {
+            return;
+        };
+        let finished = job
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        if finished {
+            return;
+        }
+        let done = self.age_of(job) >= self.job_steps;
+        let fails = self.failing_jobs.contains(&key.name);
+        let now = format_time(self.now);
+        let status = match (done, fails) {
+            (false, _) => json!({"active": 1, "startTime": now}),
+            (true, false) => json!({"succeeded": 1, "completionTime": now,
+                "conditions": [{"type": "Complete", "status": "True"}]}),
+            (true, true) => json!({"failed": 1,
+                "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
+        };
+        if let Some(object) = self.objects.get_mut(key) {
+            object
+                .as_object_mut()
+                .map(|o| o.insert("status".into(), status));
+        }
+    }
+
+    /// A pod runs once scheduled and is ready from its second round on,
+    /// unless scripted not to be.
+    fn pod(&mut self, key: &Key) {
+        let Some(pod) = self.objects.get(key) else {
+            return;
+        };
+        let ready = self.age_of(pod) >= 1 && !self.not_ready_pods.contains(&key.name);
+        let ip = format!(
+            "10.{}.{}.{}",
+            self.next_uid % 200,
+            key.name.len() % 250,
+            uid_of(pod).map_or(0, |u| u.len())
+        );
+        let ip = pod
+            .pointer("/status/podIP")
+            .and_then(Value::as_str)
+            .map_or(ip, String::from);
+        let status = json!({"phase": "Running", "podIP": ip, "conditions": [
+            {"type": "Ready", "status": if ready { "True" } else { "False" }}]});
+        if let Some(object) = self.objects.get_mut(key) {
+            object
+                .as_object_mut()
+                .map(|o| o.insert("status".into(), status));
+        }
+    }
+
+    /// Deletes, until none is left, objects whose every owner is gone.
+    pub fn collect_garbage(&mut self) {
+        loop {
+            let uids: BTreeSet<String> = self
+                .objects
+                .values()
+                .filter_map(|o| uid_of(o).map(String::from))
+                .collect();
+            let orphans: Vec<Key> = self
+                .objects
+                .iter()
+                .filter(|(_, o)| {
+                    let owners = owners(o);
+                    !owners.is_empty() && owners.iter().all(|uid| !uids.contains(uid))
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            if orphans.is_empty() {
+                return;
+            }
+            for key in orphans {
+                self.delete(&key, Actor::Controllers);
+            }
+        }
+    }
+}
+
+/// The uid of an object.
+pub fn uid_of(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/uid").and_then(Value::as_str)
+}
+
+/// The uids an object's owner references name.
+pub fn owners(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// True when one of `object`'s owner references names `uid`.
+pub fn is_owned_by(object: &Value, uid: &str) -> bool {
+    owners(object).iter().any(|u| u == uid)
+}
+
+/// True for a pod whose Ready condition is True.
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// A controller owner reference to `owner`.
+pub fn owner_ref(owner: &Value) -> Value {
+    json!({
+        "apiVersion": owner.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": owner.get("kind").cloned().unwrap_or(Value::Null),
+        "name": owner.pointer("/metadata/name").cloned().unwrap_or(Value::Null),
+        "uid": owner.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+fn set_owned(object: &mut Value, owner: &Value, owned: bool) {
+    let uid = uid_of(owner).unwrap_or_default().to_string();
+    let meta = object_map(object, "metadata");
+    let mut refs: Vec<Value> = meta
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+    if owned {
+        refs.push(owner_ref(owner));
+    }
+    if refs.is_empty() {
+        meta.remove("ownerReferences");
+    } else {
+        meta.insert("ownerReferences".into(), Value::Array(refs));
+    }
+}
+
+/// The object at `field` of `value`, made an object if it was not one.
+pub fn object_map<'a>(value: &'a mut Value, field: &str) -> &'a mut Map<String, Value> {
+    if !value.is_object() {
+        *value = json!({});
+    }
+    let map = value.as_object_mut().expect("made an object above");
+    let entry = map.entry(field.to_string()).or_insert_with(|| json!({}));
+    if !entry.is_object() {
+        *entry = json!({});
+    }
+    entry.as_object_mut().expect("made an object above")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at() -> Timestamp {
+        "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    fn statefulset(replicas: i64, when_deleted: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": "ns"},
+            "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c"}]}},
+                     "volumeClaimTemplates": [{"metadata": {"name": "data"}}],
+                     "persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted}}})
+    }
+
+    fn count(cluster: &Cluster, kind: &str) -> usize {
+        cluster.objects().filter(|(k, _)| k.kind == kind).count()
+    }
+
+    #[test]
+    fn statefulset_claims_follow_the_retention_policy() {
+        for (policy, claims_after) in [("Retain", 2), ("Delete", 0)] {
+            let mut cluster = Cluster::new(at());
+            let sts = cluster.create(statefulset(2, policy), Actor::User).unwrap();
+            cluster.reconcile();
+            cluster.reconcile();
+            assert_eq!(count(&cluster, "Pod"), 2, "{policy}");
+            assert_eq!(count(&cluster, "PersistentVolumeClaim"), 2, "{policy}");
+            let ready = cluster.get(&sts).unwrap()["status"]["readyReplicas"].clone();
+            assert_eq!(ready, json!(2), "{policy}");
+            cluster.delete(&sts, Actor::User);
+            cluster.collect_garbage();
+            assert_eq!(count(&cluster, "Pod"), 0, "{policy}");
+            assert_eq!(
+                count(&cluster, "PersistentVolumeClaim"),
+                claims_after,
+                "{policy}"
+            );
+        }
+    }
+
+    #[test]
+    fn scale_down_keeps_claims_and_jobs_finish_as_scripted() {
+        let mut cluster = Cluster::new(at());
+        let sts = cluster
+            .create(statefulset(3, "Retain"), Actor::User)
+            .unwrap();
+        cluster.reconcile();
+        cluster.update(&sts, &json!({"spec": {"replicas": 1, "template": statefulset(1, "Retain")["spec"]["template"],
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}}), Actor::User);
+        cluster.reconcile();
+        assert_eq!(count(&cluster, "Pod"), 1);
+        assert_eq!(count(&cluster, "PersistentVolumeClaim"), 3);
+        assert_eq!(cluster.get(&sts).unwrap()["metadata"]["generation"], 2);
+
+        cluster.failing_jobs.insert("bad".into());
+        for name in ["good", "bad"] {
+            let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns"}});
+            cluster.create(job, Actor::User);
+        }
+        for _ in 0..3 {
+            cluster.reconcile();
+        }
+        let condition = |name: &str| {
+            cluster
+                .get(&Key::new("batch/v1", "Job", "ns", name))
+                .unwrap()["status"]["conditions"][0]["type"]
+                .clone()
+        };
+        assert_eq!(condition("good"), "Complete");
+        assert_eq!(condition("bad"), "Failed");
+    }
+}
