@@ -36,6 +36,7 @@ RESOURCES = {
     "Backup": ("apis/opshooks.io/v1alpha1", "backups", True),
     "Database": ("apis/opshooks.io/v1alpha1", "databases", True),
     "Stage": ("apis/kwok.x-k8s.io/v1alpha1", "stages", False),
+    "ControllerRevision": ("apis/metacontroller.k8s.io/v1alpha1", "controllerrevisions", True),
 }
 
 
@@ -209,8 +210,14 @@ class Kube:
                     handler(ev["type"], obj)
                 conn.close()
             except (http.client.HTTPException, OSError, ValueError):
+                # A dropped stream: resume from the last resourceVersion.
                 if stop.is_set():
                     return
+                time.sleep(0.5)
+            except KubeError:
+                # An API still starting (a CRD just installed answers 429 for
+                # a moment): list again.
+                rv = None
                 time.sleep(0.5)
 
 

@@ -100,6 +100,7 @@ class Scenario:
         self.k = suite.kube
         self.rec = suite.recorder
         self.steps = 0
+        self.problems = []  # failed checks that do not stop the scenario
         self.result = "not run"
         self.seconds = 0.0
         self.error = None
@@ -139,12 +140,24 @@ class Scenario:
         if not ok:
             raise Failed(message)
 
+    def soft(self, what, fn, timeout=20):
+        """A check whose failure fails the scenario at its end but lets it go
+        on, so one broken thing does not hide the next."""
+        try:
+            return self.wait(what, fn, timeout)
+        except Failed as err:
+            self.problems.append(f"step {self.steps}: {err}")
+            say(f"[{self.title} | {self.strategy}] check failed, going on: {err}")
+            return None
+
     def run(self):
         start = time.time()
         say(f"=== {self.title} ({self.strategy}) in namespace {self.ns}")
         try:
             self.suite.namespace(self.ns)
             self.fn(self)
+            if self.problems:
+                raise Failed("; ".join(self.problems))
             self.result = "PASS"
         except Failed as err:
             self.result, self.error = "FAIL", str(err)
@@ -311,7 +324,25 @@ def webserver_converged(s, name, n, image):
         need(ready and ready.get("status") == "True", f"Ready condition {ready}")
         return ws
 
-    return s.wait(f"{n} ready pods of {image}, and the status saying so", check)
+    def updated():
+        # Metacontroller's own condition (pods roll): once converged it must
+        # say so, naming the revision of the current spec.
+        ws = s.parent("WebServer", name)
+        cond = condition(ws, "Updated")
+        need(cond is not None, "no Updated condition from Metacontroller in the status")
+        latest = [
+            r["metadata"]["name"]
+            for r in s.k.list("ControllerRevision", s.ns)
+            if (r.get("parentPatch") or {}).get("spec") == ws["spec"]
+        ]
+        need(
+            cond.get("status") == "True" and any(r in cond.get("message", "") for r in latest),
+            f"Metacontroller's Updated condition {cond} does not name the current spec's revision {latest}",
+        )
+
+    ws = s.wait(f"{n} ready pods of {image}, and the status saying so", check)
+    s.soft("the Updated condition naming the current revision", updated)
+    return ws
 
 
 class PodTimeline:
@@ -529,6 +560,7 @@ def backup_state(s, name, schedule, suspended, target_found, ready_reason):
         need(st.get("cronJobName") == f"{name}-backup", f"status.cronJobName {st.get('cronJobName')}")
         found = condition(b, "TargetFound")
         need(found and found.get("status") == ("True" if target_found else "False"), f"TargetFound {found}")
+        need(target_found or "suspended" in found.get("message", ""), f"TargetFound does not say the CronJob is suspended: {found}")
         ready = condition(b, "Ready")
         need(ready and ready.get("reason") == ready_reason, f"Ready {ready}, want reason {ready_reason}")
         return b, cron
