@@ -243,7 +243,7 @@ pub struct Simulation<'a> {
     parent: Key,
     parent_uid: String,
     finalizer: Option<String>,
-    entropy: [u8; ENTROPY],
+    seed: u64,
     hook_down: u32,
     steps: u32,
     /// Children and volumes that existed before the parent's deletion began.
@@ -282,14 +282,6 @@ impl<'a> Simulation<'a> {
         let parent_uid = uid_of(cluster.get(&key).expect("just created"))
             .expect("created objects have uids")
             .to_string();
-        let mut entropy = [0u8; ENTROPY];
-        for (i, byte) in entropy.iter_mut().enumerate() {
-            // A fixed, seed-dependent byte string (splitmix64), not a secret.
-            let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            *byte = (z ^ (z >> 31)) as u8;
-        }
         Ok(Simulation {
             op,
             schema: StatusSchema::of(op),
@@ -297,7 +289,7 @@ impl<'a> Simulation<'a> {
             parent: key,
             parent_uid,
             finalizer,
-            entropy,
+            seed,
             hook_down: 0,
             steps: 0,
             had: BTreeSet::new(),
@@ -308,6 +300,15 @@ impl<'a> Simulation<'a> {
     /// The parent as stored now, `None` once it is gone.
     pub fn parent(&self) -> Option<&Value> {
         self.cluster.get(&self.parent)
+    }
+
+    /// The parent's children (objects it controls), in key order.
+    pub fn children(&self) -> Vec<Key> {
+        self.cluster
+            .objects()
+            .filter(|(_, o)| is_owned_by(o, &self.parent_uid))
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// True once the parent's deletion began.
@@ -466,7 +467,7 @@ impl<'a> Simulation<'a> {
         };
         let ctx = Context {
             now: self.cluster.now,
-            entropy: self.entropy,
+            entropy: entropy(self.seed, self.steps),
         };
         let related = match self.related(&parent, &ctx) {
             Ok(related) => related,
@@ -701,13 +702,26 @@ impl<'a> Simulation<'a> {
     }
 
     /// Steps until the loop settles (the same answer and no change for
-    /// three steps in a row, or the parent gone) or `max_steps` pass.
+    /// two steps in a row, or the parent gone) or `max_steps` pass. Nothing
+    /// in the model waits silently (a Job finishes, a pod becomes ready, on
+    /// the first round after it appears), so two quiet steps mean settled.
     /// Returns the steps taken and whether it settled.
     pub fn settle(&mut self, max_steps: u32) -> (Vec<Step>, bool) {
+        self.settle_checked(max_steps, |_, _| {})
+    }
+
+    /// [`Simulation::settle`], calling `check` after every step with the
+    /// cluster as that step left it.
+    pub fn settle_checked(
+        &mut self,
+        max_steps: u32,
+        mut check: impl FnMut(&Simulation, &Step),
+    ) -> (Vec<Step>, bool) {
         let mut steps: Vec<Step> = Vec::new();
         let mut quiet = 0;
         while steps.len() < max_steps as usize {
             let step = self.step();
+            check(self, &step);
             let same = steps.last().is_some_and(|last| {
                 last.answer == step.answer && last.conditions == step.conditions
             });
@@ -718,12 +732,26 @@ impl<'a> Simulation<'a> {
                 0
             };
             steps.push(step);
-            if gone || quiet >= 3 {
+            if gone || quiet >= 2 {
                 return (steps, true);
             }
         }
         (steps, false)
     }
+}
+
+/// The randomness of one call: fresh for every step, as a server's is,
+/// and fixed by the seed (splitmix64; stands in for the system's source).
+fn entropy(seed: u64, step: u32) -> [u8; ENTROPY] {
+    let mut bytes = [0u8; ENTROPY];
+    let base = seed ^ (u64::from(step) << 32);
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        let mut z = base.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        *byte = (z ^ (z >> 31)) as u8;
+    }
+    bytes
 }
 
 /// `Type=Status(Reason)`.

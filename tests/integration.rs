@@ -5,6 +5,7 @@ mod integration {
     pub mod binary;
     pub mod generated;
     pub mod golden;
+    pub mod lives;
     pub mod properties;
     pub mod router;
     pub mod support;

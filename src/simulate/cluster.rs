@@ -123,7 +123,7 @@ impl Cluster {
             now,
             failing_jobs: BTreeSet::new(),
             not_ready_pods: BTreeSet::new(),
-            job_steps: 2,
+            job_steps: 1,
             changes: Vec::new(),
         }
     }

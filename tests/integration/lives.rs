@@ -1,0 +1,441 @@
+//! Properties over whole lives: random specs and random event scripts run
+//! through the simulator, with the loop's rules and each operator's
+//! data-safety rules checked after every step, not only at the end.
+//!
+//! Every life ends the same way: failing Jobs heal, failed Jobs are deleted
+//! (the documented retry), the parent is deleted, and the deletion must
+//! finish within a bounded number of steps. `PROPTEST_CASES` runs more lives.
+
+use std::cell::RefCell;
+
+use opshooks::operators::{self, Operator};
+use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
+use opshooks::simulate::{Event, Outcome, Simulation, Step};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// Steps allowed for the loop to settle after one event.
+const SETTLE: u32 = 60;
+
+/// An event as a test script names it; a child is chosen when it happens.
+#[derive(Clone, Debug)]
+enum Scripted {
+    Spec(&'static str, Value),
+    DeleteParent,
+    DeleteChild(usize),
+    Unannotate(usize),
+    Annotate(usize),
+    HookDown(u32),
+    FailJob(String),
+    NotReady(usize),
+    DeleteTarget,
+    RecreateTarget,
+    RunCronJob,
+}
+
+fn operator(name: &str) -> Operator {
+    operators::all()
+        .into_iter()
+        .find(|op| op.name == name)
+        .unwrap()
+}
+
+fn start() -> k8s_openapi::jiff::Timestamp {
+    "2026-01-01T00:00:00Z".parse().unwrap()
+}
+
+/// What a rule of one operator needs to know of the step just taken.
+struct Seen<'a> {
+    sim: &'a Simulation<'a>,
+    step: &'a Step,
+    /// The parent as it was before this step (null once gone).
+    before: &'a Value,
+    /// The cluster as it was before this step.
+    before_cluster: &'a Cluster,
+}
+
+/// Runs one life and returns the first broken rule, if any.
+fn live(
+    op: &Operator,
+    parent: Value,
+    seed: u64,
+    script: &[Scripted],
+    setup: impl Fn(&mut Simulation),
+    rule: impl Fn(&Seen) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut sim = Simulation::new(op, parent, start(), seed)?;
+    setup(&mut sim);
+    let broken = RefCell::new(None::<String>);
+    let settle = |sim: &mut Simulation, what: &str| -> Result<(), String> {
+        let mut before = sim.parent().cloned().unwrap_or(Value::Null);
+        let mut before_cluster = sim.cluster.clone();
+        let (_, settled) = sim.settle_checked(SETTLE, |sim, step| {
+            let mut found = step.violations.first().cloned();
+            if found.is_none() {
+                let seen = Seen {
+                    sim,
+                    step,
+                    before: &before,
+                    before_cluster: &before_cluster,
+                };
+                found = rule(&seen).err();
+            }
+            if let Some(why) = found
+                && broken.borrow().is_none()
+            {
+                *broken.borrow_mut() = Some(format!("{what}: step {}: {why}", step.number));
+            }
+            before = sim.parent().cloned().unwrap_or(Value::Null);
+            before_cluster = sim.cluster.clone();
+        });
+        if let Some(why) = broken.borrow_mut().take() {
+            return Err(why);
+        }
+        if !settled {
+            return Err(format!("{what}: the loop did not settle in {SETTLE} steps"));
+        }
+        Ok(())
+    };
+    settle(&mut sim, "creation")?;
+    for scripted in script {
+        let children = sim.children();
+        let child = |i: &usize| children.get(i % children.len().max(1)).cloned();
+        let event = match scripted {
+            Scripted::Spec(path, value) => Some(Event::SetSpec {
+                path: path.split('.').map(String::from).collect(),
+                value: value.clone(),
+            }),
+            Scripted::DeleteParent => Some(Event::DeleteParent),
+            Scripted::DeleteChild(i) => child(i).map(|k| Event::Delete {
+                kind: k.kind,
+                name: k.name,
+            }),
+            Scripted::Unannotate(i) | Scripted::Annotate(i) => child(i).and_then(|k| {
+                let object = sim.cluster.get(&k)?;
+                let annotations = object.pointer("/metadata/annotations")?.as_object()?;
+                let key = annotations.keys().next()?.clone();
+                let value = matches!(scripted, Scripted::Annotate(_)).then(|| "{".to_string());
+                Some(Event::Annotate {
+                    kind: k.kind,
+                    name: k.name,
+                    key,
+                    value,
+                })
+            }),
+            Scripted::HookDown(n) => Some(Event::HookDown(*n)),
+            Scripted::FailJob(name) => Some(Event::FailJob(name.clone())),
+            Scripted::NotReady(i) => sim
+                .cluster
+                .objects()
+                .filter(|(k, _)| k.kind == "Pod")
+                .nth(*i)
+                .map(|(k, _)| Event::NotReady(k.name.clone(), true)),
+            Scripted::DeleteTarget => Some(Event::Delete {
+                kind: "StatefulSet".into(),
+                name: "db".into(),
+            }),
+            Scripted::RecreateTarget => {
+                sim.cluster.create(target(), Actor::User);
+                None
+            }
+            Scripted::RunCronJob => children
+                .iter()
+                .find(|k| k.kind == "CronJob")
+                .map(|k| Event::RunCronJob(k.name.clone())),
+        };
+        if let Some(event) = event {
+            // An event that names something gone is a no-op, as in a cluster.
+            let _ = sim.apply(&event);
+        }
+        settle(&mut sim, &format!("after {scripted:?}"))?;
+    }
+    // The end of every life: Jobs heal, failed ones are deleted to retry,
+    // the parent is deleted, and the deletion finishes.
+    let failing: Vec<String> = sim.cluster.failing_jobs.iter().cloned().collect();
+    for job in failing {
+        sim.apply(&Event::HealJob(job))?;
+    }
+    for (kind, name) in failed_jobs(&sim) {
+        sim.apply(&Event::Delete { kind, name })?;
+    }
+    if !sim.is_deleting() {
+        sim.apply(&Event::DeleteParent)?;
+    }
+    settle(&mut sim, "deletion")?;
+    if sim.parent().is_some() {
+        // Volumes a StatefulSet deleted by hand left behind: the status asks
+        // the user to delete them; then the deletion must finish.
+        let left: Vec<Key> = sim
+            .cluster
+            .objects()
+            .filter(|(k, _)| k.kind == "PersistentVolumeClaim")
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in left {
+            sim.apply(&Event::Delete {
+                kind: key.kind,
+                name: key.name,
+            })?;
+        }
+        settle(&mut sim, "deletion after the user removed leftover volumes")?;
+    }
+    match sim.parent() {
+        None => Ok(()),
+        Some(p) => Err(format!("the parent was never finalized: {}", p["status"])),
+    }
+}
+
+fn failed_jobs(sim: &Simulation) -> Vec<(String, String)> {
+    sim.cluster
+        .objects()
+        .filter(|(k, o)| {
+            k.kind == "Job" && o.pointer("/status/conditions/0/type") == Some(&json!("Failed"))
+        })
+        .map(|(k, _)| (k.kind.clone(), k.name.clone()))
+        .collect()
+}
+
+fn deleted_by_the_loop<'a>(step: &'a Step, kind: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
+    step.changes
+        .iter()
+        .filter(move |c| c.verb == Verb::Deleted && c.actor != Actor::User && c.key.kind == kind)
+        .map(|c| &c.key)
+}
+
+/// True while the parent is being deleted, or once it is gone.
+fn is_deleting(parent: &Value) -> bool {
+    parent.is_null() || parent.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+/// The Backup's target: a PostgreSQL StatefulSet whose password is in a Secret.
+fn target() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ns"},
+        "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "postgres", "image": "postgres:16",
+                "ports": [{"containerPort": 5432}],
+                "env": [{"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}]}}}})
+}
+
+fn common_events() -> impl Strategy<Value = Scripted> {
+    prop_oneof![
+        (0usize..20).prop_map(Scripted::DeleteChild),
+        (0usize..20).prop_map(Scripted::Unannotate),
+        (0usize..20).prop_map(Scripted::Annotate),
+        (1u32..5).prop_map(Scripted::HookDown),
+        (0usize..6).prop_map(Scripted::NotReady),
+        Just(Scripted::DeleteParent),
+    ]
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(256)
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn webserver_lives(
+        replicas in 0i64..5,
+        seed in any::<u64>(),
+        script in prop::collection::vec(prop_oneof![
+            (0i64..6).prop_map(|n| Scripted::Spec("replicas", json!(n))),
+            prop::sample::select(vec!["nginx:1.27", "nginx:1.28"]).prop_map(|i| Scripted::Spec("image", json!(i))),
+            common_events(),
+        ], 0..6),
+    ) {
+        let op = operator("webserver");
+        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
+            "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": replicas}});
+        let rule = |seen: &Seen| {
+            // A pod goes only for a scale-down or to be recreated with a new
+            // template; in both cases the desired count is what remains.
+            let replicas = seen.before.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+            for pod in deleted_by_the_loop(seen.step, "Pod") {
+                let index: i64 = pod.name.trim_start_matches("web-").parse().unwrap_or(-1);
+                let recreated = index < replicas;
+                if recreated && !matches!(seen.step.outcome, Outcome::Answered { .. }) {
+                    return Err(format!("{pod} deleted without an answer"));
+                }
+            }
+            Ok(())
+        };
+        let result = live(&op, parent, seed, &script, |_| {}, rule);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    #[test]
+    fn memcached_lives(
+        size in 0i64..4,
+        seed in any::<u64>(),
+        script in prop::collection::vec(prop_oneof![
+            (0i64..5).prop_map(|n| Scripted::Spec("size", json!(n))),
+            Just(Scripted::Spec("memoryLimit", json!("64Mi"))),
+            common_events(),
+        ], 0..6),
+    ) {
+        let op = operator("memcached");
+        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": "cache", "namespace": "ns"}, "spec": {"size": size}});
+        let rule = |seen: &Seen| {
+            for kind in ["Deployment", "Service"] {
+                if let Some(key) = deleted_by_the_loop(seen.step, kind).next()
+                    && !is_deleting(seen.before)
+                {
+                    return Err(format!("{key} deleted while the Memcached lives"));
+                }
+            }
+            Ok(())
+        };
+        let result = live(&op, parent, seed, &script, |_| {}, rule);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    #[test]
+    fn backup_lives(
+        seed in any::<u64>(),
+        target_first in any::<bool>(),
+        script in prop::collection::vec(prop_oneof![
+            Just(Scripted::Spec("schedule", json!("30 3 * * *"))),
+            Just(Scripted::Spec("suspend", json!(true))),
+            Just(Scripted::Spec("suspend", json!(false))),
+            Just(Scripted::DeleteTarget),
+            Just(Scripted::RecreateTarget),
+            Just(Scripted::RunCronJob),
+            common_events(),
+        ], 0..6),
+    ) {
+        let op = operator("backup");
+        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "nightly", "namespace": "ns"},
+            "spec": {"schedule": "0 2 * * *", "target": {"kind": "StatefulSet", "name": "db"},
+                     "destination": {"s3Bucket": "backups"}}});
+        let setup = |sim: &mut Simulation| {
+            if target_first {
+                sim.cluster.create(target(), Actor::User);
+            }
+        };
+        let rule = |seen: &Seen| {
+            // The CronJob (and the backups it runs) goes only with the Backup.
+            if let Some(key) = deleted_by_the_loop(seen.step, "CronJob").next()
+                && !is_deleting(seen.before)
+            {
+                return Err(format!("{key} deleted while the Backup lives"));
+            }
+            Ok(())
+        };
+        let result = live(&op, parent, seed, &script, setup, rule);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    #[test]
+    fn database_lives(
+        version in 14u32..17,
+        size in prop::sample::select(vec!["small", "medium", "large"]),
+        policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
+        seed in any::<u64>(),
+        script in prop::collection::vec(prop_oneof![
+            (14u32..=17).prop_map(|v| Scripted::Spec("version", json!(v.to_string()))),
+            prop::sample::select(vec!["small", "medium", "large"]).prop_map(|s| Scripted::Spec("size", json!(s))),
+            prop::sample::select(vec!["Snapshot", "Retain", "Delete"]).prop_map(|p| Scripted::Spec("deletionPolicy", json!(p))),
+            prop::sample::select(vec!["orders-snapshot", "orders-init", "orders-pre-upgrade-17", "orders-upgrade-17",
+                                      "orders-pre-upgrade-16", "orders-upgrade-16"])
+                .prop_map(|j| Scripted::FailJob(j.to_string())),
+            common_events(),
+        ], 0..7),
+    ) {
+        let op = operator("database");
+        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "ns"},
+            "spec": {"version": version.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy,
+                     "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}});
+        let rule = |seen: &Seen| database_rule(seen);
+        let result = live(&op, parent, seed, &script, |_| {}, rule);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
+
+/// The Database's data-safety rules, for one step.
+fn database_rule(seen: &Seen) -> Result<(), String> {
+    let sts_key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
+    let sts = seen.sim.cluster.get(&sts_key);
+    let released = |s: &Value| {
+        s.pointer("/spec/persistentVolumeClaimRetentionPolicy/whenDeleted")
+            == Some(&json!("Delete"))
+    };
+    let policy = seen
+        .before
+        .pointer("/spec/deletionPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Snapshot");
+    // Snapshotted: the snapshot Job succeeded (as the cluster shows it, so
+    // the rule holds whatever the operator remembers it by).
+    let snapshot_job = Key::new("batch/v1", "Job", "ns", "orders-snapshot");
+    let snapshotted = [seen.before_cluster, &seen.sim.cluster].iter().any(|c| {
+        c.get(&snapshot_job)
+            .is_some_and(|j| j.pointer("/status/conditions/0/type") == Some(&json!("Complete")))
+    });
+    // Volumes are released to the StatefulSet only while deleting, and under
+    // Snapshot only once the snapshot succeeded.
+    let released_now = seen
+        .step
+        .changes
+        .iter()
+        .any(|c| c.key == sts_key && c.verb == Verb::Updated)
+        && sts.is_some_and(released);
+    if released_now {
+        let allowed = is_deleting(seen.before)
+            && (policy == "Delete" || (policy == "Snapshot" && snapshotted));
+        if !allowed {
+            return Err(format!(
+                "volumes released under {policy}, deleting: {}, snapshot: {snapshotted}",
+                is_deleting(seen.before)
+            ));
+        }
+    }
+    // A volume goes only with a StatefulSet that was released while
+    // deleting (checked above), never otherwise.
+    if let Some(pvc) = deleted_by_the_loop(seen.step, "PersistentVolumeClaim").next()
+        && !is_deleting(seen.before)
+    {
+        return Err(format!("{pvc} deleted while the Database lives"));
+    }
+    // The StatefulSet and the Secrets go only while deleting.
+    for kind in ["StatefulSet", "Secret"] {
+        if let Some(key) = deleted_by_the_loop(seen.step, kind).next()
+            && !is_deleting(seen.before)
+        {
+            return Err(format!("{key} deleted while the Database lives"));
+        }
+    }
+    // The data directory moves to a new major only after that major's
+    // restore Job succeeded.
+    let pgdata = |cluster: &Cluster| {
+        let sts = cluster.get(&sts_key)?;
+        let env = sts
+            .pointer("/spec/template/spec/containers/0/env")?
+            .as_array()?;
+        let dir = env.iter().find(|e| e["name"] == "PGDATA")?["value"].as_str()?;
+        Some(dir.rsplit_once("/pg")?.1.to_string())
+    };
+    if let (Some(was), Some(now)) = (pgdata(seen.before_cluster), pgdata(&seen.sim.cluster))
+        && was != now
+    {
+        let job = Key::new("batch/v1", "Job", "ns", &format!("orders-upgrade-{now}"));
+        // The Job finishes in the controllers' round of the same step, just
+        // before the hook is called: the cluster after the step shows it.
+        let restored =
+            seen.sim.cluster.get(&job).is_some_and(|j| {
+                j.pointer("/status/conditions/0/type") == Some(&json!("Complete"))
+            });
+        if !restored {
+            return Err(format!(
+                "data directory moved from pg{was} to pg{now} without a restore"
+            ));
+        }
+    }
+    Ok(())
+}
