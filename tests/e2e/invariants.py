@@ -77,6 +77,7 @@ class Recorder:
         self.judged = set()
         self.violations = []
         self.violation_keys = set()
+        self.repeats = defaultdict(int)
         self.windows = []
         self.allowed_pvc_deletes = set()  # (ns, name) or (ns, None) for a whole namespace
         self.allowed_recreations = defaultdict(int)  # (kind, ns, name) -> extra creations allowed
@@ -201,13 +202,23 @@ class Recorder:
 
     # ---- rules ----
     def violate(self, key, message):
+        """Records a violation once per key; repeats are counted."""
         with self.lock:
             if key in self.violation_keys:
+                self.repeats[key] += 1
                 return
             self.violation_keys.add(key)
+            self.repeats[key] = 1
             stamp = time.strftime("%H:%M:%S")
-            self.violations.append(f"{stamp} {message}")
+            self.violations.append((key, f"{stamp} {message}"))
             print(f"!! invariant violated: {message}", flush=True)
+
+    def report_violations(self):
+        with self.lock:
+            return [
+                text + (f" ({self.repeats[key]} times)" if self.repeats[key] > 1 else "")
+                for key, text in self.violations
+            ]
 
     def parent_of(self, rec):
         if rec["owner"] in self.parents:
@@ -297,7 +308,7 @@ class Recorder:
                     if order <= self.allowed_recreations[key]:
                         continue
                     self.violate(
-                        ("B", c["uid"]),
+                        ("B", c["kind"], c["ns"], c["name"]),
                         f"snapshot Job {c['ns']}/{c['name']} created again (creation #{order + 1}) while Database {p['name']} is being deleted",
                     )
                     continue
@@ -305,7 +316,7 @@ class Recorder:
                     continue
                 again = "again " if order > 0 or c["kind"] != "Job" else ""
                 self.violate(
-                    ("B", c["uid"]),
+                    ("B", c["kind"], c["ns"], c["name"]),
                     f"{c['kind']} {c['ns']}/{c['name']} created {again}(creation #{order + 1}) after Database {p['name']} started deleting",
                 )
             # C: quiet windows.
@@ -344,7 +355,14 @@ class Recorder:
         for line in self.read_new(self.metacontroller_log):
             for pattern, what in METACONTROLLER_BAD:
                 if pattern.search(line):
-                    self.violate(("D", what, line[:300]), f"Metacontroller logged {what}: {line[:400]}")
+                    try:
+                        entry = json.loads(line)
+                        text = str(entry.get("error") or entry.get("msg"))
+                    except ValueError:
+                        text = line
+                    # One violation per distinct error (the same one repeats
+                    # on every retry), counted.
+                    self.violate(("D", what, re.sub(r"\d+", "N", text)[:200]), f"Metacontroller logged {what}: {text[:400]}")
 
     def scan_opshooks(self):
         for line in self.read_new(self.opshooks_log):
@@ -371,6 +389,6 @@ class Recorder:
                 )
             if not expected:
                 self.violate(
-                    ("E", line[:200]),
+                    ("E", operator, hook, parent, status),
                     f"opshooks answered {status} to {operator} {hook} for {parent}: {fields.get('detail', '')}",
                 )

@@ -1083,7 +1083,7 @@ class Suite:
         for sc in self.results:
             if sc.error:
                 print(f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}")
-        for v in rec.violations:
+        for v in rec.report_violations():
             print(f"INVARIANT {v}")
         failed = sum(1 for sc in self.results if sc.result != "PASS")
         passed = len(self.results) - failed

@@ -10,7 +10,10 @@
 #      with the hooks pointed at an opshooks server this script runs;
 #   5. applies every example parent and every invalid parent (hooks.py);
 #   6. sends every child and status the hooks answer to the API server
-#      with strict field validation (hooks.py) and prints a summary.
+#      with strict field validation (hooks.py) and prints a summary;
+#   7. stops that cluster and runs the control-loop suite (loop.sh): the
+#      real Metacontroller, kube-scheduler and kwok drive every operator's
+#      whole life on a fresh cluster, with invariants checked throughout.
 #
 # Usage: tests/e2e/run.sh    (exits non-zero on any failure)
 set -euo pipefail
@@ -120,6 +123,14 @@ refused '{"spec":{"version":"15"}}' "downgrades are refused"
 refused '{"spec":{"storage":{"size":"40Gi"}}}' "spec.storage cannot change"
 refused '{"spec":{"credentialsSecret":"other"}}' "spec.credentialsSecret cannot change"
 refused '{"spec":{"databaseName":"other"}}' "spec.databaseName cannot change"
+
+step "stop this cluster (the control loop starts a fresh one)"
+kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
+server_pid=""
+"$HERE/cluster.sh" down "$dir"
+
+step "control loop (loop.sh)"
+"$HERE/loop.sh"
 
 step "done"
 echo "e2e suite finished in $((SECONDS - start))s"
