@@ -206,10 +206,13 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
                 names.join(", ")
             ))
         })?;
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|err| Failure::usage(format!("{}: {err}", args.file.display())))?;
-    let parent: serde_json::Value = yaml_serde::from_str(&text)
-        .map_err(|err| Failure::usage(format!("{}: {err}", args.file.display())))?;
+    let read = |path: &Path| -> Result<serde_json::Value, Failure> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
+        yaml_serde::from_str(&text)
+            .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))
+    };
+    let parent = read(&args.file)?;
     let start = args
         .start
         .parse::<Timestamp>()
@@ -221,6 +224,17 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::usage)?;
     let mut sim = Simulation::new(op, parent, start, args.seed).map_err(Failure::usage)?;
+    for path in &args.with {
+        let object = read(path)?;
+        sim.cluster
+            .create(object, crate::simulate::cluster::Actor::User)
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "{}: needs apiVersion, kind and metadata.name, once each",
+                    path.display()
+                ))
+            })?;
+    }
     for job in &args.fail_job {
         sim.apply(&Event::FailJob(job.clone()))
             .map_err(Failure::usage)?;

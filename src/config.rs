@@ -96,6 +96,10 @@ pub struct SimulateArgs {
     /// not-ready POD, ready POD, run-cronjob NAME.
     #[arg(long = "then", value_name = "EVENT")]
     pub then: Vec<String>,
+    /// Objects that exist before the parent (YAML or JSON, one per file),
+    /// such as the StatefulSet a Backup targets.
+    #[arg(long = "with", value_name = "FILE")]
+    pub with: Vec<std::path::PathBuf>,
     /// Jobs whose runs fail from the start.
     #[arg(long = "fail-job", value_name = "NAME")]
     pub fail_job: Vec<String>,
