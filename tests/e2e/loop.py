@@ -15,6 +15,7 @@ Usage: loop.py --dir DIR --port PORT --opshooks BIN --metacontroller BIN
 """
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -166,10 +167,28 @@ class Scenario:
         self.seconds = time.time() - start
         if self.error:
             say(f"=== {self.title} ({self.strategy}) FAILED at step {self.steps}: {self.error}")
+            self.diagnose()
             if not os.environ.get("OPSHOOKS_E2E_KEEP"):
                 self.suite.force_cleanup(self.ns)
         else:
             say(f"=== {self.title} ({self.strategy}) passed in {self.seconds:.0f}s")
+
+    def diagnose(self):
+        """What the failure left behind, for a log read after the cluster is gone."""
+        try:
+            for kind in ("WebServer", "Memcached", "Backup", "Database"):
+                for obj in self.k.list(kind, self.ns):
+                    md = obj["metadata"]
+                    say(
+                        f"[{self.title}] {kind} {md['name']} generation {md.get('generation')} "
+                        f"deleting={bool(md.get('deletionTimestamp'))} status: {json.dumps(obj.get('status'))[:1500]}"
+                    )
+            for e in self.k.list("Event", self.ns):
+                if e.get("type") == "Warning":
+                    io = e.get("involvedObject", {})
+                    say(f"[{self.title}] Warning {io.get('kind')}/{io.get('name')} x{e.get('count', 1)}: {e.get('message', '')[:500]}")
+        except Exception as err:  # diagnostics must not hide the failure
+            say(f"[{self.title}] (diagnostics failed: {err!r})")
 
     # ---- helpers shared by scenarios ----
     def parent(self, kind, name):
