@@ -54,7 +54,25 @@ fn fixtures_replay_to_their_committed_answers() {
             replayed += 1;
         }
     }
-    assert!(replayed >= 9, "only {replayed} fixtures found");
+    // Every folder under tests/fixtures is a case of a known operator, and
+    // every case was replayed: a misnamed folder or file cannot hide.
+    let on_disk: usize = std::fs::read_dir(super::support::root().join("tests/fixtures"))
+        .unwrap()
+        .map(|operator| {
+            let operator = operator.unwrap().path();
+            let name = operator.file_name().unwrap().to_str().unwrap().to_string();
+            assert!(
+                operators::all().iter().any(|op| op.name == name),
+                "{}: not an operator",
+                operator.display()
+            );
+            std::fs::read_dir(&operator).unwrap().count()
+        })
+        .sum();
+    assert_eq!(
+        replayed, on_disk,
+        "every case folder has a request.json and was replayed"
+    );
 }
 
 /// Both hook versions of the same observed state give the same answer.

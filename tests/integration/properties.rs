@@ -9,6 +9,8 @@ use opshooks::operators::{self, Operator};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use opshooks::simulate::schema::StatusSchema;
+
 use super::support::ctx;
 
 fn webserver() -> Operator {
@@ -296,14 +298,27 @@ proptest! {
         }
     }
 
+    /// Any parent is answered or refused, never a panic; an answer is one
+    /// Metacontroller and the API server accept: whole children and a status
+    /// the CRD's schema takes.
     #[test]
-    fn no_operator_panics_on_any_parent(spec in arbitrary_json(), which in 0usize..4, hook in prop::sample::select(Hook::ALL.to_vec())) {
+    fn any_parent_is_refused_or_answered_acceptably(spec in arbitrary_json(), which in 0usize..4, hook in prop::sample::select(Hook::ALL.to_vec())) {
         let op = &operators::all()[which];
         let body = json!({"parent": {"apiVersion": op.api_version(), "kind": op.kind, "metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
         if let Some(call) = op.call(hook, body.as_bytes(), &ctx())
             && let Ok(answer) = call.result
         {
-            prop_assert!(serde_json::from_slice::<Value>(&answer.body).is_ok());
+            let response: Value = serde_json::from_slice(&answer.body).unwrap();
+            if hook == Hook::Customize {
+                prop_assert!(response["relatedResources"].is_array());
+            } else {
+                for child in response["children"].as_array().unwrap() {
+                    prop_assert!(child["apiVersion"].is_string() && child["kind"].is_string(), "{}", child);
+                    prop_assert!(child["metadata"]["name"].as_str().is_some_and(|n| !n.is_empty()), "{}", child);
+                }
+                let errors = StatusSchema::of(op).errors(&response["status"]);
+                prop_assert!(errors.is_empty(), "{:?}", errors);
+            }
         }
     }
 }
@@ -484,4 +499,39 @@ proptest! {
             }
         }
     }
+}
+
+/// The Database property skips states the operator refuses (downgrades,
+/// mostly); they must stay a minority, or the property would test little.
+#[test]
+fn database_property_states_are_mostly_answered() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let op = operator("database");
+    let (mut answered, mut refused) = (0u32, 0u32);
+    for _ in 0..512 {
+        let (request, finalizing) = database_state().new_tree(&mut runner).unwrap().current();
+        let hook = if finalizing {
+            Hook::Finalize
+        } else {
+            Hook::Sync
+        };
+        match op
+            .call(hook, request.to_string().as_bytes(), &ctx())
+            .unwrap()
+            .result
+        {
+            Ok(_) => answered += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!(
+        "database property: {refused} of {} generated states refused",
+        answered + refused
+    );
+    assert!(
+        refused * 2 < answered,
+        "{refused} of {} generated states refused",
+        answered + refused
+    );
 }
