@@ -244,13 +244,40 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
     let stages = std::iter::once(None).chain(events.iter().map(Some));
     for event in stages {
         if let Some(event) = event {
-            writeln!(out, "-- {event:?}").ok();
+            if args.format == "json" {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"event": format!("{event:?}")})
+                )
+                .ok();
+            } else {
+                writeln!(out, "-- {event:?}").ok();
+            }
             sim.apply(event).map_err(Failure::usage)?;
         }
         let (steps, settled) = sim.settle(args.max_steps);
         for step in &steps {
-            writeln!(out, "{step}").ok();
+            if args.format == "json" {
+                writeln!(out, "{}", step.to_json()).ok();
+            } else {
+                writeln!(out, "{step}").ok();
+            }
             broken += step.violations.len();
+        }
+        if args.format == "json" {
+            let objects: Vec<String> = sim
+                .cluster
+                .objects()
+                .filter(|(k, _)| k.kind != "Pod")
+                .map(|(k, _)| k.to_string())
+                .collect();
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"settled": settled, "objects": objects})
+            )
+            .ok();
         }
         if !settled {
             return Err(Failure {

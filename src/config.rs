@@ -112,6 +112,10 @@ pub struct SimulateArgs {
     /// Stands in for the randomness a server passes to each call.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `text`: one line per step; `json`: one JSON object per step, and one
+    /// with the objects of the namespace each time the loop settles.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
 }
 
 #[derive(Debug, Args)]

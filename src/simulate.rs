@@ -227,6 +227,39 @@ impl fmt::Display for Step {
     }
 }
 
+impl Step {
+    /// The step as one JSON object: number, hook, outcome, phase,
+    /// conditions, changes and violations.
+    pub fn to_json(&self) -> Value {
+        let (hook, outcome) = match &self.outcome {
+            Outcome::Answered { hook, finalized } => (
+                Some(*hook),
+                if *finalized { "finalized" } else { "answered" }.to_string(),
+            ),
+            Outcome::Refused { hook, reason } => (Some(*hook), format!("refused: {reason}")),
+            Outcome::HookDown => (None, "hook down".to_string()),
+            Outcome::Gone => (None, "parent gone".to_string()),
+        };
+        let changes: Vec<Value> = self
+            .changes
+            .iter()
+            .map(|c| {
+                json!({"verb": format!("{:?}", c.verb), "object": c.key.to_string(),
+                       "by": format!("{:?}", c.actor)})
+            })
+            .collect();
+        json!({
+            "step": self.number,
+            "hook": hook.map(|h| h.as_str()),
+            "outcome": outcome,
+            "phase": self.phase,
+            "conditions": self.conditions,
+            "changes": changes,
+            "violations": self.violations,
+        })
+    }
+}
+
 /// Pods come and go with their workloads; the timeline shows what the
 /// operator and the user did, and the volumes.
 fn is_shown(change: &Change) -> bool {

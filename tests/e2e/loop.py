@@ -984,6 +984,13 @@ def scenario_metacontroller_restarts(s):
     s.expect(n == 1, f"snapshot job created {n} times")
 
 
+def scenario_fidelity(s):
+    # The simulator run beside the real loop: tests/e2e/fidelity.py.
+    import fidelity
+
+    fidelity.scenario_fidelity(s)
+
+
 LIFECYCLE = [
     ("WebServer", "web", scenario_webserver),
     ("Memcached", "mc", scenario_memcached),
@@ -993,6 +1000,7 @@ LIFECYCLE = [
     ("Database delete, Retain", "dbkeep", scenario_retain),
     ("Database delete, Delete", "dbdrop", scenario_delete),
     ("Invalid spec refused", "invalid", scenario_invalid_spec),
+    ("Simulator matches the real loop", "fid", scenario_fidelity),
 ]
 FAULTS = [
     ("opshooks outage", "outage", scenario_hook_outage),
