@@ -37,6 +37,7 @@ RESOURCES = {
     "Database": ("apis/opshooks.io/v1alpha1", "databases", True),
     "Stage": ("apis/kwok.x-k8s.io/v1alpha1", "stages", False),
     "ControllerRevision": ("apis/metacontroller.k8s.io/v1alpha1", "controllerrevisions", True),
+    "CompositeController": ("apis/metacontroller.k8s.io/v1alpha1", "compositecontrollers", False),
 }
 
 
