@@ -245,13 +245,13 @@ mod tests {
     }
 
     #[test]
-    fn webserver_pods_are_recreated_on_change() {
+    fn webserver_pods_are_rolled_by_the_hook_not_by_metacontroller() {
         let ops = operators::all();
         let ws = ops.iter().find(|op| op.name == "webserver").unwrap();
         let c = controller(ws, &ControllerOptions::default());
         assert_eq!(
             c["spec"]["childResources"][0]["updateStrategy"]["method"],
-            "RollingRecreate"
+            "OnDelete"
         );
         assert_eq!(c["spec"]["generateSelector"], true);
         assert_eq!(c["spec"]["parentResource"]["resource"], "webservers");

@@ -648,6 +648,9 @@ impl<'a> Simulation<'a> {
         let mut desired = BTreeSet::new();
         for child in response["children"].as_array().into_iter().flatten() {
             let mut child = child.clone();
+            // Metacontroller's rolling update compares the answer as given,
+            // before the label below is added (see `apply_update`).
+            let as_answered = child.clone();
             let meta = object_map(&mut child, "metadata");
             meta.entry("namespace")
                 .or_insert_with(|| json!(self.parent.namespace));
@@ -676,8 +679,17 @@ impl<'a> Simulation<'a> {
                 let existing = self.cluster.get(&key).expect("observed").clone();
                 match method {
                     "OnDelete" => {}
-                    "Recreate" | "RollingRecreate" => {
+                    "Recreate" => {
                         if differs(&existing, &child) {
+                            self.cluster.delete(&key, Actor::Metacontroller);
+                        }
+                    }
+                    // A rolling update decides whether a child is up to date
+                    // before Metacontroller adds `controller-uid` to the
+                    // desired children: a child answered without it never is,
+                    // and is recreated again and again (the real loop stalls).
+                    "RollingRecreate" => {
+                        if differs(&existing, &child) || differs(&existing, &as_answered) {
                             self.cluster.delete(&key, Actor::Metacontroller);
                         }
                     }
@@ -797,8 +809,10 @@ fn condition_text(condition: &Value) -> String {
     )
 }
 
-/// Replaces the condition of the same type, or appends it, as
-/// Metacontroller's `SetCondition` does.
+/// Metacontroller's `SetCondition`, as it behaves: a condition of a new type
+/// is appended; one whose type is already in the answered status is
+/// replaced only in a copy (`unstructured.NestedSlice` copies), so the
+/// answered one stays.
 fn set_condition(status: &mut Value, condition: Value) {
     let Some(map) = status.as_object_mut() else {
         return;
@@ -807,9 +821,8 @@ fn set_condition(status: &mut Value, condition: Value) {
     let Some(list) = list.as_array_mut() else {
         return;
     };
-    match list.iter_mut().find(|c| c["type"] == condition["type"]) {
-        Some(existing) => *existing = condition,
-        None => list.push(condition),
+    if !list.iter().any(|c| c["type"] == condition["type"]) {
+        list.push(condition);
     }
 }
 
@@ -891,7 +904,7 @@ mod tests {
     }
 
     #[test]
-    fn a_webserver_scales_and_its_status_is_written_with_metacontrollers_condition() {
+    fn a_webserver_scales_and_rolls_an_image_change_to_the_end() {
         let op = all().into_iter().find(|op| op.name == "webserver").unwrap();
         let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
             "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 2}});
@@ -909,7 +922,28 @@ mod tests {
         assert_eq!(pods(&sim), 2);
         let status = &sim.parent().unwrap()["status"];
         assert_eq!(status["readyReplicas"], 2);
-        assert_eq!(status["conditions"][1]["type"], "Updated");
+        sim.apply(&Event::parse("spec.image=nginx:1.27").unwrap())
+            .unwrap();
+        let (steps, settled) = sim.settle(30);
+        assert!(settled);
+        let replaced = steps
+            .iter()
+            .flat_map(|s| &s.changes)
+            .filter(|c| c.verb == cluster::Verb::Deleted && c.key.kind == "Pod")
+            .count();
+        assert_eq!(replaced, 2, "each pod replaced once");
+        let images: Vec<Value> = sim
+            .cluster
+            .objects()
+            .filter(|(k, _)| k.kind == "Pod")
+            .map(|(_, p)| p["spec"]["containers"][0]["image"].clone())
+            .collect();
+        assert_eq!(images, [json!("nginx:1.27"), json!("nginx:1.27")]);
+        let up_to_date = &sim.parent().unwrap()["status"]["conditions"][1];
+        assert_eq!(
+            (&up_to_date["type"], &up_to_date["status"]),
+            (&json!("UpToDate"), &json!("True"))
+        );
         sim.apply(&Event::parse("spec.replicas=0").unwrap())
             .unwrap();
         let (_, settled) = sim.settle(30);

@@ -97,10 +97,19 @@ pub fn format_time(time: Timestamp) -> String {
     time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// Condition types Metacontroller itself sets on every sync of a parent
+/// whose children roll (`Updated`). They are left out of our answers:
+/// Metacontroller adds its condition to the status we answer, but its
+/// `SetCondition` replaces an existing one only in a copy (it reads the list
+/// with `unstructured.NestedSlice`, which copies), so a condition we echoed
+/// back would stay as it first was, hiding every later rollout state.
+pub const METACONTROLLER_CONDITIONS: [&str; 1] = ["Updated"];
+
 /// Turns observations into conditions, keeping each previously observed
 /// condition's `lastTransitionTime` when its status did not change, then
 /// appends, unchanged and in their observed order, the previous conditions
-/// of types the operator did not observe: those are someone else's.
+/// of types the operator did not observe: those are someone else's
+/// (except [`METACONTROLLER_CONDITIONS`], which Metacontroller sets anew).
 ///
 /// Every operator reports the same condition types on every call (while
 /// deleting, a few more), so a type missing from `observations` is never
@@ -114,6 +123,7 @@ pub fn reconcile(
     let foreign: Vec<Condition> = previous
         .iter()
         .filter(|old| !observations.iter().any(|seen| seen.type_ == old.type_))
+        .filter(|old| !METACONTROLLER_CONDITIONS.contains(&old.type_.as_str()))
         .cloned()
         .collect();
     observations
@@ -192,9 +202,11 @@ mod tests {
     }
 
     /// Metacontroller adds `Updated` (no lastTransitionTime) to the status
-    /// of parents whose children roll; it must come back exactly as read.
+    /// of parents whose children roll: it must be read without complaint and
+    /// left for Metacontroller to set again; others' conditions come back
+    /// exactly as read.
     #[test]
-    fn regression_metacontroller_updated_condition_is_answered_back_unchanged() {
+    fn regression_others_conditions_are_read_and_metacontrollers_left_to_it() {
         let updated = r#"{"type":"Updated","status":"True","reason":"OnLatestRevision","message":"latest ControllerRevision: hello-5d4c"}"#;
         let previous: Vec<Condition> = serde_json::from_str(&format!(
             r#"[{{"type":"Ready","status":"True","reason":"R","message":"m","lastTransitionTime":"2026-01-01T00:00:00Z"}},{updated},{{"type":"Custom","status":"Unknown"}}]"#
@@ -207,10 +219,9 @@ mod tests {
             at("2026-03-03T00:00:00Z"),
         );
         let types: Vec<&str> = got.iter().map(|c| c.type_.as_str()).collect();
-        assert_eq!(types, ["Ready", "Updated", "Custom"]);
-        assert_eq!(serde_json::to_string(&got[1]).unwrap(), updated);
+        assert_eq!(types, ["Ready", "Custom"]);
         assert_eq!(
-            serde_json::to_string(&got[2]).unwrap(),
+            serde_json::to_string(&got[1]).unwrap(),
             r#"{"type":"Custom","status":"Unknown"}"#
         );
         assert_eq!(got[0].status, ConditionStatus::False);

@@ -102,9 +102,9 @@ pub fn operator() -> Operator {
         children: vec![ChildResource {
             api_version: "v1",
             resource: "pods",
-            update_method: "RollingRecreate",
-            status_checks: vec![("Ready", "True")],
-            why: "pods cannot change ports in place: recreate each changed pod, one at a time, once the previous is Ready",
+            update_method: "OnDelete",
+            status_checks: vec![],
+            why: "the hook rolls pods itself, one at a time: Metacontroller v4.17.2's rolling updates look pods up by name where they are keyed by namespace/name, and never get past the first",
         }],
         generate_selector: true,
         resync_period_seconds: None,
@@ -113,16 +113,70 @@ pub fn operator() -> Operator {
 }
 
 /// Desired pods and observed status of one WebServer.
+///
+/// Pods cannot change image or port in place, and Metacontroller never
+/// updates them (`OnDelete`), so a template change rolls like this: every
+/// out-of-date pod is answered as it runs, except the lowest-index one,
+/// which is left out (Metacontroller deletes it, and the next sync creates
+/// it anew) only while every other pod is there and ready. At most one pod
+/// is unavailable at a time, and a rollout that meets a pod that does not
+/// become ready stops there.
 pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse, HookError> {
     let ws = &req.parent;
     validate(ws)?;
     let observed = req.children.of::<Pod>()?;
-    let desired = (0..ws.spec.replicas).map(|index| child(&pod(ws, index)));
+    let desired = desired_pods(ws, &observed).into_iter().map(|p| child(&p));
     Ok(SyncResponse {
         status: serde_json::to_value(status(ws, &observed, ctx)).expect("status serializes"),
         children: sorted_children(desired.collect()),
         ..SyncResponse::default()
     })
+}
+
+/// The pods to answer, rolling one out-of-date pod at a time.
+pub fn desired_pods(ws: &WebServer, observed: &[Pod]) -> Vec<Pod> {
+    let seen = |index: i32| {
+        let name = pod_name(ws, index);
+        observed
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+    };
+    let running = |p: &Pod| p.metadata.deletion_timestamp.is_none();
+    let outdated = |index: i32| {
+        seen(index)
+            .filter(|p| running(p))
+            .and_then(|p| template_of(p).filter(|t| *t != (ws.spec.image.as_str(), ws.spec.port)))
+    };
+    let next = (0..ws.spec.replicas).find(|i| outdated(*i).is_some());
+    let others_ready = next.is_some_and(|next| {
+        (0..ws.spec.replicas)
+            .filter(|i| *i != next)
+            .all(|i| seen(i).is_some_and(|p| running(p) && is_ready(p)))
+    });
+    (0..ws.spec.replicas)
+        .filter(|i| !(others_ready && Some(*i) == next))
+        .map(|index| match outdated(index) {
+            Some((image, port)) => pod_running(ws, index, image, port),
+            None => pod(ws, index),
+        })
+        .collect()
+}
+
+/// The image and port an observed pod runs, if it is one of ours.
+fn template_of(p: &Pod) -> Option<(&str, i32)> {
+    let container = p
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == CONTAINER)?;
+    let port = container.ports.as_ref()?.first()?.container_port;
+    Some((container.image.as_deref()?, port))
+}
+
+/// True when an observed pod runs the spec's image and port.
+pub fn is_current(ws: &WebServer, p: &Pod) -> bool {
+    template_of(p) == Some((ws.spec.image.as_str(), ws.spec.port))
 }
 
 /// Checks what the CRD schema checks, for requests that bypassed it.
@@ -140,9 +194,23 @@ pub fn validate(ws: &WebServer) -> Result<(), InvalidSpec> {
     Ok(())
 }
 
-/// The labels of every pod of a WebServer.
+/// The label Metacontroller's generated selector matches: the parent's uid.
+pub const LABEL_CONTROLLER_UID: &str = "controller-uid";
+
+/// The labels of every pod of a WebServer, the parent's uid among them.
+///
+/// Metacontroller adds `controller-uid` to desired children itself
+/// (`generateSelector`), but only after its rolling update has compared the
+/// desired pods with the observed ones; there a desired pod without the
+/// label reads as a change (the label would be removed), so no pod ever
+/// counts as updated and a rollout stops after its first pod. With the label
+/// in our own answer, the comparison sees the pod as it is.
 pub fn labels(ws: &WebServer) -> BTreeMap<String, String> {
-    standard_labels("webserver", ws.metadata.name.as_deref().unwrap_or_default())
+    let mut labels = standard_labels("webserver", ws.metadata.name.as_deref().unwrap_or_default());
+    if let Some(uid) = &ws.metadata.uid {
+        labels.insert(LABEL_CONTROLLER_UID.to_string(), uid.clone());
+    }
+    labels
 }
 
 /// The name of the pod at `index`.
@@ -155,6 +223,12 @@ pub fn pod_name(ws: &WebServer, index: i32) -> String {
 
 /// The pod at `index`: the image with its port declared and probed.
 pub fn pod(ws: &WebServer, index: i32) -> Pod {
+    pod_running(ws, index, &ws.spec.image, ws.spec.port)
+}
+
+/// The pod at `index` with a given image and port: the current template's,
+/// or an out-of-date pod's own while it waits for its turn to be replaced.
+fn pod_running(ws: &WebServer, index: i32, image: &str, port: i32) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(ws, index)),
@@ -165,10 +239,10 @@ pub fn pod(ws: &WebServer, index: i32) -> Pod {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: CONTAINER.to_string(),
-                image: Some(ws.spec.image.clone()),
+                image: Some(image.to_string()),
                 ports: Some(vec![ContainerPort {
                     name: Some("http".to_string()),
-                    container_port: ws.spec.port,
+                    container_port: port,
                     protocol: Some("TCP".to_string()),
                     ..ContainerPort::default()
                 }]),
@@ -228,6 +302,29 @@ pub fn status(ws: &WebServer, observed: &[Pod], ctx: &Context) -> WebServerStatu
             ),
         )
     };
+    let outdated: Vec<String> = observed
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_current(ws, p))
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let up_to_date = if outdated.is_empty() {
+        Observation::new(
+            "UpToDate",
+            true,
+            "AllPodsCurrent",
+            format!("every pod runs {} on port {}", ws.spec.image, ws.spec.port),
+        )
+    } else {
+        Observation::new(
+            "UpToDate",
+            false,
+            "RollingOut",
+            format!(
+                "replacing one pod at a time, each once the others are ready; still to replace: {}",
+                summarize(&outdated)
+            ),
+        )
+    };
     let previous = ws
         .status
         .as_ref()
@@ -238,7 +335,7 @@ pub fn status(ws: &WebServer, observed: &[Pod], ctx: &Context) -> WebServerStatu
         ready_replicas: ready as i32,
         conditions: conditions::reconcile(
             previous,
-            vec![observation],
+            vec![observation, up_to_date],
             ws.metadata.generation,
             ctx.now,
         ),
@@ -390,6 +487,99 @@ mod tests {
                 case.reason
             );
         }
+    }
+
+    /// Issue 8's real loop: Metacontroller's rolling update never got past
+    /// the first pod, so the hook rolls: one out-of-date pod left out at a
+    /// time, only while every other pod is there and ready.
+    #[test]
+    fn template_changes_roll_one_pod_at_a_time() {
+        let running = |index: i32, image: &str, ready: bool| {
+            let mut spec = ws(3);
+            spec.spec.image = image.into();
+            let mut p = observed(&pod_name(&spec, index), "Running", ready);
+            p.spec = pod(&spec, index).spec;
+            p
+        };
+        struct Case {
+            reason: &'static str,
+            pods: Vec<Pod>,
+            want: Vec<(&'static str, &'static str)>,
+        }
+        let new = DEFAULT_IMAGE;
+        let cases = [
+            Case {
+                reason: "all out of date and ready: the lowest goes first",
+                pods: vec![
+                    running(0, "old", true),
+                    running(1, "old", true),
+                    running(2, "old", true),
+                ],
+                want: vec![("web-1", "old"), ("web-2", "old")],
+            },
+            Case {
+                reason: "the new pod is not ready yet: nothing else goes",
+                pods: vec![
+                    running(0, new, false),
+                    running(1, "old", true),
+                    running(2, "old", true),
+                ],
+                want: vec![("web-0", new), ("web-1", "old"), ("web-2", "old")],
+            },
+            Case {
+                reason: "the new pod is ready: the next goes",
+                pods: vec![
+                    running(0, new, true),
+                    running(1, "old", true),
+                    running(2, "old", true),
+                ],
+                want: vec![("web-0", new), ("web-2", "old")],
+            },
+            Case {
+                reason: "a pod is missing: it is created, nothing goes",
+                pods: vec![running(0, new, true), running(1, "old", true)],
+                want: vec![("web-0", new), ("web-1", "old"), ("web-2", new)],
+            },
+            Case {
+                reason: "all current: every pod as the spec says",
+                pods: vec![
+                    running(0, new, true),
+                    running(1, new, true),
+                    running(2, new, false),
+                ],
+                want: vec![("web-0", new), ("web-1", new), ("web-2", new)],
+            },
+        ];
+        for case in cases {
+            let got: Vec<(String, String)> = desired_pods(&ws(3), &case.pods)
+                .into_iter()
+                .map(|p| {
+                    let image = p.spec.unwrap().containers[0].image.clone().unwrap();
+                    (p.metadata.name.unwrap(), image)
+                })
+                .collect();
+            let want: Vec<(String, String)> = case
+                .want
+                .iter()
+                .map(|(n, i)| (n.to_string(), i.to_string()))
+                .collect();
+            assert_eq!(got, want, "{}", case.reason);
+        }
+    }
+
+    /// Issue 8's real loop: without the parent's uid in our own answer, an
+    /// image change recreated one pod and the rollout stopped there.
+    #[test]
+    fn regression_pods_carry_the_parents_uid_so_rollouts_complete() {
+        let mut parent = ws(2);
+        parent.metadata.uid = Some("uid-1".into());
+        let labels = pod(&parent, 0).metadata.labels.unwrap();
+        assert_eq!(
+            labels.get(LABEL_CONTROLLER_UID).map(String::as_str),
+            Some("uid-1")
+        );
+        let without_uid = pod(&ws(2), 0).metadata.labels.unwrap();
+        assert!(!without_uid.contains_key(LABEL_CONTROLLER_UID));
     }
 
     #[test]

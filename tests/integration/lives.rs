@@ -10,7 +10,7 @@ use std::cell::RefCell;
 
 use opshooks::operators::{self, Operator};
 use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
-use opshooks::simulate::{Event, Outcome, Simulation, Step};
+use opshooks::simulate::{Event, Simulation, Step};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -251,14 +251,23 @@ proptest! {
         let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
             "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": replicas}});
         let rule = |seen: &Seen| {
-            // A pod goes only for a scale-down or to be recreated with a new
-            // template; in both cases the desired count is what remains.
+            // A pod still wanted is replaced (left out, so deleted) only
+            // while every other wanted pod was there and ready: at most one
+            // is unavailable at a time.
             let replicas = seen.before.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
-            for pod in deleted_by_the_loop(seen.step, "Pod") {
-                let index: i64 = pod.name.trim_start_matches("web-").parse().unwrap_or(-1);
-                let recreated = index < replicas;
-                if recreated && !matches!(seen.step.outcome, Outcome::Answered { .. }) {
-                    return Err(format!("{pod} deleted without an answer"));
+            let wanted = |name: &str| name.trim_start_matches("web-").parse::<i64>().is_ok_and(|i| i < replicas);
+            for pod in deleted_by_the_loop(seen.step, "Pod").filter(|k| wanted(&k.name)) {
+                for other in (0..replicas).map(|i| format!("web-{i}")).filter(|n| *n != pod.name) {
+                    let key = Key::new("v1", "Pod", "ns", &other);
+                    // As the hook saw it: after the controllers' round of
+                    // this step (the answer only deletes the replaced pod
+                    // and creates missing ones, which show not ready).
+                    let ready = seen.sim.cluster.get(&key).is_some_and(|p| {
+                        p.pointer("/status/conditions/0/status") == Some(&json!("True"))
+                    });
+                    if !ready {
+                        return Err(format!("{pod} replaced while {other} was not ready"));
+                    }
                 }
             }
             Ok(())
