@@ -356,13 +356,7 @@ impl Cluster {
                     self.create(pvc, Actor::Controllers);
                 }
             }
-            let pod_key = Key::new(
-                "v1",
-                "Pod",
-                &key.namespace,
-                &format!("{}-{index}", key.name),
-            );
-            self.ensure_pod(&pod_key, &template, &sts);
+            self.ensure_pod(&pod_key(key, index), &template, &sts);
         }
         self.remove_extra_pods(key, &sts, replicas);
         // The claims this StatefulSet made: owned by it exactly while its
@@ -402,13 +396,7 @@ impl Cluster {
             .cloned()
             .unwrap_or(json!({}));
         for index in 0..replicas {
-            let pod_key = Key::new(
-                "v1",
-                "Pod",
-                &key.namespace,
-                &format!("{}-{index}", key.name),
-            );
-            self.ensure_pod(&pod_key, &template, &deployment);
+            self.ensure_pod(&pod_key(key, index), &template, &deployment);
         }
         self.remove_extra_pods(key, &deployment, replicas);
         self.set_workload_status(key, &deployment);
@@ -559,6 +547,16 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The pod a workload runs at `index`: `<workload>-<index>`.
+fn pod_key(workload: &Key, index: usize) -> Key {
+    Key::new(
+        "v1",
+        "Pod",
+        &workload.namespace,
+        &format!("{}-{index}", workload.name),
+    )
 }
 
 /// The uid of an object.

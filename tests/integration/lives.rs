@@ -8,11 +8,13 @@
 
 use std::cell::RefCell;
 
-use opshooks::operators::{self, Operator};
+use opshooks::operators::Operator;
 use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
 use opshooks::simulate::{Event, Simulation, Step};
 use proptest::prelude::*;
 use serde_json::{Value, json};
+
+use super::support::operator;
 
 /// Steps allowed for the loop to settle after one event.
 const SETTLE: u32 = 60;
@@ -31,13 +33,6 @@ enum Scripted {
     DeleteTarget,
     RecreateTarget,
     RunCronJob,
-}
-
-fn operator(name: &str) -> Operator {
-    operators::all()
-        .into_iter()
-        .find(|op| op.name == name)
-        .unwrap()
 }
 
 fn start() -> k8s_openapi::jiff::Timestamp {

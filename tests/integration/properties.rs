@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use opshooks::simulate::schema::StatusSchema;
 
-use super::support::ctx;
+use super::support::{ctx, operator};
 
 fn webserver() -> Operator {
     operators::all()
@@ -172,13 +172,6 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
             }),
         value,
     ]
-}
-
-fn operator(name: &str) -> Operator {
-    operators::all()
-        .into_iter()
-        .find(|op| op.name == name)
-        .unwrap()
 }
 
 fn kinds(response: &Value) -> Vec<(String, String)> {

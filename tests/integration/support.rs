@@ -87,3 +87,11 @@ fn line_diff(want: &str, got: &str) -> String {
     }
     out
 }
+
+/// The operator registered under `name`.
+pub fn operator(name: &str) -> operators::Operator {
+    operators::all()
+        .into_iter()
+        .find(|op| op.name == name)
+        .unwrap()
+}
