@@ -833,10 +833,13 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     plan.init_job = has(&jobs::init(db));
     plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
     plan.restore_job = has(&jobs::upgrade(db, to));
-    let serving = seen
+    let exists = seen
         .statefulset
         .as_ref()
         .is_some_and(|s| s.metadata.deletion_timestamp.is_none());
+    // The snapshot reads the running primary: not while a restore holds
+    // the volume (no instance runs), nor before the primary is ready.
+    let serving = exists && plan.replicas > 0 && seen.is_instance_ready(db, 0);
     let snapshotted = deletion.snapshot_time.is_some();
     // Once the StatefulSet was told to delete its volumes, the StatefulSet
     // controller may already have handed some of them to it: switching back
@@ -866,7 +869,7 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // Under Snapshot the data must stay until the snapshot succeeded.
     let may_remove = db.spec.deletion_policy == DeletionPolicy::Retain || volumes_may_go;
     plan.delete_volumes = volumes_may_go;
-    plan.keep_statefulset = serving && (!may_remove || !retention_applied(seen, volumes_may_go));
+    plan.keep_statefulset = exists && (!may_remove || !retention_applied(seen, volumes_may_go));
     plan
 }
 
@@ -1181,7 +1184,18 @@ pub fn status(
         phase,
         ready,
         endpoint: Some(endpoint(db)),
-        version: seen.running().map(|m| m.as_str().to_string()),
+        // Carried over while the StatefulSet is missing: the status is where
+        // the major the volumes hold is remembered (see `running`).
+        version: seen
+            .running()
+            .or_else(|| {
+                db.status
+                    .as_ref()?
+                    .version
+                    .as_deref()
+                    .and_then(Major::parse)
+            })
+            .map(|m| m.as_str().to_string()),
         replicas,
         ready_replicas,
         last_backup_time: seen
@@ -1225,6 +1239,15 @@ fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -> Observati
                     "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
                 ),
             ),
+            (None, None) if seen.statefulset.is_some() && !seen.is_instance_ready(db, 0) => {
+                condition(
+                    ConditionStatus::Unknown,
+                    "WaitingForPrimary",
+                    format!(
+                        "job {job} takes the final snapshot once the primary is ready; nothing is deleted meanwhile"
+                    ),
+                )
+            }
             (None, None) if seen.statefulset.is_none() => {
                 let volumes: Vec<&str> = seen
                     .volumes
@@ -1285,6 +1308,17 @@ mod tests {
             statefulset: Some(sts),
             ..Observed::default()
         }
+    }
+
+    /// `running`, with instance 0 up and ready.
+    fn serving(version: &str) -> Observed {
+        let mut seen = running(version);
+        seen.pods = vec![serde_json::from_value(json!({
+            "metadata": {"name": "orders-0", "labels": {"app.kubernetes.io/name": "postgresql"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()];
+        seen
     }
 
     #[test]
@@ -1392,11 +1426,11 @@ mod tests {
 
     #[test]
     fn deletion_keeps_data_until_allowed() {
-        let seen = running("16");
+        let seen = serving("16");
         let base = plan(&db("16", "Snapshot"), &seen).unwrap();
         let snapshot = plan_deletion(&db("16", "Snapshot"), &seen, &not_yet(), base.clone());
         assert!(snapshot.snapshot_job && snapshot.keep_statefulset && !snapshot.delete_volumes);
-        let mut done = running("16");
+        let mut done = serving("16");
         done.jobs.insert("orders-snapshot".into(), job("Complete"));
         let record = Deletion::observe(&db("16", "Snapshot"), &done, &Context::fixed());
         let after = plan_deletion(&db("16", "Snapshot"), &done, &record, base.clone());
@@ -1409,6 +1443,16 @@ mod tests {
             "but only once the StatefulSet carries whenDeleted=Delete"
         );
         assert!(after.snapshot_job, "the finished snapshot Job is kept");
+        let idle = plan_deletion(
+            &db("16", "Snapshot"),
+            &running("16"),
+            &not_yet(),
+            base.clone(),
+        );
+        assert!(
+            !idle.snapshot_job && idle.keep_statefulset,
+            "no snapshot before the primary serves; nothing goes meanwhile"
+        );
         let retain = plan_deletion(&db("16", "Retain"), &seen, &not_yet(), base);
         assert!(!retain.delete_volumes);
     }
@@ -1486,7 +1530,7 @@ mod tests {
         for case in cases {
             let d = db("16", case.policy);
             let mut seen = if case.statefulset {
-                running("16")
+                serving("16")
             } else {
                 Observed::default()
             };

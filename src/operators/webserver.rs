@@ -118,9 +118,11 @@ pub fn operator() -> Operator {
 /// updates them (`OnDelete`), so a template change rolls like this: every
 /// out-of-date pod is answered as it runs, except the lowest-index one,
 /// which is left out (Metacontroller deletes it, and the next sync creates
-/// it anew) only while every other pod is there and ready. At most one pod
-/// is unavailable at a time, and a rollout that meets a pod that does not
-/// become ready stops there.
+/// it anew) only while every other pod is there and ready; an out-of-date
+/// pod that is down already goes first, as replacing it costs nothing. At
+/// most one more pod is unavailable at a time, and a new pod that does not
+/// become ready stops the rollout there. A pod that ran to an end (evicted,
+/// failed) is left out too, so it is created anew.
 pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse, HookError> {
     let ws = &req.parent;
     validate(ws)?;
@@ -147,14 +149,30 @@ pub fn desired_pods(ws: &WebServer, observed: &[Pod]) -> Vec<Pod> {
             .filter(|p| running(p))
             .and_then(|p| template_of(p).filter(|t| *t != (ws.spec.image.as_str(), ws.spec.port)))
     };
-    let next = (0..ws.spec.replicas).find(|i| outdated(*i).is_some());
-    let others_ready = next.is_some_and(|next| {
-        (0..ws.spec.replicas)
-            .filter(|i| *i != next)
-            .all(|i| seen(i).is_some_and(|p| running(p) && is_ready(p)))
-    });
+    let unavailable = |index: i32| seen(index).is_none_or(|p| !running(p) || !is_ready(p));
+    // An out-of-date pod that is down already goes first: replacing it costs
+    // nothing (and may be what brings it back). Otherwise the lowest one,
+    // once every other pod is there and ready.
+    let next = (0..ws.spec.replicas)
+        .find(|i| outdated(*i).is_some() && unavailable(*i))
+        .or_else(|| {
+            let lowest = (0..ws.spec.replicas).find(|i| outdated(*i).is_some())?;
+            (0..ws.spec.replicas)
+                .filter(|i| *i != lowest)
+                .all(|i| !unavailable(i))
+                .then_some(lowest)
+        });
+    // A pod that ran to an end (evicted, failed) is never restarted by
+    // Kubernetes, nor replaced by Metacontroller under OnDelete: leave it
+    // out so it is deleted and created anew.
+    let ended = |index: i32| {
+        seen(index).is_some_and(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            matches!(phase, Some("Failed" | "Succeeded"))
+        })
+    };
     (0..ws.spec.replicas)
-        .filter(|i| !(others_ready && Some(*i) == next))
+        .filter(|i| Some(*i) != next && !ended(*i))
         .map(|index| match outdated(index) {
             Some((image, port)) => pod_running(ws, index, image, port),
             None => pod(ws, index),
@@ -501,6 +519,11 @@ mod tests {
             p.spec = pod(&spec, index).spec;
             p
         };
+        let failed = |index: i32, image: &str| {
+            let mut p = running(index, image, false);
+            p.status.as_mut().unwrap().phase = Some("Failed".into());
+            p
+        };
         struct Case {
             reason: &'static str,
             pods: Vec<Pod>,
@@ -539,6 +562,20 @@ mod tests {
                 reason: "a pod is missing: it is created, nothing goes",
                 pods: vec![running(0, new, true), running(1, "old", true)],
                 want: vec![("web-0", new), ("web-1", "old"), ("web-2", new)],
+            },
+            Case {
+                reason: "an out-of-date pod is down already: it goes first, whatever the others",
+                pods: vec![
+                    running(0, "old", true),
+                    running(1, "old", false),
+                    running(2, new, false),
+                ],
+                want: vec![("web-0", "old"), ("web-2", new)],
+            },
+            Case {
+                reason: "a failed pod is left out, to be created anew",
+                pods: vec![running(0, new, true), failed(1, new), running(2, new, true)],
+                want: vec![("web-0", new), ("web-2", new)],
             },
             Case {
                 reason: "all current: every pod as the spec says",

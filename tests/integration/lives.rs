@@ -150,6 +150,10 @@ fn live(
     for job in failing {
         sim.apply(&Event::HealJob(job))?;
     }
+    let unready: Vec<String> = sim.cluster.not_ready_pods.iter().cloned().collect();
+    for pod in unready {
+        sim.apply(&Event::NotReady(pod, false))?;
+    }
     for (kind, name) in failed_jobs(&sim) {
         sim.apply(&Event::Delete { kind, name })?;
     }
@@ -252,6 +256,14 @@ proptest! {
             let replicas = seen.before.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
             let wanted = |name: &str| name.trim_start_matches("web-").parse::<i64>().is_ok_and(|i| i < replicas);
             for pod in deleted_by_the_loop(seen.step, "Pod").filter(|k| wanted(&k.name)) {
+                // Replacing a pod that is down already costs nothing.
+                let was_down = seen.sim.cluster.not_ready_pods.contains(&pod.name)
+                    || seen.before_cluster.get(pod).is_none_or(|p| {
+                        p.pointer("/status/conditions/0/status") != Some(&json!("True"))
+                    });
+                if was_down {
+                    continue;
+                }
                 for other in (0..replicas).map(|i| format!("web-{i}")).filter(|n| *n != pod.name) {
                     let key = Key::new("v1", "Pod", "ns", &other);
                     // As the hook saw it: after the controllers' round of
