@@ -581,6 +581,20 @@ impl Observed {
         })
     }
 
+    /// True when the StatefulSet (if any) is scaled to zero and its
+    /// controller has seen that and reports no replica left.
+    pub fn is_stopped(&self) -> bool {
+        let Some(sts) = &self.statefulset else {
+            return true;
+        };
+        let asked = sts.spec.as_ref().and_then(|s| s.replicas) == Some(0);
+        let status = sts.status.as_ref();
+        let seen_generation = status.and_then(|s| s.observed_generation);
+        asked
+            && status.is_some_and(|s| s.replicas == 0)
+            && seen_generation >= sts.metadata.generation
+    }
+
     /// Instance pods that exist at all (being deleted or not): the restore
     /// must wait until none is left holding the primary's volume.
     pub fn live_instances(&self, db: &Database) -> usize {
@@ -664,6 +678,9 @@ pub struct Plan {
     pub running: Major,
     /// The major the StatefulSet should run.
     pub version: Major,
+    /// The major the upgrade Jobs are for: the spec's, or that of a restore
+    /// still running when the spec moved on.
+    pub target: Major,
     /// How many instances the StatefulSet should run.
     pub replicas: i32,
     /// Where an upgrade stands.
@@ -730,6 +747,7 @@ fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
     let mut plan = Plan {
         running,
         version: running,
+        target: db.spec.version,
         replicas: instances,
         upgrade: Upgrade::None,
         init_job,
@@ -739,6 +757,29 @@ fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
         delete_volumes: false,
         snapshot_job: false,
     };
+    // A restore that is still running holds the primary's volume, whatever
+    // the spec says now (a newer version asked for, the destination
+    // removed): it keeps its Job and every instance stays stopped until it
+    // ends. Dropping its Job would start instances on a volume the Job's
+    // pod may still be using.
+    let in_flight = Major::ALL.into_iter().find(|m| {
+        *m > running
+            && matches!(
+                seen.job(&jobs::upgrade(db, *m)),
+                Some(RunStatus::Running | RunStatus::None)
+            )
+    });
+    if let Some(to) = in_flight
+        && (to != db.spec.version || db.spec.backup.is_none())
+    {
+        plan.target = to;
+        plan.upgrade = Upgrade::Restoring { to };
+        plan.replicas = 0;
+        plan.restore_job = true;
+        plan.pre_upgrade_job =
+            db.spec.backup.is_some() && seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
+        return plan;
+    }
     let to = db.spec.version;
     if to == running {
         // Upgraded (or never upgraded): the Jobs have done their work and
@@ -755,8 +796,10 @@ fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
         None | Some(RunStatus::Running | RunStatus::None) => Upgrade::BackingUp { to },
         Some(RunStatus::Failed) => Upgrade::BackupFailed { to },
         Some(RunStatus::Succeeded) => match seen.job(&jobs::upgrade(db, to)) {
-            // The restore needs the primary's volume: stop every instance first.
-            None if seen.live_instances(db) > 0 => Upgrade::Stopping { to },
+            // The restore needs the primary's volume: stop every instance
+            // first, as the StatefulSet itself reports, not only as far as
+            // its pods are seen.
+            None if seen.live_instances(db) > 0 || !seen.is_stopped() => Upgrade::Stopping { to },
             None | Some(RunStatus::Running | RunStatus::None) => Upgrade::Restoring { to },
             Some(RunStatus::Failed) => Upgrade::RestoreFailed { to },
             Some(RunStatus::Succeeded) => {
@@ -821,7 +864,7 @@ impl Deletion {
 pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut plan: Plan) -> Plan {
     let snapshot_name = jobs::snapshot(db);
     let has = |job: &str| seen.jobs.contains_key(job);
-    let to = db.spec.version;
+    let to = plan.target;
     // An upgrade that has not reached its restore is abandoned: the old
     // version keeps serving so the snapshot can read it.
     if !has(&jobs::upgrade(db, to)) {
@@ -1310,6 +1353,60 @@ mod tests {
         }
     }
 
+    /// `running`, scaled to zero, its controller reporting no replica left.
+    fn stopped(version: &str) -> Observed {
+        let mut seen = running(version);
+        let sts = seen.statefulset.as_mut().unwrap();
+        sts.metadata.generation = Some(2);
+        sts.spec.as_mut().unwrap().replicas = Some(0);
+        sts.status =
+            Some(serde_json::from_value(json!({"replicas": 0, "observedGeneration": 2})).unwrap());
+        seen
+    }
+
+    /// Review finding: a newer version (or no destination) asked for while
+    /// the restore into 17 runs dropped its Job and started the instances
+    /// again, on the volume the restore may still be using.
+    #[test]
+    fn regression_a_running_restore_holds_whatever_the_spec_says() {
+        // A restore from 15 into 16 is running.
+        let mut seen = stopped("15");
+        for (name, state) in [
+            ("orders-pre-upgrade-16", "Complete"),
+            ("orders-upgrade-16", "Running"),
+        ] {
+            seen.jobs.insert(name.into(), job(state));
+        }
+        let mut no_destination = db("16", "Delete");
+        no_destination.spec.backup = None;
+        for (reason, d) in [
+            ("17 asked for meanwhile", db("17", "Delete")),
+            ("the destination removed", no_destination),
+        ] {
+            let plan = plan(&d, &seen).unwrap();
+            assert_eq!(
+                plan.upgrade,
+                Upgrade::Restoring { to: Major::V16 },
+                "{reason}"
+            );
+            assert_eq!((plan.replicas, plan.version), (0, Major::V15), "{reason}");
+            let built = children::upgrade_jobs(&d, &plan);
+            assert!(
+                built
+                    .iter()
+                    .any(|j| j.metadata.name.as_deref() == Some("orders-upgrade-16")),
+                "{reason}: the running restore Job is kept"
+            );
+        }
+        // Stopping waits for the StatefulSet itself to report zero replicas.
+        let mut stopping = running("16");
+        stopping
+            .jobs
+            .insert("orders-pre-upgrade-17".into(), job("Complete"));
+        let plan = plan(&db("17", "Delete"), &stopping).unwrap();
+        assert_eq!(plan.upgrade, Upgrade::Stopping { to: Major::V17 });
+    }
+
     /// `running`, with instance 0 up and ready.
     fn serving(version: &str) -> Observed {
         let mut seen = running(version);
@@ -1390,7 +1487,12 @@ mod tests {
             },
         ];
         for case in cases {
-            let mut seen = running("16");
+            // No pod left means the StatefulSet was scaled to zero and says so.
+            let mut seen = if case.pods == 0 {
+                stopped("16")
+            } else {
+                running("16")
+            };
             seen.jobs = case
                 .jobs
                 .iter()

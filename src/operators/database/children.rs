@@ -660,7 +660,7 @@ pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::b
 /// The Jobs of an upgrade, as the plan decided: the pre-upgrade backup of
 /// the running version and the restore into the new one.
 pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
-    let (from, to) = (plan.running, db.spec.version);
+    let (from, to) = (plan.running, plan.target);
     let mut out = Vec::new();
     if plan.pre_upgrade_job {
         out.extend(backup_job(db, jobs::pre_upgrade(db, to), from));
@@ -676,8 +676,8 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
 /// complete), build the new version's cluster beside the old one, restore.
 /// The S3 pre-upgrade backup taken before stopping stays as a safety copy.
 pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
-    // The S3 safety copy comes first; without a destination there is none.
-    db.spec.backup.as_ref()?;
+    // Whether a restore may start (only after the S3 safety copy) is the
+    // plan's decision; one that started is always built, to be kept.
     let dump = "/work/dump.pgdump";
     let dump_env = vec![
         value_env("OLD_PGDATA", pgdata(from)),
