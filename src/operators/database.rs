@@ -722,11 +722,7 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
 /// version last reported in the status, never the one asked for, which
 /// would start an empty cluster beside the data.
 fn running(db: &Database, seen: &Observed) -> Result<Major, HookError> {
-    let reported = db
-        .status
-        .as_ref()
-        .and_then(|s| s.version.as_deref())
-        .and_then(Major::parse);
+    let reported = reported_version(db);
     match (&seen.statefulset, seen.running()) {
         (_, Some(major)) => Ok(major),
         (None, None) => Ok(reported.unwrap_or(db.spec.version)),
@@ -737,6 +733,11 @@ fn running(db: &Database, seen: &Observed) -> Result<Major, HookError> {
             ))
         }),
     }
+}
+
+/// The major the status last reported running.
+fn reported_version(db: &Database) -> Option<Major> {
+    Major::parse(db.status.as_ref()?.version.as_deref()?)
 }
 
 /// Where an upgrade from `running` to the spec's version stands, from the
@@ -1231,13 +1232,7 @@ pub fn status(
         // the major the volumes hold is remembered (see `running`).
         version: seen
             .running()
-            .or_else(|| {
-                db.status
-                    .as_ref()?
-                    .version
-                    .as_deref()
-                    .and_then(Major::parse)
-            })
+            .or_else(|| reported_version(db))
             .map(|m| m.as_str().to_string()),
         replicas,
         ready_replicas,

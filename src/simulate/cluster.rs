@@ -320,12 +320,7 @@ impl Cluster {
         if sts.pointer("/metadata/deletionTimestamp").is_some() {
             return;
         }
-        let replicas = sts
-            .pointer("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(1)
-            .max(0) as usize;
-        let template = sts.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let (replicas, template) = workload(&sts);
         let claims = sts
             .pointer("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
@@ -386,15 +381,7 @@ impl Cluster {
         let Some(deployment) = self.objects.get(key).cloned() else {
             return;
         };
-        let replicas = deployment
-            .pointer("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(1)
-            .max(0) as usize;
-        let template = deployment
-            .pointer("/spec/template")
-            .cloned()
-            .unwrap_or(json!({}));
+        let (replicas, template) = workload(&deployment);
         for index in 0..replicas {
             self.ensure_pod(&pod_key(key, index), &template, &deployment);
         }
@@ -547,6 +534,20 @@ impl Cluster {
             }
         }
     }
+}
+
+/// How many pods a workload asks for (1 when unset) and their template.
+fn workload(object: &Value) -> (usize, Value) {
+    let replicas = object
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+        .max(0) as usize;
+    let template = object
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or(json!({}));
+    (replicas, template)
 }
 
 /// The pod a workload runs at `index`: `<workload>-<index>`.

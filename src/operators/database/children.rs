@@ -666,7 +666,7 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
         out.extend(backup_job(db, jobs::pre_upgrade(db, to), from));
     }
     if plan.restore_job {
-        out.extend(restore_job(db, from, to));
+        out.push(restore_job(db, from, to));
     }
     out
 }
@@ -675,7 +675,7 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
 /// version from its own volume (nothing can write any more, so the dump is
 /// complete), build the new version's cluster beside the old one, restore.
 /// The S3 pre-upgrade backup taken before stopping stays as a safety copy.
-pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
+pub fn restore_job(db: &Database, from: Major, to: Major) -> Job {
     // Whether a restore may start (only after the S3 safety copy) is the
     // plan's decision; one that started is always built, to be kept.
     let dump = "/work/dump.pgdump";
@@ -740,5 +740,5 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Option<Job> {
         ]),
         ..PodSpec::default()
     };
-    Some(script_job(db, jobs::upgrade(db, to), pod, 1))
+    script_job(db, jobs::upgrade(db, to), pod, 1)
 }
