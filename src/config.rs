@@ -134,6 +134,47 @@ pub struct ServerArgs {
     /// Seconds to let in-flight calls finish after SIGTERM or Ctrl-C.
     #[arg(long, env = "OPSHOOKS_SHUTDOWN_GRACE_SECONDS", default_value_t = 20.0)]
     pub shutdown_grace_seconds: f64,
+    /// Seconds a client has for a TLS handshake and for a request's headers.
+    #[arg(
+        long,
+        env = "OPSHOOKS_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 5.0
+    )]
+    pub header_read_timeout_seconds: f64,
+    /// Seconds a connection may stay open with no call in flight.
+    #[arg(long, env = "OPSHOOKS_IDLE_TIMEOUT_SECONDS", default_value_t = 8.0)]
+    pub idle_timeout_seconds: f64,
+    /// Most hook computations at once; 0 means one per CPU core.
+    #[arg(long, env = "OPSHOOKS_MAX_CONCURRENT_HOOKS", default_value_t = 0)]
+    pub max_concurrent_hooks: usize,
+    /// Most further hook calls waiting for a worker; past them a call is
+    /// answered 429 with Retry-After. 0 means twice --max-concurrent-hooks.
+    #[arg(long, env = "OPSHOOKS_MAX_QUEUED_HOOKS", default_value_t = 0)]
+    pub max_queued_hooks: usize,
+    /// Most connections open at once; more wait to be accepted.
+    #[arg(long, env = "OPSHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key-file).
+    #[arg(long, env = "OPSHOOKS_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM private key of --tls-cert-file.
+    #[arg(long, env = "OPSHOOKS_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Accept only clients with a certificate signed by a CA in this PEM
+    /// file (mutual TLS; needs --tls-cert-file).
+    #[arg(long, env = "OPSHOOKS_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` on every hook route, with the
+    /// token read from this file.
+    #[arg(long, env = "OPSHOOKS_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Require the bearer token on /metrics too.
+    #[arg(long, env = "OPSHOOKS_METRICS_AUTH", requires = "auth_token_file")]
+    pub metrics_auth: bool,
+    /// Seconds between re-reads of the TLS and token files (they are swapped
+    /// in when they change, as when cert-manager rotates a certificate).
+    #[arg(long, env = "OPSHOOKS_RELOAD_INTERVAL_SECONDS", default_value_t = 10.0)]
+    pub reload_interval_seconds: f64,
 }
 
 /// Logging flags.

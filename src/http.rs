@@ -8,13 +8,19 @@
 //! a response. Failures are never a 200: they are `application/problem+json`
 //! with a one-line `detail` that Metacontroller shows users as an event.
 
+mod admission;
+pub mod auth;
 mod error;
 pub mod metrics;
 pub mod openapi;
+pub mod reload;
+mod server;
+pub mod tls;
 
+pub use admission::RETRY_AFTER_SECONDS;
 pub use error::Problem;
+pub use server::{ServeOptions, serve};
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,12 +33,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
-use tokio::net::TcpListener;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::{Level, debug, info, warn};
 
 use crate::hook::Hook;
 use crate::operators::{Call, Context, HookError, Operator};
+use admission::Admission;
 use metrics::Metrics;
 
 /// Limits the server enforces on every hook call.
@@ -42,13 +48,20 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Deadline for reading a body and answering it.
     pub request_timeout: Duration,
+    /// Most hook computations at once.
+    pub max_concurrent: usize,
+    /// Most further calls waiting (reading their body or for a worker).
+    pub max_queued: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Limits {
             max_body_bytes: 32 * 1024 * 1024,
             request_timeout: Duration::from_secs(9),
+            max_concurrent: cores,
+            max_queued: 2 * cores,
         }
     }
 }
@@ -66,21 +79,40 @@ pub fn system_clock() -> Clock {
 pub struct AppState {
     operators: Arc<Vec<Operator>>,
     limits: Limits,
+    admission: Admission,
     metrics: Metrics,
     clock: Clock,
     ready: Arc<AtomicBool>,
+    token: Option<Arc<auth::Token>>,
+    metrics_auth: bool,
 }
 
 impl AppState {
     /// State for serving `operators` under `limits`, reading time from `clock`.
     pub fn new(operators: Vec<Operator>, limits: Limits, clock: Clock) -> Self {
+        let metrics = Metrics::new(
+            operators
+                .iter()
+                .flat_map(|op| op.hooks().map(|hook| (op.name, hook.as_str()))),
+        );
         AppState {
             operators: Arc::new(operators),
+            admission: Admission::new(limits.max_concurrent, limits.max_queued),
             limits,
-            metrics: Metrics::new(),
+            metrics,
             clock,
             ready: Arc::new(AtomicBool::new(true)),
+            token: None,
+            metrics_auth: false,
         }
+    }
+
+    /// Requires `token` on every hook route, and on `/metrics` too when
+    /// `metrics_auth`.
+    pub fn with_token(mut self, token: Arc<auth::Token>, metrics_auth: bool) -> Self {
+        self.token = Some(token);
+        self.metrics_auth = metrics_auth;
+        self
     }
 
     /// Marks the server as draining: `/readyz` answers 503 from now on.
@@ -135,7 +167,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn metrics_text(State(state): State<AppState>) -> Response {
+async fn metrics_text(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let (true, Some(token)) = (state.metrics_auth, &state.token)
+        && let Err(problem) = auth::check(token, &headers)
+    {
+        return problem.into_response();
+    }
     (
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         state.metrics.render(),
@@ -274,8 +311,15 @@ async fn answer(
     started: Instant,
 ) -> Result<(Done, Bytes), Refusal> {
     let refuse = |problem: Problem| (problem, None, 0);
+    if let Some(token) = &state.token {
+        auth::check(token, headers).map_err(refuse)?;
+    }
+    // A place before the body is read: past the limit, answer 429 without
+    // holding one more body in memory.
+    let ticket = state.admission.enter().map_err(refuse)?;
     error::check_content_type(headers).map_err(refuse)?;
     let limits = &state.limits;
+    let deadline = started + limits.request_timeout;
     let bytes = error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout)
         .await
         .map_err(refuse)?;
@@ -288,11 +332,20 @@ async fn answer(
             format!("no randomness from the operating system: {err}"),
         ))
     })?;
+    let ticket = state
+        .admission
+        .work(ticket, deadline)
+        .await
+        .map_err(refuse)?;
     let operators = Arc::clone(&state.operators);
     let work = tokio::task::spawn_blocking(move || {
-        operators[index]
+        let call = operators[index]
             .call(hook, &bytes, &ctx)
-            .expect("routes exist only for registered hooks")
+            .expect("routes exist only for registered hooks");
+        // The places are freed when the work ends, not when the caller
+        // stops waiting: abandoned work still counts against the limit.
+        drop(ticket);
+        call
     });
     let remaining = limits.request_timeout.saturating_sub(started.elapsed());
     let call = match tokio::time::timeout(remaining, work).await {
@@ -379,39 +432,6 @@ impl Problem {
             HookError::Unsafe(_) => StatusCode::CONFLICT,
         };
         Problem::new(status, err.to_string())
-    }
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then stops
-/// accepting, lets in-flight calls finish for at most `grace`, and returns.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: Duration,
-) -> std::io::Result<()> {
-    let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
-    let drain_state = state.clone();
-    let app = router(state);
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown.await;
-        drain_state.drain();
-        info!("shutting down: no new connections, finishing in-flight calls");
-        let _ = draining_tx.send(());
-    });
-    let deadline = async move {
-        if draining_rx.await.is_ok() {
-            tokio::time::sleep(grace).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        result = server => result,
-        () = deadline => {
-            warn!(grace_seconds = grace.as_secs_f64(), "in-flight calls did not finish in time; exiting anyway");
-            Ok(())
-        }
     }
 }
 

@@ -7,8 +7,16 @@ use std::time::Duration;
 use clap::Parser;
 use opshooks::cli::{self, Failure};
 use opshooks::config::{Command, Config, ServerArgs};
-use opshooks::http::{self, AppState, Limits};
+use std::sync::Arc;
+
+use opshooks::http::reload::{self, Refresh};
+use opshooks::http::tls::{self, TlsFiles};
+use opshooks::http::{self, AppState, Limits, ServeOptions, auth};
 use opshooks::{operators, telemetry};
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let config = Config::parse();
@@ -38,22 +46,80 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
         max_body_bytes,
         request_timeout_seconds,
         shutdown_grace_seconds,
-    } = *args;
-    let seconds = |flag: &str, value: f64| {
-        Duration::try_from_secs_f64(value).map_err(|_| Failure {
-            message: format!("{flag} {value}: use a positive number of seconds"),
-            code: 2,
-        })
+        header_read_timeout_seconds,
+        idle_timeout_seconds,
+        max_concurrent_hooks,
+        max_queued_hooks,
+        max_connections,
+        tls_cert_file,
+        tls_key_file,
+        tls_client_ca_file,
+        auth_token_file,
+        metrics_auth,
+        reload_interval_seconds,
+    } = args;
+    let seconds = |flag: &str, value: f64| match Duration::try_from_secs_f64(value) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(usage(format!(
+            "{flag} {value}: use a positive number of seconds"
+        ))),
+    };
+    let concurrent = match *max_concurrent_hooks {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
     };
     let limits = Limits {
-        max_body_bytes,
-        request_timeout: seconds("--request-timeout-seconds", request_timeout_seconds)?,
+        max_body_bytes: *max_body_bytes,
+        request_timeout: seconds("--request-timeout-seconds", *request_timeout_seconds)?,
+        max_concurrent: concurrent,
+        max_queued: match *max_queued_hooks {
+            0 => 2 * concurrent,
+            n => n,
+        },
     };
-    let grace = seconds("--shutdown-grace-seconds", shutdown_grace_seconds)?;
+    let tls = match (tls_cert_file, tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let files = TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: tls_client_ca_file.clone(),
+            };
+            Some(Arc::new(tls::load(&files).map_err(usage)?))
+        }
+        _ => None,
+    };
+    let token = match auth_token_file {
+        Some(path) => Some(Arc::new(auth::load(path.clone()).map_err(usage)?)),
+        None => None,
+    };
+    let options = ServeOptions {
+        header_read_timeout: seconds(
+            "--header-read-timeout-seconds",
+            *header_read_timeout_seconds,
+        )?,
+        idle_timeout: seconds("--idle-timeout-seconds", *idle_timeout_seconds)?,
+        max_connections: *max_connections,
+        grace: seconds("--shutdown-grace-seconds", *shutdown_grace_seconds)?,
+        tls: tls.clone(),
+    };
+    let mut watched: Vec<Arc<dyn Refresh>> = Vec::new();
+    if let Some(tls) = tls {
+        watched.push(tls);
+    }
+    if let Some(token) = &token {
+        watched.push(Arc::clone(token) as Arc<dyn Refresh>);
+    }
+    let interval = seconds("--reload-interval-seconds", *reload_interval_seconds)?;
     let runtime = tokio::runtime::Runtime::new().map_err(|err| Failure {
         message: format!("cannot start the runtime: {err}"),
         code: 1,
     })?;
+    let listen = *listen;
+    let scheme = if options.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -61,15 +127,23 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
                 message: format!("cannot listen on {listen}: {err}; pick another with --listen"),
                 code: 1,
             })?;
+        reload::spawn(watched, interval);
         let ops = operators::all();
         let names: Vec<_> = ops.iter().map(|op| op.name).collect();
-        tracing::info!(address = %listen, operators = ?names, "serving");
-        let state = AppState::new(ops, limits, http::system_clock());
-        http::serve(listener, state, http::shutdown_signal(), grace)
+        let mut state = AppState::new(ops, limits, http::system_clock());
+        if let Some(token) = token {
+            state = state.with_token(token, *metrics_auth);
+        }
+        tracing::info!(address = %listen, scheme, operators = ?names, "serving");
+        http::serve(listener, state, http::shutdown_signal(), options)
             .await
             .map_err(|err| Failure {
                 message: format!("server error: {err}"),
                 code: 1,
             })
     })
+}
+
+fn usage(message: String) -> Failure {
+    Failure { message, code: 2 }
 }

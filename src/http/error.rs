@@ -60,9 +60,24 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self).expect("problems serialize");
         let mut response = (self.status, body).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        // What the client needs to act on the two statuses that ask for it.
+        match self.status {
+            StatusCode::UNAUTHORIZED => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(super::auth::CHALLENGE),
+                );
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(super::admission::RETRY_AFTER_SECONDS),
+                );
+            }
+            _ => {}
+        }
         response
     }
 }
@@ -81,10 +96,29 @@ mod status_code {
     }
 }
 
+/// Every metrics label [`outcome`] gives, so each series exists from the
+/// first scrape.
+pub const OUTCOMES: [&str; 12] = [
+    "ok",
+    "bad_request",
+    "unauthorized",
+    "unsupported_media_type",
+    "payload_too_large",
+    "request_timeout",
+    "invalid_spec",
+    "unsafe",
+    "overloaded",
+    "timeout",
+    "internal",
+    "other",
+];
+
 /// The metrics label for a response status.
 pub fn outcome(status: StatusCode) -> &'static str {
     match status {
         StatusCode::OK => "ok",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::TOO_MANY_REQUESTS => "overloaded",
         StatusCode::BAD_REQUEST => "bad_request",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",

@@ -18,15 +18,11 @@ pub struct Metrics {
     duration: HistogramVec,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    /// A fresh registry with the hook metrics registered.
-    pub fn new() -> Self {
+    /// A fresh registry with the hook metrics registered, every series of
+    /// each `(operator, hook)` and outcome at zero, so dashboards and alerts
+    /// work on a pod that has answered nothing yet.
+    pub fn new<'a>(hooks: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new(
@@ -54,6 +50,13 @@ impl Metrics {
         registry
             .register(Box::new(duration.clone()))
             .expect("registered once");
+        for (operator, hook) in hooks {
+            for outcome in super::error::OUTCOMES {
+                let labels = [operator, hook, outcome];
+                requests.with_label_values(&labels);
+                duration.with_label_values(&labels);
+            }
+        }
         Metrics {
             registry,
             requests,
@@ -84,7 +87,14 @@ mod tests {
 
     #[test]
     fn observations_show_up_with_their_labels() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new([("webserver", "sync")]);
+        let fresh = metrics.render();
+        assert!(
+            fresh.contains(
+                r#"opshooks_hook_requests_total{hook="sync",operator="webserver",outcome="overloaded"} 0"#
+            ),
+            "{fresh}"
+        );
         metrics.observe("webserver", "sync", "ok", 0.002);
         metrics.observe("webserver", "sync", "ok", 0.003);
         let text = metrics.render();

@@ -133,7 +133,10 @@ async fn shutdown_finishes_in_flight_calls_then_stops() {
         async {
             let _ = stop_rx.await;
         },
-        Duration::from_secs(5),
+        http::ServeOptions {
+            grace: Duration::from_secs(5),
+            ..http::ServeOptions::default()
+        },
     ));
     // Open a call and send only half of its body, then ask for shutdown.
     let body =

@@ -1,0 +1,332 @@
+//! The listener: accepts connections (at most `max_connections` open at
+//! once), speaks HTTP/1.1 and HTTP/2, optionally over TLS, and puts a time
+//! limit on every phase a client controls:
+//!
+//! - the TLS handshake and an HTTP/1.1 request's headers must arrive within
+//!   the header read timeout;
+//! - a connection with no call in flight and no byte moving for the idle
+//!   timeout is closed;
+//! - bodies and answers have the request deadline (in the hook adapter).
+//!
+//! On shutdown it stops accepting, closes every connection with no call in
+//! flight at once (idle and half-sent ones included), lets the calls in
+//! flight finish for at most the grace period, and returns.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+use tracing::{debug, info, warn};
+
+use super::AppState;
+use super::tls::Tls;
+
+/// How the listener treats connections.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// Time for a TLS handshake and for an HTTP/1.1 request's headers.
+    pub header_read_timeout: Duration,
+    /// A connection with nothing in flight and no traffic for this long is
+    /// closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; past it, new ones wait in the
+    /// kernel's backlog.
+    pub max_connections: usize,
+    /// How long calls in flight may take to finish after shutdown begins.
+    pub grace: Duration,
+    /// Serve HTTPS with this configuration (reloaded as its files change).
+    pub tls: Option<Arc<Tls>>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(8),
+            max_connections: 1024,
+            grace: Duration::from_secs(20),
+            tls: None,
+        }
+    }
+}
+
+/// Serves `state`'s router on `listener` until `shutdown` resolves, then
+/// drains as the module documentation says.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    options: ServeOptions,
+) -> io::Result<()> {
+    let app = super::router(state.clone());
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tasks = tokio_util::task::TaskTracker::new();
+    let options = Arc::new(options);
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors or a connection reset before
+                    // accept: wait a little rather than spin.
+                    warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let (app, options, stop) = (app.clone(), Arc::clone(&options), stop_rx.clone());
+        tasks.spawn(async move {
+            connection(stream, app, &options, stop).await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    state.drain();
+    info!("shutting down: no new connections, finishing in-flight calls");
+    let _ = stop_tx.send(true);
+    tasks.close();
+    if tokio::time::timeout(options.grace, tasks.wait())
+        .await
+        .is_err()
+    {
+        warn!(
+            grace_seconds = options.grace.as_secs_f64(),
+            "in-flight calls did not finish in time; exiting anyway"
+        );
+    }
+    Ok(())
+}
+
+async fn connection(
+    stream: TcpStream,
+    app: Router,
+    options: &ServeOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let activity = Arc::new(Activity::new());
+    let io = Watched {
+        inner: stream,
+        activity: Arc::clone(&activity),
+    };
+    match &options.tls {
+        None => http(io, app, options, activity, stop).await,
+        Some(tls) => {
+            let acceptor = TlsAcceptor::from(Arc::clone(&*tls.current()));
+            match tokio::time::timeout(options.header_read_timeout, acceptor.accept(io)).await {
+                Ok(Ok(io)) => http(io, app, options, activity, stop).await,
+                Ok(Err(err)) => debug!(error = %err, "TLS handshake failed"),
+                Err(_) => debug!("TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn http<I>(
+    io: I,
+    app: Router,
+    options: &ServeOptions,
+    activity: Arc<Activity>,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let calls = Arc::clone(&activity);
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let in_flight = InFlight::new(Arc::clone(&calls));
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(request.map(Body::new)).await;
+            drop(in_flight);
+            response
+        }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(64);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let mut draining = *stop.borrow();
+    if draining {
+        conn.as_mut().graceful_shutdown();
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(err) = result {
+                    debug!(error = %err, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.changed(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tick.tick() => {
+                // Idle: nothing in flight and no byte for the idle timeout;
+                // or bytes that never make a call (HTTP/2 pings, a trickle)
+                // for that long plus the time a request's headers may take.
+                let idle = activity.in_flight() == 0
+                    && (activity.quiet_for() >= options.idle_timeout
+                        || activity.since_call() >= options.idle_timeout + options.header_read_timeout);
+                if activity.in_flight() == 0 && (draining || idle) {
+                    debug!(draining, "closing a connection with nothing in flight");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What a connection is doing: calls in flight, when a byte last moved and
+/// when the last call ended (in milliseconds since the connection opened).
+struct Activity {
+    started: Instant,
+    last_byte_ms: AtomicU64,
+    last_call_ms: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            started: Instant::now(),
+            last_byte_ms: AtomicU64::new(0),
+            last_call_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn touch(&self) {
+        self.last_byte_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn since(&self, mark: &AtomicU64) -> Duration {
+        let last = Duration::from_millis(mark.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
+    }
+
+    fn quiet_for(&self) -> Duration {
+        self.since(&self.last_byte_ms)
+    }
+
+    fn since_call(&self) -> Duration {
+        self.since(&self.last_call_ms)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// One call in flight on a connection, for as long as it lives.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(activity: Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .last_call_ms
+            .store(self.0.now_ms(), Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A stream that notes in its [`Activity`] every time bytes move.
+struct Watched<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        poll
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
