@@ -8,5 +8,6 @@ mod integration {
     pub mod lives;
     pub mod properties;
     pub mod router;
+    pub mod server;
     pub mod support;
 }

@@ -57,7 +57,7 @@ pub fn document(operators: &[Operator]) -> OpenApi {
         &mut paths,
         "/metrics",
         "health",
-        "Prometheus metrics: opshooks_hook_requests_total and opshooks_hook_duration_seconds by operator, hook and outcome.",
+        "Prometheus metrics: opshooks_hook_requests_total and opshooks_hook_duration_seconds by operator, hook and outcome, every series present (at zero) from the first scrape. Needs the bearer token when --metrics-auth is set.",
         "text/plain",
     );
     add_plain(
@@ -216,6 +216,7 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
                 "400",
                 problem("The body is not JSON or lacks a required field."),
             )
+            .response("401", problem("--auth-token-file is set and the request has no Authorization: Bearer header with that token; the answer carries WWW-Authenticate."))
             .response("404", problem("No such operator or hook."))
             .response("405", problem("Hooks take POST only."))
             .response("408", problem("The body did not arrive in time."))
@@ -226,10 +227,11 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
                 "422",
                 problem("The parent's spec is invalid; detail names the field and the fix."),
             )
+            .response("429", problem("Every place for a hook call (--max-concurrent-hooks computing, --max-queued-hooks waiting) is taken; the answer carries Retry-After, after which Metacontroller retries."))
             .response("500", problem("A bug in opshooks."))
             .response(
                 "503",
-                problem("The answer took longer than --request-timeout-seconds."),
+                problem("The answer took longer than --request-timeout-seconds, or no worker was free before that deadline."),
             )
             .build();
         paths.paths.insert(

@@ -389,3 +389,186 @@ async fn data_safety_refusals_have_their_own_status_codes() {
         "{text}"
     );
 }
+
+fn with_token(request: Request<Body>, token: &str) -> Request<Body> {
+    let (mut parts, body) = request.into_parts();
+    parts.headers.insert(
+        header::AUTHORIZATION,
+        header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    Request::from_parts(parts, body)
+}
+
+fn guarded(metrics_auth: bool) -> (tempfile::TempDir, opshooks::http::AppState) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "right-token\n").unwrap();
+    let token = std::sync::Arc::new(opshooks::http::auth::load(path).unwrap());
+    (
+        dir,
+        state(Limits::default()).with_token(token, metrics_auth),
+    )
+}
+
+/// With --auth-token-file, every hook of every operator needs the token;
+/// probes stay open for the kubelet.
+#[tokio::test]
+async fn hooks_without_the_bearer_token_are_401_with_a_challenge() {
+    let (_dir, state) = guarded(false);
+    let app = router(state);
+    for path in [
+        "/webserver/sync",
+        "/memcached/sync",
+        "/backup/sync",
+        "/backup/customize",
+        "/database/sync",
+        "/database/finalize",
+    ] {
+        for request in [
+            post(path, "application/json", fixture("v1-first-sync")),
+            with_token(
+                post(path, "application/json", fixture("v1-first-sync")),
+                "wrong-token",
+            ),
+        ] {
+            let response = app.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+            assert_eq!(
+                response.headers()[header::WWW_AUTHENTICATE],
+                r#"Bearer realm="opshooks""#
+            );
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+        }
+    }
+    let ok = app
+        .clone()
+        .oneshot(with_token(
+            post(
+                "/webserver/sync",
+                "application/json",
+                fixture("v1-first-sync"),
+            ),
+            "right-token",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        let response = app.clone().oneshot(get(open)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{open}");
+    }
+    let metrics = app.clone().oneshot(get("/metrics")).await.unwrap();
+    let text = metrics.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains(r#"opshooks_hook_requests_total{hook="sync",operator="memcached",outcome="unauthorized"} 2"#), "{text}");
+}
+
+#[tokio::test]
+async fn metrics_auth_guards_metrics_too() {
+    let (_dir, state) = guarded(true);
+    let app = router(state);
+    let response = app.clone().oneshot(get("/metrics")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let response = app
+        .clone()
+        .oneshot(with_token(get("/metrics"), "right-token"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let response = app.oneshot(get("/healthz")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+/// Past --max-concurrent-hooks plus --max-queued-hooks calls, a call is
+/// refused at once with 429 and Retry-After, before its body is read; the
+/// place comes back when the holder ends.
+#[tokio::test]
+async fn calls_past_every_place_are_429_with_retry_after() {
+    let limits = Limits {
+        max_concurrent: 1,
+        max_queued: 0,
+        request_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let app = router(state(limits));
+    // The one place is held by a call whose body never arrives.
+    let holder = tokio::spawn(app.clone().oneshot(post(
+        "/webserver/sync",
+        "application/json",
+        Body::from_stream(futures_pending()),
+    )));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let response = app
+        .clone()
+        .oneshot(post(
+            "/memcached/sync",
+            "application/json",
+            fixture("v1-first-sync"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let problem: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["status"], 429);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--max-concurrent-hooks"),
+        "{problem}"
+    );
+    let held = holder.await.unwrap().unwrap();
+    assert_eq!(held.status(), StatusCode::REQUEST_TIMEOUT);
+    let reply = send_with(
+        Limits {
+            max_concurrent: 1,
+            max_queued: 0,
+            ..Limits::default()
+        },
+        post(
+            "/webserver/sync",
+            "application/json",
+            fixture("v1-first-sync"),
+        ),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let after = app
+        .clone()
+        .oneshot(post(
+            "/webserver/sync",
+            "application/json",
+            fixture("v1-first-sync"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(after.status(), StatusCode::OK);
+    let metrics = app.oneshot(get("/metrics")).await.unwrap();
+    let text = metrics.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains(r#"opshooks_hook_requests_total{hook="sync",operator="memcached",outcome="overloaded"} 1"#), "{text}");
+}
+
+/// Dashboards and alerts see every series of every hook from the first
+/// scrape, at zero.
+#[tokio::test]
+async fn metrics_show_every_series_before_any_call() {
+    let reply = send(get("/metrics")).await;
+    let text = String::from_utf8(reply.body).unwrap();
+    for op in opshooks::operators::all() {
+        for hook in op.hooks() {
+            for outcome in ["ok", "invalid_spec", "unsafe", "overloaded", "timeout"] {
+                let series = format!(
+                    r#"opshooks_hook_requests_total{{hook="{hook}",operator="{}",outcome="{outcome}"}} 0"#,
+                    op.name
+                );
+                assert!(text.contains(&series), "{series} missing in {text}");
+            }
+        }
+    }
+}

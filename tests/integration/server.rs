@@ -1,0 +1,355 @@
+//! The listener over real sockets: TLS (HTTP/1.1 and HTTP/2 by ALPN),
+//! mutual TLS, certificate reload, and the time limits on every phase a
+//! client controls. Short timeouts keep each test under a few seconds.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opshooks::http::{self, Limits, ServeOptions, tls};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls::pki_types::ServerName;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::support::{root, state};
+
+/// A CA and what it signed, as PEM.
+struct Pki {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn pki(name: &str) -> Pki {
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{name} CA"));
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |san: &str, purpose| {
+        let mut params = CertificateParams::new(vec![san.to_string()]).unwrap();
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki {
+        server: leaf("localhost", rcgen::ExtendedKeyUsagePurpose::ServerAuth),
+        client: leaf("metacontroller", rcgen::ExtendedKeyUsagePurpose::ClientAuth),
+        ca: ca.pem(),
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Server {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(options: ServeOptions) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(http::serve(
+            listener,
+            state(Limits::default()),
+            async {
+                let _ = stopped.await;
+            },
+            options,
+        ));
+        Server {
+            address,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Asks for shutdown and returns how long the server took to stop.
+    async fn stop(mut self) -> Duration {
+        let started = Instant::now();
+        self.stop.take().unwrap().send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the server stops")
+            .unwrap()
+            .unwrap();
+        started.elapsed()
+    }
+}
+
+fn client_config(
+    ca_pem: &str,
+    identity: Option<&(String, String)>,
+    alpn: &[u8],
+) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .map(Result::unwrap)
+                    .collect(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config
+}
+
+async fn tls_connect(
+    address: SocketAddr,
+    config: rustls::ClientConfig,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(address).await?;
+    connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+/// Sends one HTTP/1.1 request with `Connection: close` and reads the whole
+/// answer.
+async fn exchange(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    path: &str,
+    body: &[u8],
+) -> String {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply).await;
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+fn request() -> Vec<u8> {
+    std::fs::read(root().join("tests/fixtures/webserver/v1-first-sync/request.json")).unwrap()
+}
+
+/// How long until the server closes a connection after `payload`.
+async fn held_open(address: SocketAddr, payload: &[u8]) -> Duration {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let started = Instant::now();
+    stream.write_all(payload).await.unwrap();
+    let mut sink = vec![0; 4096];
+    let read_all = async { while stream.read(&mut sink).await.map(|n| n > 0).unwrap_or(false) {} };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .expect("the server closes the connection");
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn https_answers_over_http1_and_negotiates_http2() {
+    let ours = pki("https");
+    let dir = tempfile::tempdir().unwrap();
+    let files = tls::TlsFiles {
+        cert: write(dir.path(), "tls.crt", &ours.server.0),
+        key: write(dir.path(), "tls.key", &ours.server.1),
+        client_ca: None,
+    };
+    let server = Server::start(ServeOptions {
+        tls: Some(Arc::new(tls::load(&files).unwrap())),
+        ..ServeOptions::default()
+    })
+    .await;
+    let stream = tls_connect(server.address, client_config(&ours.ca, None, b"http/1.1"))
+        .await
+        .unwrap();
+    let reply = exchange(stream, "/webserver/sync", &request()).await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(reply.contains(r#""children""#), "{reply}");
+    let h2 = tls_connect(server.address, client_config(&ours.ca, None, b"h2"))
+        .await
+        .unwrap();
+    assert_eq!(h2.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
+    drop(h2);
+    // Plain HTTP on the TLS port gets no answer.
+    let plain = exchange(
+        TcpStream::connect(server.address).await.unwrap(),
+        "/webserver/sync",
+        b"{}",
+    )
+    .await;
+    assert!(!plain.contains("HTTP/1.1 200"), "{plain}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
+    let ours = pki("mtls");
+    let stranger = pki("stranger");
+    let dir = tempfile::tempdir().unwrap();
+    let files = tls::TlsFiles {
+        cert: write(dir.path(), "tls.crt", &ours.server.0),
+        key: write(dir.path(), "tls.key", &ours.server.1),
+        client_ca: Some(write(dir.path(), "ca.crt", &ours.ca)),
+    };
+    let server = Server::start(ServeOptions {
+        tls: Some(Arc::new(tls::load(&files).unwrap())),
+        ..ServeOptions::default()
+    })
+    .await;
+    let good = tls_connect(
+        server.address,
+        client_config(&ours.ca, Some(&ours.client), b"http/1.1"),
+    )
+    .await
+    .unwrap();
+    let reply = exchange(good, "/webserver/sync", &request()).await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    // TLS 1.3 reports the server's refusal of the client's certificate on
+    // the first read, so a refused client never gets an HTTP answer.
+    for identity in [None, Some(&stranger.client)] {
+        let answer = match tls_connect(
+            server.address,
+            client_config(&ours.ca, identity, b"http/1.1"),
+        )
+        .await
+        {
+            Err(_) => String::new(),
+            Ok(stream) => exchange(stream, "/webserver/sync", &request()).await,
+        };
+        assert_eq!(
+            answer, "",
+            "a client without a trusted certificate got an answer"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_after_the_reload() {
+    let (first, second) = (pki("first"), pki("second"));
+    let dir = tempfile::tempdir().unwrap();
+    let files = tls::TlsFiles {
+        cert: write(dir.path(), "tls.crt", &first.server.0),
+        key: write(dir.path(), "tls.key", &first.server.1),
+        client_ca: None,
+    };
+    let tls = Arc::new(tls::load(&files).unwrap());
+    let server = Server::start(ServeOptions {
+        tls: Some(Arc::clone(&tls)),
+        ..ServeOptions::default()
+    })
+    .await;
+    let trusts = |ca: &str| client_config(ca, None, b"http/1.1");
+    assert!(tls_connect(server.address, trusts(&first.ca)).await.is_ok());
+    // cert-manager writes the new pair; the reload thread calls refresh.
+    write(dir.path(), "tls.crt", &second.server.0);
+    write(dir.path(), "tls.key", &second.server.1);
+    assert_eq!(tls.refresh(), Ok(true));
+    assert!(
+        tls_connect(server.address, trusts(&first.ca))
+            .await
+            .is_err()
+    );
+    let stream = tls_connect(server.address, trusts(&second.ca))
+        .await
+        .unwrap();
+    let reply = exchange(stream, "/webserver/sync", &request()).await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    server.stop().await;
+}
+
+fn quick() -> ServeOptions {
+    ServeOptions {
+        header_read_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_millis(800),
+        grace: Duration::from_secs(5),
+        ..ServeOptions::default()
+    }
+}
+
+/// The hostile cases of issue 10: headers that never end, a connection that
+/// sends nothing, an idle keep-alive connection. Each is closed within its
+/// timeout (plus the 250 ms the idle check ticks at).
+#[tokio::test]
+async fn slow_and_idle_connections_are_closed_on_time() {
+    let server = Server::start(quick()).await;
+    let half_head = held_open(
+        server.address,
+        b"POST /webserver/sync HTTP/1.1\r\nHost: x\r\n",
+    )
+    .await;
+    assert!(half_head < Duration::from_millis(1500), "{half_head:?}");
+    let silent = held_open(server.address, b"").await;
+    assert!(silent < Duration::from_millis(1500), "{silent:?}");
+    let idle = held_open(server.address, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(idle < Duration::from_millis(1500), "{idle:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_tls_handshake_is_cut_at_the_header_timeout() {
+    let slow = pki("slow");
+    let dir = tempfile::tempdir().unwrap();
+    let files = tls::TlsFiles {
+        cert: write(dir.path(), "tls.crt", &slow.server.0),
+        key: write(dir.path(), "tls.key", &slow.server.1),
+        client_ca: None,
+    };
+    let server = Server::start(ServeOptions {
+        tls: Some(Arc::new(tls::load(&files).unwrap())),
+        idle_timeout: Duration::from_secs(30),
+        ..quick()
+    })
+    .await;
+    // A ClientHello record header promising more bytes than ever come.
+    let open = held_open(server.address, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await;
+    assert!(open < Duration::from_millis(1500), "{open:?}");
+    server.stop().await;
+}
+
+/// Shutdown closes what has nothing in flight at once: it never waits on an
+/// idle connection or on one whose headers never finished.
+#[tokio::test]
+async fn shutdown_does_not_wait_on_idle_or_half_sent_connections() {
+    let server = Server::start(ServeOptions {
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        ..quick()
+    })
+    .await;
+    let mut half = TcpStream::connect(server.address).await.unwrap();
+    half.write_all(b"POST /webserver/sync HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut idle = TcpStream::connect(server.address).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0; 256];
+    let n = idle.read(&mut answer).await.unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let took = server.stop().await;
+    assert!(took < Duration::from_secs(2), "shutdown took {took:?}");
+}
