@@ -13,6 +13,7 @@
 #   tests/e2e/cluster.sh nodes DIR  # add kube-scheduler, kwok and a fake node to a cluster that is up
 #   tests/e2e/cluster.sh down DIR   # stop it and delete DIR; idempotent, safe on a half-started DIR
 #   tests/e2e/cluster.sh logs DIR   # print the tail of every process log (for failure reports)
+#   tests/e2e/cluster.sh cert-manager-crds DIR  # install cert-manager's CRDs (no cert-manager)
 #
 # Typical caller:
 #
@@ -38,6 +39,8 @@ SERVICE_IP=10.0.0.1
 # A file that marks DIR as ours, so `down` never deletes a directory that
 # some other caller happened to pass by mistake.
 MARKER=.opshooks-e2e-cluster
+# The cert-manager whose CRDs `cert-manager-crds` installs.
+CERT_MANAGER_VERSION=v1.21.2
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() {
@@ -45,11 +48,8 @@ die() {
   exit 1
 }
 
-need_openssl() {
-  command -v openssl >/dev/null 2>&1 && return
-  log "installing openssl"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
-}
+# shellcheck source=tests/e2e/pki.sh
+source "$HERE/pki.sh"
 
 # ---- ports ----------------------------------------------------------------
 # Random ports below the kernel's ephemeral range (32768+), so an outgoing
@@ -77,52 +77,27 @@ free_port() {
   die "no free port found"
 }
 
-# ---- certificates ---------------------------------------------------------
-# P-256 keys: generated instantly, and accepted by every component
-# (including ES256 service-account tokens). Valid 7 days: one run only.
-gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null && chmod 600 "$1"; }
-
-# sign NAME SUBJECT EXTENSIONS [CA]: a leaf cert pki/NAME.{key,crt} signed by
-# pki/CA.{key,crt} (default: the cluster CA).
-sign() {
-  local name=$1 subj=$2 ext=$3 ca=${4:-ca}
-  gen_key "$PKI/$name.key"
-  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
-  # -extfile works on OpenSSL 1.1 and 3 alike (unlike -copy_extensions).
-  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
-    -days 7 -sha256 -out "$PKI/$name.crt" -extfile <(printf '%s\n' "$ext") 2>/dev/null
-  rm -f "$PKI/$name.csr"
-}
-
-gen_ca() { # name CN
-  gen_key "$PKI/$1.key"
-  openssl req -x509 -new -key "$PKI/$1.key" -subj "/CN=$2" -days 7 -sha256 \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    -out "$PKI/$1.crt" 2>/dev/null
-}
-
+# ---- certificates (functions in pki.sh) -----------------------------------
 gen_pki() {
   mkdir -p "$PKI"
   gen_ca ca opshooks-e2e-ca
-  local leaf="basicConstraints=critical,CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment"
   # The names a client inside or outside the cluster would use for the API server.
-  sign apiserver "/CN=kube-apiserver" "$leaf
+  sign apiserver "/CN=kube-apiserver" "$LEAF
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:$SERVICE_IP"
   # O=system:masters is cluster-admin without any RBAC object.
-  sign admin "/O=system:masters/CN=opshooks-e2e-admin" "$leaf
+  sign admin "/O=system:masters/CN=opshooks-e2e-admin" "$LEAF
 extendedKeyUsage=clientAuth"
   # Signed by our CA (instead of the self-signed one kube-controller-manager
   # would make) so its /healthz can be checked with the admin kubeconfig.
-  sign controller-manager-serving "/CN=kube-controller-manager" "$leaf
+  sign controller-manager-serving "/CN=kube-controller-manager" "$LEAF
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost"
   # The user name the bootstrap RBAC policy grants the controller manager's role to.
-  sign controller-manager "/CN=system:kube-controller-manager" "$leaf
+  sign controller-manager "/CN=system:kube-controller-manager" "$LEAF
 extendedKeyUsage=clientAuth"
   # The user name the bootstrap RBAC policy grants the scheduler's role to.
-  sign scheduler "/CN=system:kube-scheduler" "$leaf
+  sign scheduler "/CN=system:kube-scheduler" "$LEAF
 extendedKeyUsage=clientAuth"
   # Front proxy (request-header authentication), as kubeadm sets it up: a
   # CA of its own, so that no cert of the cluster CA can assert identities
@@ -131,7 +106,7 @@ extendedKeyUsage=clientAuth"
   # requestheader-client-ca-file every few seconds, and aggregated API
   # servers (should a test ever need one) cannot authenticate requests.
   gen_ca front-proxy-ca opshooks-e2e-front-proxy-ca
-  sign front-proxy-client "/CN=front-proxy-client" "$leaf
+  sign front-proxy-client "/CN=front-proxy-client" "$LEAF
 extendedKeyUsage=clientAuth" front-proxy-ca
   gen_key "$PKI/sa.key"
   openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -367,15 +342,38 @@ EOF
   log "use it with: source '$DIR/env'"
 }
 
+# module_dir MODULE@VERSION: the Go module's source, from the module cache
+# (outside the repo; downloaded once).
+module_dir() {
+  command -v go >/dev/null 2>&1 || export PATH=/usr/local/go/bin:$PATH
+  (cd /tmp && go mod download -json "$1" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p')
+}
+
 # The kwok Stage CRD from kwok's own module (the version build-tools.sh
 # pins), so stages can be applied, changed and removed while tests run.
 kwok_stage_crd() {
   local version dir
   version=$(sed -nE 's/^KWOK_VERSION=(.*)/\1/p' "$HERE/build-tools.sh")
-  command -v go >/dev/null 2>&1 || export PATH=/usr/local/go/bin:$PATH
-  dir=$(cd /tmp && go mod download -json "sigs.k8s.io/kwok@$version" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p')
+  dir=$(module_dir "sigs.k8s.io/kwok@$version")
   [[ -f $dir/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml ]] || die "kwok $version's Stage CRD not found (module dir '$dir')"
   echo "$dir/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml"
+}
+
+# cert-manager's CRDs (Certificate, Issuer, ...) from its Go module, so the
+# chart's cert-manager objects are validated by their real schemas. Only the
+# CRDs: nothing issues certificates in this cluster.
+cmd_cert_manager_crds() {
+  [[ -f $DIR/$MARKER && -f $DIR/env ]] || die "$DIR holds no cluster that is up; run 'up' first"
+  local dir
+  dir=$(module_dir "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION")
+  [[ -f $dir/deploy/crds/cert-manager.io_certificates.yaml ]] || die "cert-manager $CERT_MANAGER_VERSION's CRDs not found (module dir '$dir')"
+  BIN=$("$HERE/build-tools.sh" | tail -n 1)
+  "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" apply --server-side --field-manager=opshooks-e2e \
+    -f "$dir/deploy/crds/cert-manager.io_certificates.yaml" -f "$dir/deploy/crds/cert-manager.io_issuers.yaml" \
+    -f "$dir/deploy/crds/cert-manager.io_clusterissuers.yaml" -f "$dir/deploy/crds/cert-manager.io_certificaterequests.yaml" >/dev/null
+  "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" wait --for=condition=Established --timeout=60s \
+    crd/certificates.cert-manager.io crd/issuers.cert-manager.io crd/clusterissuers.cert-manager.io >/dev/null
+  log "cert-manager $CERT_MANAGER_VERSION CRDs installed"
 }
 
 # Nodes without a kubelet (../shared/kwok/README.md): the real kube-scheduler
@@ -438,7 +436,7 @@ cmd_logs() {
   print_logs
 }
 
-usage() { sed -n '12,15p' "${BASH_SOURCE[0]}" >&2; }
+usage() { sed -n '12,16p' "${BASH_SOURCE[0]}" >&2; }
 
 [[ $# -eq 2 ]] || {
   usage
@@ -451,6 +449,7 @@ up) cmd_up ;;
 nodes) cmd_nodes ;;
 down) cmd_down ;;
 logs) cmd_logs ;;
+cert-manager-crds) cmd_cert_manager_crds ;;
 *)
   usage
   exit 2

@@ -12,12 +12,16 @@ violated invariant.
 
 Usage: loop.py --dir DIR --port PORT --opshooks BIN --metacontroller BIN
                [--strategies dynamic-apply,server-side-apply] [--only NAME,...]
+               [--opshooks-arg=--FLAG=VALUE ...] [--ca-file PEM [--client-cert CRT,KEY]]
+With --ca-file opshooks serves HTTPS (its TLS flags come as --opshooks-arg)
+and its readiness is checked with that CA (and that client certificate).
 """
 
 import argparse
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -57,8 +61,8 @@ def need(ok, detail):
 class Proc:
     """A process the suite starts, kills and restarts; its log is appended to."""
 
-    def __init__(self, name, argv, log, ready_url):
-        self.name, self.argv, self.log, self.ready_url = name, argv, log, ready_url
+    def __init__(self, name, argv, log, ready_url, tls=None):
+        self.name, self.argv, self.log, self.ready_url, self.tls = name, argv, log, ready_url, tls
         self.popen = None
 
     def start(self, extra=()):
@@ -74,7 +78,7 @@ class Proc:
             if self.popen.poll() is not None:
                 raise Failed(f"{self.name} exited with {self.popen.returncode}; see {self.log}")
             try:
-                with urllib.request.urlopen(self.ready_url, timeout=2) as r:
+                with urllib.request.urlopen(self.ready_url, timeout=2, context=self.tls) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -409,18 +413,22 @@ class PodTimeline:
             self.max_unavailable = max(self.max_unavailable, down)
 
 
-def scenario_webserver(s):
-    k, ns, name = s.k, s.ns, "hello"
-    s.step("create a WebServer of 3 replicas")
-    k.apply(
+def new_webserver(s, name, replicas):
+    s.step(f"create a WebServer of {replicas} replicas")
+    s.k.apply(
         {
             "apiVersion": GROUP,
             "kind": "WebServer",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"replicas": 3, "image": "nginxdemos/hello", "port": 80},
+            "metadata": {"name": name, "namespace": s.ns},
+            "spec": {"replicas": replicas, "image": "nginxdemos/hello", "port": 80},
         }
     )
-    webserver_converged(s, name, 3, "nginxdemos/hello")
+    webserver_converged(s, name, replicas, "nginxdemos/hello")
+
+
+def scenario_webserver(s):
+    k, ns, name = s.k, s.ns, "hello"
+    new_webserver(s, name, 3)
     s.step("scale up to 5 (spec.replicas)")
     k.patch("WebServer", ns, name, {"spec": {"replicas": 5}})
     webserver_converged(s, name, 5, "nginxdemos/hello")
@@ -457,6 +465,19 @@ def scenario_webserver(s):
     s.wait("no pods and Ready=True ScaledToZero", zero)
     k.delete("WebServer", ns, name)
     s.wait("WebServer gone", lambda: s.gone("WebServer", name))
+
+
+def scenario_webserver_brief(s):
+    """Create, converge, delete: the least that shows the hooks are reached
+    (secure.sh runs it with TLS, a bearer token and client certificates)."""
+    name = "brief"
+    new_webserver(s, name, 2)
+    uid = s.parent("WebServer", name)["metadata"]["uid"]
+    s.step("delete it")
+    s.k.delete("WebServer", s.ns, name)
+    s.wait("WebServer gone", lambda: s.gone("WebServer", name))
+    # So that a second run in this namespace starts from nothing.
+    s.wait("its pods gone", lambda: need(not s.children("Pod", uid, live=False), "pods remain"))
 
 
 # ---- Memcached ------------------------------------------------------------------
@@ -1020,6 +1041,10 @@ FAULTS = [
     ("opshooks outage", "outage", scenario_hook_outage),
     ("Metacontroller restarts", "restart", scenario_metacontroller_restarts),
 ]
+# Run only when --only names them.
+ON_REQUEST = [
+    ("WebServer created and deleted", "web-brief", scenario_webserver_brief),
+]
 
 
 # ---- the suite ------------------------------------------------------------------------
@@ -1035,11 +1060,17 @@ class Suite:
         ops_log = f"{args.dir}/opshooks-loop.log"
         mc_log = f"{args.dir}/metacontroller.log"
         self.recorder = Recorder(self.kube, ops_log, mc_log)
+        tls = None
+        if args.ca_file:
+            tls = ssl.create_default_context(cafile=args.ca_file)
+            if args.client_cert:
+                tls.load_cert_chain(*args.client_cert.split(","))
         self.opshooks = Proc(
             "opshooks",
-            [args.opshooks, "--listen", f"127.0.0.1:{args.port}", "--log-format", "json"],
+            [args.opshooks, "--listen", f"127.0.0.1:{args.port}", "--log-format", "json", *args.opshooks_arg],
             ops_log,
-            f"http://127.0.0.1:{args.port}/readyz",
+            f"{'https' if tls else 'http'}://127.0.0.1:{args.port}/readyz",
+            tls,
         )
         self.mc_extra = []
         self.metacontroller = Proc(
@@ -1099,6 +1130,7 @@ class Suite:
             self.metacontroller.start(self.mc_extra)
             suffix = "dyn" if strategy == "dynamic-apply" else "ssa"
             lifecycle = [sc for sc in LIFECYCLE if not only or sc[1] in only]
+            lifecycle += [sc for sc in ON_REQUEST if sc[1] in only]
             faults = [sc for sc in FAULTS if (not only or sc[1] in only)]
             say(f"##### Metacontroller --apply-strategy={strategy}: {len(lifecycle)} scenarios in parallel")
             self.run_batch(lifecycle, strategy, suffix)
@@ -1142,6 +1174,9 @@ def main():
     parser.add_argument("--mc-ports", required=True, help="metrics,health ports")
     parser.add_argument("--strategies", default="dynamic-apply,server-side-apply")
     parser.add_argument("--only", default="", help="comma-separated scenario short names")
+    parser.add_argument("--opshooks-arg", action="append", default=[], help="one more opshooks flag, e.g. --opshooks-arg=--tls-cert-file=F")
+    parser.add_argument("--ca-file", help="opshooks serves HTTPS with a certificate of this CA")
+    parser.add_argument("--client-cert", help="CERT,KEY: the client certificate opshooks requires")
     args = parser.parse_args()
     args.mc_ports = args.mc_ports.split(",")
     suite = Suite(args)

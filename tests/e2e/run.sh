@@ -4,7 +4,8 @@
 #   1. builds (once, cached outside the repo) etcd, kube-apiserver,
 #      kube-controller-manager, kubectl and helm from pinned Go modules;
 #   2. starts them on loopback (torn down on any exit);
-#   3. installs Metacontroller's real CRDs from ../shared/metacontroller/;
+#   3. installs Metacontroller's real CRDs from ../shared/metacontroller/,
+#      and cert-manager's from its Go module (for the chart's certificates);
 #   4. lints the chart, renders it for every values file under ci/ and
 #      dry-runs every rendered object on the API server, then installs it
 #      with the hooks pointed at an opshooks server this script runs;
@@ -13,23 +14,17 @@
 #      with strict field validation (hooks.py) and prints a summary;
 #   7. stops that cluster and runs the control-loop suite (loop.sh): the
 #      real Metacontroller, kube-scheduler and kwok drive every operator's
-#      whole life on a fresh cluster, with invariants checked throughout.
+#      whole life on a fresh cluster, with invariants checked throughout;
+#   8. runs secure.sh: the hooks over TLS with a bearer token, then mutual
+#      TLS, through the real Metacontroller, and strangers refused.
 #
 # Usage: tests/e2e/run.sh    (exits non-zero on any failure)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-MC_CRDS=$REPO/../shared/metacontroller/metacontroller-crds-v1.yaml
-CHART=$REPO/charts/opshooks
-start=$SECONDS
-
-step() { printf '\n== %s (%ss)\n' "$*" "$((SECONDS - start))"; }
-fail() {
-  printf 'FAIL: %s\n' "$*" >&2
-  exit 1
-}
-command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl >/dev/null; }
+# shellcheck source=tests/e2e/lib.sh
+source "$HERE/lib.sh"
+need_curl
 command -v python3 >/dev/null || fail "python3 is required"
 [[ -f $MC_CRDS ]] || fail "$MC_CRDS not found (shared/ must sit beside the repo)"
 
@@ -58,9 +53,10 @@ source "$dir/env"
 kubectl version
 apply() { kubectl apply --server-side --validate=strict --field-manager=opshooks-e2e "$@"; }
 
-step "Metacontroller CRDs"
+step "Metacontroller's and cert-manager's CRDs"
 apply -f "$MC_CRDS" >/dev/null
 kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
+"$HERE/cluster.sh" cert-manager-crds "$dir"
 
 step "opshooks server"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -131,6 +127,9 @@ server_pid=""
 
 step "control loop (loop.sh)"
 "$HERE/loop.sh"
+
+step "secured hooks (secure.sh)"
+"$HERE/secure.sh"
 
 step "done"
 echo "e2e suite finished in $((SECONDS - start))s"
