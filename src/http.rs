@@ -315,10 +315,18 @@ async fn answer(
         auth::check(token, headers).map_err(refuse)?;
     }
     // A place before the body is read: past the limit, answer 429 without
-    // holding one more body in memory.
-    let ticket = state.admission.enter().map_err(refuse)?;
-    error::check_content_type(headers).map_err(refuse)?;
+    // holding one more body in memory. The body is read and dropped first,
+    // so the client (which is still sending) reads the 429 rather than a
+    // reset connection.
     let limits = &state.limits;
+    let ticket = match state.admission.enter() {
+        Ok(ticket) => ticket,
+        Err(problem) => {
+            error::discard_body(body, limits.max_body_bytes, limits.request_timeout).await;
+            return Err(refuse(problem));
+        }
+    };
+    error::check_content_type(headers).map_err(refuse)?;
     let deadline = started + limits.request_timeout;
     let bytes = error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout)
         .await

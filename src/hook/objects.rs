@@ -12,7 +12,7 @@ use k8s_openapi::Metadata;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{DecodeError, describe};
 
@@ -23,9 +23,28 @@ pub fn group_key<K: k8s_openapi::Resource>() -> String {
 }
 
 /// Observed objects: `<Kind>.<apiVersion>` → path key → object.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+///
+/// Each object is kept as its JSON text and decoded only when an operator
+/// asks for its type: a tree of `Value`s costs several times the body's
+/// size, and a parent with thousands of children sends tens of MiB.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(transparent)]
-pub struct ObjectGroups(BTreeMap<String, BTreeMap<String, Value>>);
+pub struct ObjectGroups(BTreeMap<String, BTreeMap<String, Box<RawValue>>>);
+
+impl PartialEq for ObjectGroups {
+    fn eq(&self, other: &Self) -> bool {
+        let texts = |g: &Self| {
+            g.0.iter()
+                .flat_map(|(kind, group)| {
+                    group
+                        .iter()
+                        .map(move |(k, v)| (kind.clone(), k.clone(), v.get().to_string()))
+                })
+                .collect::<Vec<_>>()
+        };
+        texts(self) == texts(other)
+    }
+}
 
 impl ObjectGroups {
     /// All observed objects of type `K`, decoded and sorted by namespace and
@@ -45,8 +64,9 @@ impl ObjectGroups {
         };
         let mut objects = group
             .iter()
-            .map(|(path, value)| {
-                let object = serde_path_to_error::deserialize::<_, K>(value).map_err(|err| {
+            .map(|(path, raw)| {
+                let mut de = serde_json::Deserializer::from_str(raw.get());
+                let object = serde_path_to_error::deserialize::<_, K>(&mut de).map_err(|err| {
                     DecodeError::Malformed(describe(&format!("observed {key} {path:?}"), err))
                 })?;
                 check_path(&key, path, object.metadata())?;
@@ -76,7 +96,7 @@ impl ObjectGroups {
     where
         K: k8s_openapi::Resource + Serialize,
     {
-        let value = serde_json::to_value(object).expect("Kubernetes objects serialize");
+        let value = serde_json::value::to_raw_value(object).expect("Kubernetes objects serialize");
         self.0
             .entry(group_key::<K>())
             .or_default()
@@ -132,7 +152,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::Pod;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn groups(value: Value) -> ObjectGroups {
         serde_json::from_value(value).unwrap()

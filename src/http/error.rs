@@ -200,6 +200,23 @@ pub async fn read_body(
     }
 }
 
+/// Reads and drops a body of at most `max` bytes within `deadline`, holding
+/// one frame at a time; gives up silently past either.
+pub async fn discard_body(body: Body, max: usize, deadline: Duration) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, Bytes::len);
+            if seen > max {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(deadline, drain).await;
+}
+
 fn is_length_limit(err: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
