@@ -184,11 +184,10 @@ pub fn helm_controllers(ops: &[Operator]) -> String {
         c["spec"]["resyncPeriodSeconds"] = json!("__RESYNC__");
         // How Metacontroller verifies and authenticates to the hooks depends
         // on the values (TLS, token, client certificate): one helper for all.
-        let hooks = c["spec"]["hooks"]
-            .as_object_mut()
-            .expect("hooks is an object");
-        for hook in hooks.values_mut() {
-            hook["webhook"]["__WEBHOOK_AUTH__"] = json!("__");
+        if let Some(hooks) = c["spec"]["hooks"].as_object_mut() {
+            for hook in hooks.values_mut() {
+                hook["webhook"]["__WEBHOOK_AUTH__"] = json!("__");
+            }
         }
         let default_resync = op.controller.resync_period_seconds.unwrap_or(0);
         let yaml = to_yaml(&c)

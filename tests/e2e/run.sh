@@ -74,7 +74,8 @@ helm lint "$CHART" --strict
 rendered=0
 skipped=0
 for values in "$CHART"/ci/*.yaml; do
-  step "helm template -f ci/$(basename "$values"), every object dry-run on the API server"
+  step "helm lint and template -f ci/$(basename "$values"), every object dry-run on the API server"
+  helm lint "$CHART" --strict -f "$values" >/dev/null || fail "helm lint --strict -f ci/$(basename "$values") failed"
   out=$(mktemp -d)
   helm template e2e "$CHART" --namespace opshooks --include-crds -f "$values" --output-dir "$out" >/dev/null
   kubectl get namespace opshooks >/dev/null 2>&1 || kubectl create namespace opshooks >/dev/null
