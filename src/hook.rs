@@ -8,9 +8,11 @@
 
 pub mod conditions;
 mod objects;
+mod pod;
 mod unique;
 
 pub use objects::{ObjectGroups, group_key};
+pub use pod::{ObservedContainer, ObservedPod, ObservedPodSpec, ObservedPodStatus};
 
 use std::collections::BTreeMap;
 

@@ -346,10 +346,14 @@ async fn answer(
         .await
         .map_err(refuse)?;
     let operators = Arc::clone(&state.operators);
+    let large = bytes.len() >= LARGE_BODY;
     let work = tokio::task::spawn_blocking(move || {
         let call = operators[index]
-            .call(hook, &bytes, &ctx)
+            .call_owned(hook, bytes, &ctx)
             .expect("routes exist only for registered hooks");
+        if large {
+            release_memory();
+        }
         // The places are freed when the work ends, not when the caller
         // stops waiting: abandoned work still counts against the limit.
         drop(ticket);
@@ -394,6 +398,20 @@ async fn answer(
             Ok((done, Bytes::from(answer.body)))
         }
         Err(err) => Err((Problem::from_hook_error(&err), parent, children_in)),
+    }
+}
+
+/// Bodies from this size on are followed by handing freed memory back.
+const LARGE_BODY: usize = 1 << 20;
+
+/// Hands the memory a large call freed back to the system at once. mimalloc
+/// purges freed pages only when the thread that owns them allocates again,
+/// and a blocking-pool thread may sit idle for a long time after a burst.
+fn release_memory() {
+    #[cfg(feature = "mimalloc")]
+    // SAFETY: mi_collect only walks this thread's own heap.
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
     }
 }
 

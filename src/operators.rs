@@ -16,6 +16,8 @@ pub mod webserver;
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::CustomResourceExt;
@@ -112,7 +114,7 @@ pub type SyncFn<P> = fn(&SyncRequest<P>, &Context) -> Result<SyncResponse, HookE
 pub type CustomizeFn<P> =
     fn(&CustomizeRequest<P>, &Context) -> Result<CustomizeResponse, HookError>;
 
-type Handler = Box<dyn Fn(&[u8], &Context) -> Call + Send + Sync>;
+type Handler = Box<dyn Fn(Bytes, &Context) -> Call + Send + Sync>;
 
 /// One child type of a CompositeController and how Metacontroller updates it.
 #[derive(Clone, Debug, Serialize)]
@@ -188,10 +190,11 @@ impl Operator {
     /// Adds the `customize` hook.
     pub fn customize<P: DeserializeOwned + 'static>(mut self, f: CustomizeFn<P>) -> Self {
         let served = self.served(Hook::Customize);
-        let handler = move |body: &[u8], ctx: &Context| {
+        let handler = move |body: Bytes, ctx: &Context| {
             let mut call = Call::new();
             call.result = (|| {
-                let req: CustomizeRequest = decode_body(body)?;
+                let req: CustomizeRequest = decode_body(&body)?;
+                drop(body);
                 call.parent = parent_ref(&req.parent);
                 served.check(&req.parent)?;
                 let answer = f(&req.typed::<P>()?, ctx)?;
@@ -209,10 +212,13 @@ impl Operator {
     fn composite<P: DeserializeOwned + 'static>(mut self, hook: Hook, f: SyncFn<P>) -> Self {
         let finalizing = hook == Hook::Finalize;
         let served = self.served(hook);
-        let handler = move |body: &[u8], ctx: &Context| {
+        let handler = move |body: Bytes, ctx: &Context| {
             let mut call = Call::new();
             call.result = (|| {
-                let mut req: SyncRequest = decode_body(body)?;
+                let mut req: SyncRequest = decode_body(&body)?;
+                // Everything the operator reads is decoded: the body's
+                // memory goes back before the work begins.
+                drop(body);
                 call.parent = parent_ref(&req.parent);
                 served.check(&req.parent)?;
                 call.children_in = req.children.len() + req.related.len();
@@ -246,6 +252,12 @@ impl Operator {
     /// Answers one hook call from its raw request body; `None` when this
     /// operator has no such hook.
     pub fn call(&self, hook: Hook, body: &[u8], ctx: &Context) -> Option<Call> {
+        self.call_owned(hook, Bytes::copy_from_slice(body), ctx)
+    }
+
+    /// [`Operator::call`] for a body the caller gives up, so that it is
+    /// freed as soon as it is decoded.
+    pub fn call_owned(&self, hook: Hook, body: Bytes, ctx: &Context) -> Option<Call> {
         self.hooks.get(&hook).map(|handler| handler(body, ctx))
     }
 
@@ -395,17 +407,8 @@ pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
 }
 
 /// True when the pod is not being deleted and its Ready condition is True.
-pub fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|conds| {
-                conds
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+pub fn is_ready(pod: &crate::hook::ObservedPod) -> bool {
+    pod.is_ready()
 }
 
 /// A container that runs with no capabilities and cannot gain privileges:

@@ -183,7 +183,24 @@ pub async fn read_body(
     {
         return Err(too_large(Some(length)));
     }
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+    // One buffer of the declared size: collecting chunks and joining them
+    // would hold the body twice at the end.
+    let capacity = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
+    let read = async {
+        use http_body_util::BodyExt;
+        let mut body = body;
+        let mut buffer = Vec::with_capacity(capacity);
+        while let Some(frame) = body.frame().await {
+            if let Some(data) = frame?.data_ref() {
+                if buffer.len() + data.len() > max {
+                    return Ok(None);
+                }
+                buffer.extend_from_slice(data);
+            }
+        }
+        Ok::<_, axum::Error>(Some(Bytes::from(buffer)))
+    };
+    match tokio::time::timeout(deadline, read).await {
         Err(_) => Err(Problem::new(
             StatusCode::REQUEST_TIMEOUT,
             format!(
@@ -191,12 +208,13 @@ pub async fn read_body(
                 deadline.as_secs_f64()
             ),
         )),
+        Ok(Ok(None)) => Err(too_large(None)),
         Ok(Err(err)) if is_length_limit(&err) => Err(too_large(None)),
         Ok(Err(err)) => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             format!("the request body could not be read: {err}"),
         )),
-        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Ok(Some(bytes))) => Ok(bytes),
     }
 }
 

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -36,7 +36,8 @@ use super::{
 };
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
-    CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
+    CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
+    SyncResponse,
 };
 pub use backup::Destination;
 
@@ -477,7 +478,7 @@ pub struct Observed {
     /// The backup CronJob, if it exists.
     pub cron_job: Option<CronJob>,
     /// The instances' pods.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<ObservedPod>,
     /// The instances' volumes (not asked for under Retain).
     pub volumes: Vec<PersistentVolumeClaim>,
 }
@@ -515,7 +516,7 @@ impl Observed {
                 .filter_map(|s| Some((s.metadata.name.clone()?, s)))
                 .collect(),
             cron_job: req.children.of::<CronJob>()?.into_iter().next(),
-            pods: req.related.of::<Pod>()?,
+            pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
         })
     }
@@ -563,7 +564,10 @@ impl Observed {
 
     /// The StatefulSet's pods with their ordinals: `<name>-<n>` and
     /// labelled as instances (Job pods share the Database label, not these).
-    pub fn instances<'a>(&'a self, db: &'a Database) -> impl Iterator<Item = (u32, &'a Pod)> + 'a {
+    pub fn instances<'a>(
+        &'a self,
+        db: &'a Database,
+    ) -> impl Iterator<Item = (u32, &'a ObservedPod)> + 'a {
         self.pods.iter().filter_map(move |p| {
             let labels = p.metadata.labels.as_ref();
             let is_instance = labels

@@ -11,7 +11,7 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    Container, ContainerPort, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
     SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,7 +28,8 @@ use super::{
 };
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::hook::{
-    CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
+    CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
+    SyncResponse,
 };
 
 /// The image a Memcached runs when its spec names none: the official image,
@@ -154,7 +155,7 @@ pub fn customize(
 pub fn sync(req: &SyncRequest<Memcached>, ctx: &Context) -> Result<SyncResponse, HookError> {
     let mc = &req.parent;
     let item_memory = validate(mc)?;
-    let pods = req.related.of::<Pod>()?;
+    let pods = req.related.of::<ObservedPod>()?;
     Ok(SyncResponse {
         status: serde_json::to_value(status(mc, &pods, ctx)).expect("status serializes"),
         children: sorted_children(vec![
@@ -300,8 +301,8 @@ pub fn service(mc: &Memcached) -> Service {
 }
 
 /// The status from the observed pods of this cache.
-pub fn status(mc: &Memcached, pods: &[Pod], ctx: &Context) -> MemcachedStatus {
-    let live: Vec<&Pod> = pods
+pub fn status(mc: &Memcached, pods: &[ObservedPod], ctx: &Context) -> MemcachedStatus {
+    let live: Vec<&ObservedPod> = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
@@ -350,7 +351,8 @@ pub fn status(mc: &Memcached, pods: &[Pod], ctx: &Context) -> MemcachedStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use crate::hook::ObservedPodStatus;
+    use k8s_openapi::api::core::v1::PodCondition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
@@ -368,21 +370,21 @@ mod tests {
         mc
     }
 
-    fn pod(name: &str, ready: bool, deleting: bool) -> Pod {
-        Pod {
+    fn pod(name: &str, ready: bool, deleting: bool) -> ObservedPod {
+        ObservedPod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
                 ..ObjectMeta::default()
             },
             spec: None,
-            status: Some(PodStatus {
+            status: Some(ObservedPodStatus {
                 conditions: Some(vec![PodCondition {
                     type_: "Ready".into(),
                     status: if ready { "True" } else { "False" }.into(),
                     ..PodCondition::default()
                 }]),
-                ..PodStatus::default()
+                ..ObservedPodStatus::default()
             }),
         }
     }

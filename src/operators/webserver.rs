@@ -8,7 +8,7 @@
 //! and recreated, one at a time, each waiting for the previous to be Ready.
 //! Status reports only what was observed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -22,6 +22,7 @@ use super::{
     ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready, sorted_children,
     standard_labels,
 };
+use crate::hook::ObservedPod;
 use crate::hook::SyncRequest;
 use crate::hook::SyncResponse;
 use crate::hook::conditions::{self, Condition, Observation};
@@ -126,7 +127,7 @@ pub fn operator() -> Operator {
 pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse, HookError> {
     let ws = &req.parent;
     validate(ws)?;
-    let observed = req.children.of::<Pod>()?;
+    let observed = req.children.of::<ObservedPod>()?;
     let desired = desired_pods(ws, &observed).into_iter().map(|p| child(&p));
     Ok(SyncResponse {
         status: serde_json::to_value(status(ws, &observed, ctx)).expect("status serializes"),
@@ -136,14 +137,14 @@ pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse,
 }
 
 /// The pods to answer, rolling one out-of-date pod at a time.
-pub fn desired_pods(ws: &WebServer, observed: &[Pod]) -> Vec<Pod> {
-    let seen = |index: i32| {
-        let name = pod_name(ws, index);
-        observed
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
-    };
-    let running = |p: &Pod| p.metadata.deletion_timestamp.is_none();
+pub fn desired_pods(ws: &WebServer, observed: &[ObservedPod]) -> Vec<Pod> {
+    // One lookup per index, not a scan: a body may carry thousands of pods.
+    let by_name: BTreeMap<&str, &ObservedPod> = observed
+        .iter()
+        .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+        .collect();
+    let seen = |index: i32| by_name.get(pod_name(ws, index).as_str()).copied();
+    let running = |p: &ObservedPod| p.metadata.deletion_timestamp.is_none();
     let outdated = |index: i32| {
         seen(index)
             .filter(|p| running(p))
@@ -165,12 +166,8 @@ pub fn desired_pods(ws: &WebServer, observed: &[Pod]) -> Vec<Pod> {
     // A pod that ran to an end (evicted, failed) is never restarted by
     // Kubernetes, nor replaced by Metacontroller under OnDelete: leave it
     // out so it is deleted and created anew.
-    let ended = |index: i32| {
-        seen(index).is_some_and(|p| {
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-            matches!(phase, Some("Failed" | "Succeeded"))
-        })
-    };
+    let ended =
+        |index: i32| seen(index).is_some_and(|p| matches!(p.phase(), Some("Failed" | "Succeeded")));
     (0..ws.spec.replicas)
         .filter(|i| Some(*i) != next && !ended(*i))
         .map(|index| match outdated(index) {
@@ -181,7 +178,7 @@ pub fn desired_pods(ws: &WebServer, observed: &[Pod]) -> Vec<Pod> {
 }
 
 /// The image and port an observed pod runs, if it is one of ours.
-fn template_of(p: &Pod) -> Option<(&str, i32)> {
+fn template_of(p: &ObservedPod) -> Option<(&str, i32)> {
     let container = p
         .spec
         .as_ref()?
@@ -193,7 +190,7 @@ fn template_of(p: &Pod) -> Option<(&str, i32)> {
 }
 
 /// True when an observed pod runs the spec's image and port.
-pub fn is_current(ws: &WebServer, p: &Pod) -> bool {
+pub fn is_current(ws: &WebServer, p: &ObservedPod) -> bool {
     template_of(p) == Some((ws.spec.image.as_str(), ws.spec.port))
 }
 
@@ -281,22 +278,22 @@ fn pod_running(ws: &WebServer, index: i32, image: &str, port: i32) -> Pod {
 }
 
 /// True when the pod is Running or Pending, the original example's "count".
-pub fn is_counted(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    matches!(phase, Some("Running" | "Pending"))
+pub fn is_counted(pod: &ObservedPod) -> bool {
+    matches!(pod.phase(), Some("Running" | "Pending"))
 }
 
 /// The status of a WebServer from its observed pods.
-pub fn status(ws: &WebServer, observed: &[Pod], ctx: &Context) -> WebServerStatus {
+pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebServerStatus {
     let count = observed.iter().filter(|p| is_counted(p)).count();
     let ready = observed.iter().filter(|p| is_ready(p)).count();
+    let ready_names: BTreeSet<&str> = observed
+        .iter()
+        .filter(|p| is_ready(p))
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
     let unready: Vec<String> = (0..ws.spec.replicas)
         .map(|index| pod_name(ws, index))
-        .filter(|name| {
-            !observed
-                .iter()
-                .any(|p| p.metadata.name.as_deref() == Some(name) && is_ready(p))
-        })
+        .filter(|name| !ready_names.contains(name.as_str()))
         .collect();
     let desired = ws.spec.replicas;
     let observation = if desired == 0 {
@@ -374,8 +371,9 @@ fn summarize(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::ObservedPodStatus;
     use crate::operators::LABEL_INSTANCE;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::PodCondition;
     use k8s_openapi::jiff::Timestamp;
 
     fn ws(replicas: i32) -> WebServer {
@@ -392,21 +390,21 @@ mod tests {
         ws
     }
 
-    fn observed(name: &str, phase: &str, ready: bool) -> Pod {
-        Pod {
+    fn observed(name: &str, phase: &str, ready: bool) -> ObservedPod {
+        ObservedPod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 ..ObjectMeta::default()
             },
             spec: None,
-            status: Some(PodStatus {
+            status: Some(ObservedPodStatus {
                 phase: Some(phase.into()),
                 conditions: Some(vec![PodCondition {
                     type_: "Ready".into(),
                     status: if ready { "True" } else { "False" }.into(),
                     ..PodCondition::default()
                 }]),
-                ..PodStatus::default()
+                ..ObservedPodStatus::default()
             }),
         }
     }
@@ -434,7 +432,7 @@ mod tests {
         struct Case {
             reason: &'static str,
             replicas: i32,
-            pods: Vec<Pod>,
+            pods: Vec<ObservedPod>,
             want: (i32, i32, &'static str, &'static str),
         }
         let cases = [
@@ -516,7 +514,7 @@ mod tests {
             let mut spec = ws(3);
             spec.spec.image = image.into();
             let mut p = observed(&pod_name(&spec, index), "Running", ready);
-            p.spec = pod(&spec, index).spec;
+            p.spec = ObservedPod::from_pod(&pod(&spec, index)).spec;
             p
         };
         let failed = |index: i32, image: &str| {
@@ -526,7 +524,7 @@ mod tests {
         };
         struct Case {
             reason: &'static str,
-            pods: Vec<Pod>,
+            pods: Vec<ObservedPod>,
             want: Vec<(&'static str, &'static str)>,
         }
         let new = DEFAULT_IMAGE;
