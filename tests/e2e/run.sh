@@ -11,7 +11,8 @@
 #      with the hooks pointed at an opshooks server this script runs;
 #   5. applies every example parent and every invalid parent (hooks.py);
 #   6. sends every child and status the hooks answer to the API server
-#      with strict field validation (hooks.py) and prints a summary;
+#      with strict field validation (hooks.py) and prints a summary, and
+#      checks that the chart keeps its generated hook token across upgrades;
 #   7. stops that cluster and runs the control-loop suite (loop.sh): the
 #      real Metacontroller, kube-scheduler and kwok drive every operator's
 #      whole life on a fresh cluster, with invariants checked throughout;
@@ -120,6 +121,16 @@ refused '{"spec":{"version":"15"}}' "downgrades are refused"
 refused '{"spec":{"storage":{"size":"40Gi"}}}' "spec.storage cannot change"
 refused '{"spec":{"credentialsSecret":"other"}}' "spec.credentialsSecret cannot change"
 refused '{"spec":{"databaseName":"other"}}' "spec.databaseName cannot change"
+
+step "the chart's generated hook token survives helm upgrade"
+token() { kubectl get secret token-check-opshooks-auth -n token-check -o jsonpath='{.data.token}'; }
+helm install token-check "$CHART" --namespace token-check --create-namespace --set auth.enabled=true >/dev/null
+first=$(token)
+(($(base64 -d <<<"$first" | wc -c) == 48)) || fail "the generated token is not 48 characters"
+helm upgrade token-check "$CHART" --namespace token-check --reuse-values --set log.level=debug >/dev/null
+[[ $(token) == "$first" ]] || fail "helm upgrade replaced the generated token"
+helm uninstall token-check --namespace token-check >/dev/null
+echo "ok: the same 48-character token after an upgrade"
 
 step "stop this cluster (the control loop starts a fresh one)"
 kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
