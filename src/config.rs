@@ -148,9 +148,15 @@ pub struct ServerArgs {
     #[arg(long, env = "OPSHOOKS_MAX_CONCURRENT_HOOKS", default_value_t = 0)]
     pub max_concurrent_hooks: usize,
     /// Most further hook calls waiting for a worker; past them a call is
-    /// answered 429 with Retry-After. 0 means twice --max-concurrent-hooks.
+    /// answered 429 with Retry-After. 0 means 256.
     #[arg(long, env = "OPSHOOKS_MAX_QUEUED_HOOKS", default_value_t = 0)]
     pub max_queued_hooks: usize,
+    /// Most bytes of request bodies held by the calls in progress (a body
+    /// counts its Content-Length, or --max-body-bytes without one); past it
+    /// a call is answered 429 before its body is read. 0 means twice
+    /// --max-body-bytes.
+    #[arg(long, env = "OPSHOOKS_MAX_BUFFERED_BYTES", default_value_t = 0)]
+    pub max_buffered_bytes: usize,
     /// Most connections open at once; more wait to be accepted.
     #[arg(long, env = "OPSHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,

@@ -52,6 +52,8 @@ pub struct Limits {
     pub max_concurrent: usize,
     /// Most further calls waiting (reading their body or for a worker).
     pub max_queued: usize,
+    /// Most bytes of bodies held by all calls in progress.
+    pub max_buffered_bytes: usize,
 }
 
 impl Default for Limits {
@@ -61,10 +63,15 @@ impl Default for Limits {
             max_body_bytes: 32 * 1024 * 1024,
             request_timeout: Duration::from_secs(9),
             max_concurrent: cores,
-            max_queued: 2 * cores,
+            max_queued: DEFAULT_QUEUED,
+            max_buffered_bytes: 2 * 32 * 1024 * 1024,
         }
     }
 }
+
+/// How many calls may wait for a worker by default: small calls cost
+/// little to hold, and the byte budget refuses large ones early.
+pub const DEFAULT_QUEUED: usize = 256;
 
 /// Where hook calls get the current time; tests pass a fixed clock.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -97,7 +104,11 @@ impl AppState {
         );
         AppState {
             operators: Arc::new(operators),
-            admission: Admission::new(limits.max_concurrent, limits.max_queued),
+            admission: Admission::new(
+                limits.max_concurrent,
+                limits.max_queued,
+                limits.max_buffered_bytes,
+            ),
             limits,
             metrics,
             clock,
@@ -319,10 +330,15 @@ async fn answer(
     // so the client (which is still sending) reads the 429 rather than a
     // reset connection.
     let limits = &state.limits;
-    let ticket = match state.admission.enter() {
+    let size = error::declared_length(headers).unwrap_or(limits.max_body_bytes as u64);
+    let ticket = match state.admission.enter(size) {
         Ok(ticket) => ticket,
         Err(problem) => {
-            error::discard_body(body, limits.max_body_bytes, limits.request_timeout).await;
+            let seen =
+                error::discard_body(body, limits.max_body_bytes, limits.request_timeout).await;
+            if seen >= LARGE_BODY {
+                release_memory();
+            }
             return Err(refuse(problem));
         }
     };
@@ -360,7 +376,12 @@ async fn answer(
         call
     });
     let remaining = limits.request_timeout.saturating_sub(started.elapsed());
-    let call = match tokio::time::timeout(remaining, work).await {
+    let call = tokio::time::timeout(remaining, work).await;
+    if large {
+        // This worker thread read the body: hand back what it held too.
+        release_memory();
+    }
+    let call = match call {
         Err(_) => {
             return Err(refuse(Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,

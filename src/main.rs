@@ -50,6 +50,7 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
         idle_timeout_seconds,
         max_concurrent_hooks,
         max_queued_hooks,
+        max_buffered_bytes,
         max_connections,
         tls_cert_file,
         tls_key_file,
@@ -73,7 +74,11 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
         request_timeout: seconds("--request-timeout-seconds", *request_timeout_seconds)?,
         max_concurrent: concurrent,
         max_queued: match *max_queued_hooks {
-            0 => 2 * concurrent,
+            0 => http::DEFAULT_QUEUED,
+            n => n,
+        },
+        max_buffered_bytes: match *max_buffered_bytes {
+            0 => max_body_bytes.saturating_mul(2),
             n => n,
         },
     };

@@ -158,6 +158,14 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
     }
 }
 
+/// The body length a request declares in `Content-Length`, if any.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
 /// Reads a whole body of at most `max` bytes within `deadline`.
 pub async fn read_body(
     body: Body,
@@ -174,10 +182,7 @@ pub async fn read_body(
             ),
         )
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if let Some(length) = declared
         && length > max as u64
     {
@@ -219,12 +224,13 @@ pub async fn read_body(
 }
 
 /// Reads and drops a body of at most `max` bytes within `deadline`, holding
-/// one frame at a time; gives up silently past either.
-pub async fn discard_body(body: Body, max: usize, deadline: Duration) {
+/// one frame at a time; gives up silently past either. Returns how many
+/// bytes it read.
+pub async fn discard_body(body: Body, max: usize, deadline: Duration) -> usize {
     use http_body_util::BodyExt;
     let mut body = body;
+    let mut seen = 0usize;
     let drain = async {
-        let mut seen = 0usize;
         while let Some(Ok(frame)) = body.frame().await {
             seen += frame.data_ref().map_or(0, Bytes::len);
             if seen > max {
@@ -233,6 +239,7 @@ pub async fn discard_body(body: Body, max: usize, deadline: Duration) {
         }
     };
     let _ = tokio::time::timeout(deadline, drain).await;
+    seen
 }
 
 fn is_length_limit(err: &axum::Error) -> bool {
