@@ -379,15 +379,20 @@ async fn data_safety_refusals_have_their_own_status_codes() {
         let got = problem["detail"].as_str().unwrap();
         assert!(got.starts_with(detail), "{path}: {got}");
     }
-    let metrics = app.oneshot(get("/metrics")).await.unwrap();
-    let text = metrics.into_body().collect().await.unwrap().to_bytes();
-    let text = String::from_utf8(text.to_vec()).unwrap();
+    let text = metrics_of(app).await;
     assert!(
         text.contains(
             r#"opshooks_hook_requests_total{hook="sync",operator="backup",outcome="unsafe"} 1"#
         ),
         "{text}"
     );
+}
+
+/// The text `/metrics` serves.
+async fn metrics_of(app: axum::Router) -> String {
+    let response = app.oneshot(get("/metrics")).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
 }
 
 fn with_token(request: Request<Body>, token: &str) -> Request<Body> {
@@ -460,9 +465,7 @@ async fn hooks_without_the_bearer_token_are_401_with_a_challenge() {
         let response = app.clone().oneshot(get(open)).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{open}");
     }
-    let metrics = app.clone().oneshot(get("/metrics")).await.unwrap();
-    let text = metrics.into_body().collect().await.unwrap().to_bytes();
-    let text = String::from_utf8_lossy(&text);
+    let text = metrics_of(app).await;
     assert!(text.contains(r#"opshooks_hook_requests_total{hook="sync",operator="memcached",outcome="unauthorized"} 2"#), "{text}");
 }
 
@@ -548,9 +551,7 @@ async fn calls_past_every_place_are_429_with_retry_after() {
         .await
         .unwrap();
     assert_eq!(after.status(), StatusCode::OK);
-    let metrics = app.oneshot(get("/metrics")).await.unwrap();
-    let text = metrics.into_body().collect().await.unwrap().to_bytes();
-    let text = String::from_utf8_lossy(&text);
+    let text = metrics_of(app).await;
     assert!(text.contains(r#"opshooks_hook_requests_total{hook="sync",operator="memcached",outcome="overloaded"} 1"#), "{text}");
 }
 
