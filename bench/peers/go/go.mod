@@ -1,0 +1,3 @@
+module opshooks-bench-peer
+
+go 1.22
