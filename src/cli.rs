@@ -12,9 +12,10 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::config::{HookArgs, ManifestArgs, SimulateArgs};
 use crate::hook::Hook;
-use crate::http::Problem;
+use crate::http::{Problem, adapter};
 use crate::manifests::{self, ControllerOptions};
-use crate::operators::{self, Context, ENTROPY};
+use crate::operator::{Context, ENTROPY};
+use crate::operators;
 
 /// A subcommand's failure: what to print on stderr and the exit code.
 #[derive(Debug)]
@@ -68,7 +69,7 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
     if let Some(seed) = &args.seed {
         ctx.entropy = parse_seed(seed)?;
     }
-    let call = op.call(hook, &body, &ctx).ok_or_else(|| {
+    let call = adapter::call_slice(op, hook, &body, &ctx).ok_or_else(|| {
         let hooks: Vec<_> = op.hooks().map(|h| h.as_str()).collect();
         Failure::usage(format!(
             "operator {} has no {hook} hook; its hooks are: {}",

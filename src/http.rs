@@ -8,6 +8,7 @@
 //! a response. Failures are never a 200: they are `application/problem+json`
 //! with a one-line `detail` that Metacontroller shows users as an event.
 
+pub mod adapter;
 mod admission;
 pub mod auth;
 mod error;
@@ -37,7 +38,8 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::{Level, debug, info, warn};
 
 use crate::hook::Hook;
-use crate::operators::{Call, Context, HookError, Operator};
+use crate::operator::{Context, HookError, Operator};
+use adapter::Call;
 use admission::Admission;
 use metrics::Metrics;
 
@@ -364,8 +366,7 @@ async fn answer(
     let operators = Arc::clone(&state.operators);
     let large = bytes.len() >= LARGE_BODY;
     let work = tokio::task::spawn_blocking(move || {
-        let call = operators[index]
-            .call_owned(hook, bytes, &ctx)
+        let call = adapter::call(&operators[index], hook, bytes, &ctx)
             .expect("routes exist only for registered hooks");
         if large {
             release_memory();

@@ -6,12 +6,19 @@
 //! other; nothing in this crate talks to the Kubernetes API.
 //!
 //! The map:
-//! - [`hook`]: Metacontroller's wire types, typed access to observed objects,
-//!   status conditions. No axum, no I/O.
-//! - [`operators`]: the route table and one module per operator, each with
-//!   its CRD types, `sync`/`finalize`/`customize` and child builders.
-//! - [`http`]: the axum router, the one adapter from a route to an operator,
-//!   errors as `application/problem+json`, metrics and the OpenAPI document.
+//! - [`hook`]: Metacontroller's wire types, typed access to observed objects
+//!   (observed pods as a small view), status conditions. No axum, no I/O.
+//! - [`operator`]: what an operator is written against: `Operator`,
+//!   `ControllerSpec`, `Context`, `HookError`. Imports only `hook`.
+//! - [`operators`]: the registry (`all()`), `common` (shared labels,
+//!   security contexts, child helpers), `validate`, and one module per
+//!   operator with its CRD types, `sync`/`finalize`/`customize` and child
+//!   builders.
+//! - [`http`]: the listener (TLS, time limits, connection limits), the
+//!   router, `adapter` (the one path from bytes to an operator call to
+//!   bytes, shared with `opshooks hook`), admission (429), bearer-token
+//!   auth, errors as `application/problem+json`, metrics and the OpenAPI
+//!   document.
 //! - [`manifests`]: the CRDs and CompositeControllers generated from the code.
 //! - [`simulate`]: the loop offline: an operator stepped through a modelled
 //!   cluster with Metacontroller's semantics, for `opshooks simulate` and
@@ -25,6 +32,7 @@ pub mod config;
 pub mod hook;
 pub mod http;
 pub mod manifests;
+pub mod operator;
 pub mod operators;
 pub mod simulate;
 pub mod telemetry;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::operators::Operator;
+use crate::operator::Operator;
 
 /// Where the controllers' hooks reach opshooks, and how they call it.
 #[derive(Clone, Debug)]

@@ -30,7 +30,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use crate::hook::Hook;
-use crate::operators::{ChildResource, Context, ENTROPY, Operator};
+use crate::http::adapter;
+use crate::operator::{ChildResource, Context, ENTROPY, Operator};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
 use schema::StatusSchema;
 
@@ -522,7 +523,7 @@ impl<'a> Simulation<'a> {
             "finalizing": finalizing,
         });
         let body = serde_json::to_vec(&request).expect("JSON values serialize");
-        let Some(call) = self.op.call(hook, &body, &ctx) else {
+        let Some(call) = adapter::call_slice(self.op, hook, &body, &ctx) else {
             return (
                 Outcome::Refused {
                     hook,
@@ -588,10 +589,8 @@ impl<'a> Simulation<'a> {
         }
         let body = serde_json::to_vec(&json!({"controller": {}, "parent": parent}))
             .expect("JSON values serialize");
-        let call = self
-            .op
-            .call(Hook::Customize, &body, ctx)
-            .expect("checked above");
+        let call =
+            adapter::call_slice(self.op, Hook::Customize, &body, ctx).expect("checked above");
         let answer = call.result.map_err(|e| e.to_string())?;
         let response: Value = serde_json::from_slice(&answer.body).expect("answers are JSON");
         for rule in response["relatedResources"]

@@ -14,7 +14,7 @@ use utoipa::{PartialSchema, ToSchema};
 use super::Problem;
 use super::error::PROBLEM_JSON;
 use crate::hook::Hook;
-use crate::operators::Operator;
+use crate::operator::Operator;
 
 /// The OpenAPI document for `operators`.
 pub fn document(operators: &[Operator]) -> OpenApi {

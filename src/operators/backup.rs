@@ -27,15 +27,13 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::common::{child, sorted_children, standard_labels};
 use super::validate::{self, InvalidSpec};
-use super::{
-    ChildResource, Context, ControllerSpec, HookError, Operator, child, sorted_children,
-    standard_labels,
-};
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
     CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
 };
+use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 pub use job::{Credential, Destination, Source};
 
 /// Label on every Job and pod of a Backup, naming it; customize selects by it.

@@ -30,15 +30,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::backup::{self, RunStatus, validate_destination};
+use super::common::{is_ready, sorted_children};
 use super::validate::{self, InvalidSpec};
-use super::{
-    ChildResource, Context, ControllerSpec, HookError, Operator, is_ready, sorted_children,
-};
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
     CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
     SyncResponse,
 };
+use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 pub use backup::Destination;
 
 /// Label on every object of a Database, naming it; customize selects by it.
@@ -571,7 +570,7 @@ impl Observed {
         self.pods.iter().filter_map(move |p| {
             let labels = p.metadata.labels.as_ref();
             let is_instance = labels
-                .and_then(|l| l.get(crate::operators::LABEL_NAME))
+                .and_then(|l| l.get(crate::operators::common::LABEL_NAME))
                 .is_some_and(|app| app == "postgresql");
             let index = p
                 .metadata
@@ -1756,7 +1755,7 @@ mod tests {
         let d = db("16", "Delete");
         let ctx = Context {
             now: "2026-01-01T00:00:00Z".parse().unwrap(),
-            entropy: [0xAB; crate::operators::ENTROPY],
+            entropy: [0xAB; crate::operator::ENTROPY],
         };
         let secrets = children::secrets(&d, &Observed::default(), &ctx);
         let password = &secrets[0].data.as_ref().unwrap()["password"].0;

@@ -21,16 +21,17 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validate::{self, InvalidSpec};
-use super::{
-    ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready,
-    restricted_container, restricted_pod, selector_labels, sorted_children, standard_labels,
+use super::common::{
+    child, is_ready, restricted_container, restricted_pod, selector_labels, sorted_children,
+    standard_labels,
 };
+use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::hook::{
     CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
     SyncResponse,
 };
+use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 
 /// The image a Memcached runs when its spec names none: the official image,
 /// pinned.

@@ -5,25 +5,7 @@
 //! are the second line for objects stored before a schema change, for rules
 //! a schema cannot express, and for hand-made requests.
 
-/// A parent spec that the operator cannot act on. Answered with 422.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct InvalidSpec {
-    /// The JSON path of the field, `spec.replicas`.
-    pub field: String,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
-
-impl InvalidSpec {
-    /// A problem with one field.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        InvalidSpec {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::operator::InvalidSpec;
 
 /// The longest label value Kubernetes accepts; names that go into labels
 /// must fit.

@@ -17,15 +17,13 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::common::{child, is_ready, sorted_children, standard_labels};
 use super::validate::{self, InvalidSpec};
-use super::{
-    ChildResource, Context, ControllerSpec, HookError, Operator, child, is_ready, sorted_children,
-    standard_labels,
-};
 use crate::hook::ObservedPod;
 use crate::hook::SyncRequest;
 use crate::hook::SyncResponse;
 use crate::hook::conditions::{self, Condition, Observation};
+use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 
 /// The image a WebServer runs when its spec names none.
 pub const DEFAULT_IMAGE: &str = "nginxdemos/hello";
@@ -372,7 +370,7 @@ fn summarize(names: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::hook::ObservedPodStatus;
-    use crate::operators::LABEL_INSTANCE;
+    use crate::operators::common::LABEL_INSTANCE;
     use k8s_openapi::api::core::v1::PodCondition;
     use k8s_openapi::jiff::Timestamp;
 

@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use crate::operators::Operator;
+use crate::operator::Operator;
 
 /// The status schema of one operator's CRD, ready to check statuses with.
 pub struct StatusSchema {

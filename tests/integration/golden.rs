@@ -4,6 +4,7 @@
 
 use opshooks::hook::Hook;
 use opshooks::http::Problem;
+use opshooks::http::adapter::call_slice;
 use opshooks::operators;
 use opshooks::simulate::schema::StatusSchema;
 use serde_json::Value;
@@ -28,7 +29,7 @@ fn fixtures_replay_to_their_committed_answers() {
                 .and_then(|n| n.split('-').find_map(Hook::parse))
                 .unwrap_or(Hook::Sync);
             let request = std::fs::read(case.join("request.json")).unwrap();
-            let call = op.call(hook, &request, &ctx()).expect("hook exists");
+            let call = call_slice(&op, hook, &request, &ctx()).expect("hook exists");
             match call.result {
                 Ok(answer) => {
                     assert!(
@@ -100,7 +101,7 @@ fn hook_versions_do_not_change_the_answer() {
         .collect::<serde_json::Map<_, _>>()
         .into();
     let answer = |v: &Value| {
-        op.call(Hook::Sync, v.to_string().as_bytes(), &ctx())
+        call_slice(&op, Hook::Sync, v.to_string().as_bytes(), &ctx())
             .unwrap()
             .result
             .unwrap()
@@ -113,7 +114,7 @@ fn hook_versions_do_not_change_the_answer() {
 /// What Metacontroller's strict decoder and the API server demand of an
 /// answer: only the known fields, whole children, and a status that the
 /// CRD's status schema accepts with exactly its types.
-fn check_shape(op: &operators::Operator, case: &std::path::Path, body: &[u8]) {
+fn check_shape(op: &opshooks::operator::Operator, case: &std::path::Path, body: &[u8]) {
     let answer: Value = serde_json::from_slice(body).unwrap();
     for key in answer.as_object().unwrap().keys() {
         assert!(

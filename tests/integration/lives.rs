@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use opshooks::operators::Operator;
+use opshooks::operator::Operator;
 use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
 use opshooks::simulate::{Event, Simulation, Step};
 use proptest::prelude::*;

@@ -1,11 +1,13 @@
 //! Properties over arbitrary specs and observed states: exact pod counts
 //! with valid unique names, determinism, and no input that panics.
 
+use opshooks::http::adapter::call_slice;
 use std::collections::{BTreeMap, BTreeSet};
 
 use opshooks::hook::Hook;
+use opshooks::operator::Operator;
+use opshooks::operators;
 use opshooks::operators::validate::is_dns_label;
-use opshooks::operators::{self, Operator};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -75,9 +77,9 @@ proptest! {
     fn answer_has_exactly_replicas_pods_with_valid_unique_names_but_ended_ones((name, replicas, pods, v2) in observed_state()) {
         let op = webserver();
         let body = request(&name, replicas, &pods, v2).to_string();
-        let call = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap();
+        let call = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap();
         let answer = call.result.expect("valid specs are answered");
-        let again = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.unwrap();
+        let again = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.unwrap();
         prop_assert_eq!(&answer.body, &again.body, "same input, same bytes");
 
         let response: Value = serde_json::from_slice(&answer.body).unwrap();
@@ -115,7 +117,7 @@ proptest! {
     fn any_json_parent_is_answered_or_refused_never_a_panic(spec in arbitrary_json(), name in any::<Option<String>>()) {
         let op = webserver();
         let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer", "metadata": {"name": name}, "spec": spec}, "children": {"Pod.v1": {}}}).to_string();
-        let call = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap();
+        let call = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap();
         if let Ok(answer) = call.result {
             let response: Value = serde_json::from_slice(&answer.body).unwrap();
             let replicas = spec["replicas"].as_i64().unwrap();
@@ -125,7 +127,7 @@ proptest! {
 
     #[test]
     fn any_bytes_are_refused_without_a_panic(body in prop::collection::vec(any::<u8>(), 0..512)) {
-        let call = webserver().call(Hook::Sync, &body, &ctx()).unwrap();
+        let call = call_slice(&webserver(), Hook::Sync, &body, &ctx()).unwrap();
         // Random bytes are almost never a valid request; when they are, fine.
         if let Err(err) = call.result {
             prop_assert!(!err.to_string().is_empty());
@@ -263,8 +265,8 @@ proptest! {
     fn memcached_always_keeps_its_deployment_and_service(request in memcached_state()) {
         let op = operator("memcached");
         let body = request.to_string();
-        let answer = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.expect("valid specs are answered");
-        let again = op.call(Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.unwrap();
+        let answer = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.expect("valid specs are answered");
+        let again = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.unwrap();
         prop_assert_eq!(&answer.body, &again.body);
         let response: Value = serde_json::from_slice(&answer.body).unwrap();
         prop_assert_eq!(kinds(&response), vec![("Deployment".to_string(), "cache".to_string()), ("Service".to_string(), "cache".to_string())]);
@@ -278,7 +280,7 @@ proptest! {
     #[test]
     fn backup_never_has_two_cronjobs_and_never_drops_an_observed_one((request, target_usable, cron_observed) in backup_state()) {
         let op = operator("backup");
-        let answer = op.call(Hook::Sync, request.to_string().as_bytes(), &ctx()).unwrap().result.expect("valid specs are answered");
+        let answer = call_slice(&op, Hook::Sync, request.to_string().as_bytes(), &ctx()).unwrap().result.expect("valid specs are answered");
         let response: Value = serde_json::from_slice(&answer.body).unwrap();
         let children = kinds(&response);
         prop_assert!(children.len() <= 1, "{:?}", children);
@@ -300,7 +302,7 @@ proptest! {
     fn any_parent_is_refused_or_answered_acceptably(spec in arbitrary_json(), which in 0usize..4, hook in prop::sample::select(Hook::ALL.to_vec())) {
         let op = &operators::all()[which];
         let body = json!({"parent": {"apiVersion": op.api_version(), "kind": op.kind, "metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
-        if let Some(call) = op.call(hook, body.as_bytes(), &ctx())
+        if let Some(call) = call_slice(op, hook, body.as_bytes(), &ctx())
             && let Ok(answer) = call.result
         {
             let response: Value = serde_json::from_slice(&answer.body).unwrap();
@@ -410,9 +412,9 @@ proptest! {
         let op = operator("database");
         let hook = if finalizing { Hook::Finalize } else { Hook::Sync };
         let body = request.to_string();
-        let call = op.call(hook, body.as_bytes(), &ctx()).unwrap();
+        let call = call_slice(&op, hook, body.as_bytes(), &ctx()).unwrap();
         let Ok(answer) = call.result else { return Ok(()) };
-        let again = op.call(hook, body.as_bytes(), &ctx()).unwrap().result.unwrap();
+        let again = call_slice(&op, hook, body.as_bytes(), &ctx()).unwrap().result.unwrap();
         prop_assert_eq!(&answer.body, &again.body, "same input, same bytes");
         let response: Value = serde_json::from_slice(&answer.body).unwrap();
         let children = response["children"].as_array().unwrap();
@@ -511,8 +513,7 @@ fn database_property_states_are_mostly_answered() {
         } else {
             Hook::Sync
         };
-        match op
-            .call(hook, request.to_string().as_bytes(), &ctx())
+        match call_slice(&op, hook, request.to_string().as_bytes(), &ctx())
             .unwrap()
             .result
         {

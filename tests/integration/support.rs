@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 use opshooks::http::{AppState, Limits};
-use opshooks::operators::{self, Context};
+use opshooks::operator::Context;
+use opshooks::operators;
 
 /// The time every golden fixture is answered at.
 pub const FIXED_NOW: &str = "2026-01-02T03:04:05Z";
 
 /// The random bytes every golden fixture is answered with.
-pub const FIXED_ENTROPY: [u8; opshooks::operators::ENTROPY] = [7; opshooks::operators::ENTROPY];
+pub const FIXED_ENTROPY: [u8; opshooks::operator::ENTROPY] = [7; opshooks::operator::ENTROPY];
 
 /// Set to rewrite golden files and generated artifacts on purpose.
 pub const BLESS: &str = "OPSHOOKS_BLESS";
@@ -89,7 +90,7 @@ fn line_diff(want: &str, got: &str) -> String {
 }
 
 /// The operator registered under `name`.
-pub fn operator(name: &str) -> operators::Operator {
+pub fn operator(name: &str) -> opshooks::operator::Operator {
     operators::all()
         .into_iter()
         .find(|op| op.name == name)

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::operators::{restricted_container, restricted_pod};
+use crate::operators::common::{restricted_container, restricted_pod};
 
 /// The dump side of the backup pod.
 pub const DUMP_SCRIPT: &str = include_str!("dump.sh");

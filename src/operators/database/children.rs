@@ -24,11 +24,11 @@ use serde_json::Value;
 use super::{
     Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name, jobs, name, namespace,
 };
+use crate::operator::{Context, HookError};
 use crate::operators::backup::job::{self as backup_job, Credential, Source};
 use crate::operators::backup::{self, Schedule};
-use crate::operators::{
-    Context, HookError, child, is_ready, restricted_container, restricted_pod, selector_labels,
-    standard_labels,
+use crate::operators::common::{
+    child, is_ready, restricted_container, restricted_pod, selector_labels, standard_labels,
 };
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.

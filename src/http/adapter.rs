@@ -1,0 +1,223 @@
+//! The one path from bytes to an operator call to bytes, used by the router
+//! and `opshooks hook` alike, so what the command line prints is exactly
+//! what the server sends: decode the body (refusing repeated keys), check
+//! that the parent is of the route's kind and within Kubernetes' limits,
+//! run the operator's function, serialize its answer. [`Call`] is the one
+//! record of a call, for logs and metrics.
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::hook::{CustomizeRequest, DecodeError, Hook, SyncRequest, decode_body};
+use crate::operator::{Context, Erased, HookError, Operator};
+use crate::operators::validate;
+
+/// A successful answer: the exact response body.
+#[derive(Debug)]
+pub struct Answer {
+    /// The JSON body to send.
+    pub body: Vec<u8>,
+    /// How many desired children or related rules the body holds.
+    pub children_out: usize,
+}
+
+/// The result of one hook call, with what is known of the request for logs.
+#[derive(Debug)]
+pub struct Call {
+    /// `namespace/name` of the parent, when the body got that far.
+    pub parent: Option<String>,
+    /// How many observed children (and related objects) the request carried.
+    pub children_in: usize,
+    /// The answer, or why there is none.
+    pub result: Result<Answer, HookError>,
+}
+
+/// Answers one hook call from its raw request body; `None` when the
+/// operator has no such hook. The body is freed as soon as it is decoded.
+pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Call> {
+    let erased = op.hook(hook)?;
+    let mut call = Call::new();
+    call.result = (|| match erased {
+        Erased::Composite(f) => {
+            let mut req: SyncRequest = decode_body(&body)?;
+            // Everything the operator reads is decoded: the body's memory
+            // goes back before the work begins.
+            drop(body);
+            call.parent = parent_ref(&req.parent);
+            served(op, hook).check(&req.parent)?;
+            call.children_in = req.children.len() + req.related.len();
+            // The route decides which hook this is, whatever the body says.
+            req.finalizing = hook == Hook::Finalize;
+            let answer = f(req, ctx)?;
+            Ok(Answer {
+                children_out: answer.children.len(),
+                body: to_body(&answer),
+            })
+        }
+        Erased::Customize(f) => {
+            let req: CustomizeRequest = decode_body(&body)?;
+            drop(body);
+            call.parent = parent_ref(&req.parent);
+            served(op, hook).check(&req.parent)?;
+            let answer = f(req, ctx)?;
+            Ok(Answer {
+                children_out: answer.related_resources.len(),
+                body: to_body(&answer),
+            })
+        }
+    })();
+    Some(call)
+}
+
+/// [`call`] on a borrowed body, for tests and tools that keep theirs.
+pub fn call_slice(op: &Operator, hook: Hook, body: &[u8], ctx: &Context) -> Option<Call> {
+    call(op, hook, Bytes::copy_from_slice(body), ctx)
+}
+
+fn served(op: &Operator, hook: Hook) -> Served {
+    Served {
+        route: format!("/{}/{hook}", op.name),
+        kind: op.kind.clone(),
+        api_version: op.api_version(),
+    }
+}
+
+impl Call {
+    fn new() -> Self {
+        Call {
+            parent: None,
+            children_in: 0,
+            result: Err(HookError::Decode(DecodeError::Malformed(String::new()))),
+        }
+    }
+}
+
+/// What a route serves: a parent of any other kind is refused before the
+/// operator sees it. Decoding alone would not notice (a Memcached's `spec`
+/// can look like a WebServer's), and the answer would be built for the
+/// wrong resource: a Memcached with `size: 0` posted to the WebServer route
+/// would drop every pod.
+struct Served {
+    route: String,
+    kind: String,
+    api_version: String,
+}
+
+impl Served {
+    fn check(&self, parent: &Value) -> Result<(), DecodeError> {
+        let field = |name: &str| parent.get(name).and_then(Value::as_str).unwrap_or("");
+        let (kind, api_version) = (field("kind"), field("apiVersion"));
+        if kind != self.kind || api_version != self.api_version {
+            return Err(DecodeError::Parent(format!(
+                "parent: kind {} of apiVersion {} is not served here; {} serves {} of {}",
+                validate::quote(kind),
+                validate::quote(api_version),
+                self.route,
+                self.kind,
+                self.api_version
+            )));
+        }
+        // Kubernetes' own limits, before any work: a name or namespace is
+        // repeated in every child and log line, so an oversized one (which no
+        // API server would have stored) must not multiply into the answer.
+        // Each operator checks its name more strictly.
+        let meta = parent.get("metadata");
+        let text = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str);
+        if let Some(namespace) = text("namespace") {
+            validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
+                .map_err(|e| DecodeError::Parent(e.to_string()))?;
+        }
+        if let Some(name) = text("name").filter(|n| n.len() > MAX_NAME) {
+            return Err(DecodeError::Parent(format!(
+                "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
+                validate::quote(name),
+                name.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Serializes an answer. Our own response types always serialize.
+fn to_body<T: Serialize>(answer: &T) -> Vec<u8> {
+    serde_json::to_vec(answer).expect("hook responses are plain JSON")
+}
+
+/// `namespace/name` (or `name`) of a parent, for logs.
+fn parent_ref(parent: &Value) -> Option<String> {
+    let meta = parent.get("metadata")?;
+    // Cut to Kubernetes' limits: this goes into every log line of the call,
+    // before the parent is validated.
+    let cut = |text: &str, max: usize| match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    };
+    let name = cut(meta.get("name")?.as_str()?, MAX_NAME);
+    Some(match meta.get("namespace").and_then(Value::as_str) {
+        Some(ns) => format!("{}/{name}", cut(ns, validate::MAX_LABEL_VALUE)),
+        None => name,
+    })
+}
+
+/// The longest object name Kubernetes stores (a DNS-1123 subdomain).
+const MAX_NAME: usize = 253;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Issue 10: a 1 MiB namespace made a 1,000 MiB WebServer answer, and
+    /// an 8 MiB name was echoed back in the 422 and the log line.
+    #[test]
+    fn regression_oversized_names_are_refused_before_any_work_and_never_echoed() {
+        let webserver = crate::operators::all()
+            .into_iter()
+            .find(|op| op.name == "webserver")
+            .unwrap();
+        let huge = "a".repeat(1 << 20);
+        for (field, meta) in [
+            (
+                "metadata.namespace",
+                json!({"name": "web", "namespace": huge}),
+            ),
+            ("metadata.name", json!({"name": huge, "namespace": "ns"})),
+            (
+                "metadata.namespace",
+                json!({"name": "web", "namespace": "Not_A_Label"}),
+            ),
+        ] {
+            let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
+                "metadata": meta, "spec": {"replicas": 1000}}, "children": {"Pod.v1": {}}});
+            let call = call_slice(
+                &webserver,
+                Hook::Sync,
+                body.to_string().as_bytes(),
+                &Context::fixed(),
+            )
+            .unwrap();
+            let err = call.result.unwrap_err().to_string();
+            assert!(
+                err.starts_with(field),
+                "{field}: {}",
+                &err[..err.len().min(200)]
+            );
+            assert!(err.len() < 300, "{field}: a {} byte message", err.len());
+            assert!(call.parent.unwrap().len() <= 253 + 1 + 63 + 2 * '…'.len_utf8());
+        }
+    }
+
+    #[test]
+    fn parent_ref_handles_cluster_scoped_and_missing_metadata() {
+        assert_eq!(
+            parent_ref(&json!({"metadata": {"name": "a", "namespace": "n"}})),
+            Some("n/a".into())
+        );
+        assert_eq!(
+            parent_ref(&json!({"metadata": {"name": "a"}})),
+            Some("a".into())
+        );
+        assert_eq!(parent_ref(&json!({})), None);
+    }
+}
