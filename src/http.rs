@@ -35,7 +35,7 @@ use axum::routing::{get, post};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use tracing::{Level, debug, info, warn};
+use tracing::{Level, debug, error, info, warn};
 
 use crate::hook::Hook;
 use crate::operator::{Context, HookError, Operator};
@@ -291,11 +291,16 @@ async fn hook_call(
     let parent = parent.as_deref().unwrap_or("-");
     let duration_ms = elapsed.as_secs_f64() * 1000.0;
     let status = status.as_u16();
-    // One line per call: info when answered, warn with the reason when not.
+    // One line per call: info when answered, warn with the reason when the
+    // caller must fix something, error when we failed (5xx).
     match detail {
         None => info!(
             operator = op_name, hook = %hook, parent, children_in, children_out,
             duration_ms, status, outcome, "hook call"
+        ),
+        Some(detail) if status >= 500 => error!(
+            operator = op_name, hook = %hook, parent, children_in, children_out,
+            duration_ms, status, outcome, detail, "hook call"
         ),
         Some(detail) => warn!(
             operator = op_name, hook = %hook, parent, children_in, children_out,

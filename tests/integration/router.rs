@@ -573,3 +573,90 @@ async fn metrics_show_every_series_before_any_call() {
         }
     }
 }
+
+/// A test-only operator on the WebServer route whose sync panics (a bug) or
+/// takes longer than the deadline, for the two 5xx classes.
+fn failing(
+    sync: opshooks::operator::SyncFn<opshooks::operators::webserver::WebServer>,
+) -> opshooks::http::AppState {
+    use opshooks::operator::{ControllerSpec, Operator};
+    let controller = ControllerSpec {
+        children: Vec::new(),
+        generate_selector: true,
+        resync_period_seconds: None,
+    };
+    let op = Operator::new::<opshooks::operators::webserver::WebServer>(
+        "webserver",
+        controller,
+        "nothing",
+    )
+    .sync(sync);
+    let limits = Limits {
+        request_timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    opshooks::http::AppState::new(vec![op], limits, std::sync::Arc::new(super::support::now))
+}
+
+#[tokio::test]
+async fn a_panicking_operator_is_500_and_a_slow_one_503() {
+    fn panics(
+        _: &opshooks::hook::SyncRequest<opshooks::operators::webserver::WebServer>,
+        _: &opshooks::operator::Context,
+    ) -> Result<opshooks::hook::SyncResponse, opshooks::operator::HookError> {
+        panic!("a bug in the operator")
+    }
+    fn sleeps(
+        _: &opshooks::hook::SyncRequest<opshooks::operators::webserver::WebServer>,
+        _: &opshooks::operator::Context,
+    ) -> Result<opshooks::hook::SyncResponse, opshooks::operator::HookError> {
+        // Blocking work cannot see a paused clock: this one really runs long.
+        std::thread::sleep(Duration::from_millis(600));
+        Ok(opshooks::hook::SyncResponse::default())
+    }
+    for (sync, status, says) in [
+        (
+            panics as opshooks::operator::SyncFn<_>,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "this is a bug in opshooks",
+        ),
+        (
+            sleeps,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "nothing was changed, Metacontroller will retry",
+        ),
+    ] {
+        let app = router(failing(sync));
+        let response = app
+            .clone()
+            .oneshot(post(
+                "/webserver/sync",
+                "application/json",
+                fixture("v1-first-sync"),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let problem: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["status"], status.as_u16());
+        assert!(
+            problem["detail"].as_str().unwrap().contains(says),
+            "{problem}"
+        );
+        let outcome = if status == StatusCode::SERVICE_UNAVAILABLE {
+            "timeout"
+        } else {
+            "internal"
+        };
+        let text = metrics_of(app).await;
+        let series = format!(
+            r#"opshooks_hook_requests_total{{hook="sync",operator="webserver",outcome="{outcome}"}} 1"#
+        );
+        assert!(text.contains(&series), "{series} in {text}");
+    }
+}
