@@ -195,6 +195,7 @@ def main():
     for name, (label, route, path, size) in written.items():
         print(f"{name:<20} {human(size):>9}  POST {route:<16} {path}")
     if len(args) == 3:
+        sys.dont_write_bytecode = True  # no __pycache__ in the repo
         import run  # the harness's server start and POST helpers
         with run.Server("opshooks", [args[2], "--listen", "{addr}"]) as server:
             for name, (label, route, path, size) in written.items():

@@ -417,6 +417,7 @@ def main():
     args.revision = revision()
     oha_version = subprocess.run([oha, "--version"], capture_output=True, text=True).stdout.strip()
     sys.path.insert(0, str(HERE))
+    sys.dont_write_bytecode = True  # no __pycache__ in the repo
     import payloads as payload_module
     payloads = payload_module.write(CACHE / "payloads")
     started = datetime.now(timezone.utc)
