@@ -89,7 +89,7 @@ pub struct SimulateArgs {
     /// The operator: webserver, memcached, backup or database.
     pub operator: String,
     /// The parent, as YAML or JSON (for example examples/database.yaml).
-    pub file: std::path::PathBuf,
+    pub file: PathBuf,
     /// An event to apply once the loop has settled, in order: spec.PATH=VALUE,
     /// delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE,
     /// unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME,
@@ -99,7 +99,7 @@ pub struct SimulateArgs {
     /// Objects that exist before the parent (YAML or JSON, one per file),
     /// such as the StatefulSet a Backup targets.
     #[arg(long = "with", value_name = "FILE")]
-    pub with: Vec<std::path::PathBuf>,
+    pub with: Vec<PathBuf>,
     /// Jobs whose runs fail from the start.
     #[arg(long = "fail-job", value_name = "NAME")]
     pub fail_job: Vec<String>,

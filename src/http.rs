@@ -436,6 +436,7 @@ const LARGE_BODY: usize = 1 << 20;
 /// and a blocking-pool thread may sit idle for a long time after a burst.
 fn release_memory() {
     #[cfg(feature = "mimalloc")]
+    #[allow(unsafe_code)]
     // SAFETY: mi_collect only walks this thread's own heap.
     unsafe {
         libmimalloc_sys::mi_collect(true);

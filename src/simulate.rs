@@ -759,7 +759,7 @@ impl<'a> Simulation<'a> {
     pub fn settle_checked(
         &mut self,
         max_steps: u32,
-        mut check: impl FnMut(&Simulation, &Step),
+        mut check: impl FnMut(&Simulation<'_>, &Step),
     ) -> (Vec<Step>, bool) {
         let mut steps: Vec<Step> = Vec::new();
         let mut quiet = 0;
@@ -912,7 +912,7 @@ mod tests {
         let (steps, settled) = sim.settle(30);
         assert!(settled);
         assert!(steps.iter().all(|s| s.violations.is_empty()), "{steps:?}");
-        let pods = |sim: &Simulation| {
+        let pods = |sim: &Simulation<'_>| {
             sim.cluster
                 .objects()
                 .filter(|(k, _)| k.kind == "Pod")
@@ -928,7 +928,7 @@ mod tests {
         let replaced = steps
             .iter()
             .flat_map(|s| &s.changes)
-            .filter(|c| c.verb == cluster::Verb::Deleted && c.key.kind == "Pod")
+            .filter(|c| c.verb == Verb::Deleted && c.key.kind == "Pod")
             .count();
         assert_eq!(replaced, 2, "each pod replaced once");
         let images: Vec<Value> = sim

@@ -39,7 +39,7 @@ impl<'de> DeserializeSeed<'de> for Unique<'_> {
 impl<'de> Visitor<'de> for Unique<'_> {
     type Value = ();
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
@@ -109,7 +109,7 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
         struct KeyVisitor;
         impl<'de> Visitor<'de> for KeyVisitor {
             type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("an object key")
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {

@@ -55,13 +55,13 @@ fn live(
     parent: Value,
     seed: u64,
     script: &[Scripted],
-    setup: impl Fn(&mut Simulation),
-    rule: impl Fn(&Seen) -> Result<(), String>,
+    setup: impl Fn(&mut Simulation<'_>),
+    rule: impl Fn(&Seen<'_>) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut sim = Simulation::new(op, parent, start(), seed)?;
     setup(&mut sim);
     let broken = RefCell::new(None::<String>);
-    let settle = |sim: &mut Simulation, what: &str| -> Result<(), String> {
+    let settle = |sim: &mut Simulation<'_>, what: &str| -> Result<(), String> {
         let mut before = sim.parent().cloned().unwrap_or(Value::Null);
         let mut before_cluster = sim.cluster.clone();
         let (_, settled) = sim.settle_checked(SETTLE, |sim, step| {
@@ -184,7 +184,7 @@ fn live(
     }
 }
 
-fn failed_jobs(sim: &Simulation) -> Vec<(String, String)> {
+fn failed_jobs(sim: &Simulation<'_>) -> Vec<(String, String)> {
     sim.cluster
         .objects()
         .filter(|(k, o)| {
@@ -249,7 +249,7 @@ proptest! {
         let op = operator("webserver");
         let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
             "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": replicas}});
-        let rule = |seen: &Seen| {
+        let rule = |seen: &Seen<'_>| {
             // A pod still wanted is replaced (left out, so deleted) only
             // while every other wanted pod was there and ready: at most one
             // is unavailable at a time.
@@ -296,7 +296,7 @@ proptest! {
         let op = operator("memcached");
         let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Memcached",
             "metadata": {"name": "cache", "namespace": "ns"}, "spec": {"size": size}});
-        let rule = |seen: &Seen| {
+        let rule = |seen: &Seen<'_>| {
             for kind in ["Deployment", "Service"] {
                 if let Some(key) = deleted_by_the_loop(seen.step, kind).next()
                     && !is_deleting(seen.before)
@@ -329,12 +329,12 @@ proptest! {
             "metadata": {"name": "nightly", "namespace": "ns"},
             "spec": {"schedule": "0 2 * * *", "target": {"kind": "StatefulSet", "name": "db"},
                      "destination": {"s3Bucket": "backups"}}});
-        let setup = |sim: &mut Simulation| {
+        let setup = |sim: &mut Simulation<'_>| {
             if target_first {
                 sim.cluster.create(target(), Actor::User);
             }
         };
-        let rule = |seen: &Seen| {
+        let rule = |seen: &Seen<'_>| {
             // The CronJob (and the backups it runs) goes only with the Backup.
             if let Some(key) = deleted_by_the_loop(seen.step, "CronJob").next()
                 && !is_deleting(seen.before)
@@ -368,14 +368,14 @@ proptest! {
             "metadata": {"name": "orders", "namespace": "ns"},
             "spec": {"version": version.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy,
                      "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}});
-        let rule = |seen: &Seen| database_rule(seen);
+        let rule = |seen: &Seen<'_>| database_rule(seen);
         let result = live(&op, parent, seed, &script, |_| {}, rule);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
 
 /// The Database's data-safety rules, for one step.
-fn database_rule(seen: &Seen) -> Result<(), String> {
+fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
     let sts_key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
     let sts = seen.sim.cluster.get(&sts_key);
     let released = |s: &Value| {
