@@ -354,10 +354,16 @@ def section(args, command, started, finished, loads, cells, table, start, payloa
         f"(goal under 16), start to /readyz {o['start'] * 1000:.0f} ms (goal under 100), binary "
         f"{o['binary'] / 1e6:.1f} MB (goal under 25).",
     ]
-    noisy = [(n, c, s, t[(n, c, s)]["spread"]) for n, c in keys for s in SERVERS if t[(n, c, s)]["spread"] > 0.2]
-    if noisy:
-        lines += ["", "Noisy cells (req/s of the rounds spread over more than 20% of their median): "
-                  + ", ".join(f"{payloads[n][0]} c{c} {s} ({sp:.0%})" for n, c, s, sp in noisy) + "."]
+    if args.rounds > 1:
+        noisy = sum(t[(n, c, s)]["spread"] > 0.2 for n, c in keys for s in SERVERS)
+        lines += ["", "Spread of req/s across the rounds, (max - min) / median; where it passes 20% (here "
+                  f"{noisy} of {len(keys) * len(SERVERS)} cells) the machine's other load moved that cell, and "
+                  "ratios near 1 say little:", "",
+                  "| payload | c | opshooks | floor | Python | Go |", "|---|---|---|---|---|---|"]
+        for name, (label, route, path, size) in payloads.items():
+            for c in CONCURRENCY:
+                lines.append(f"| {label} | {c} | "
+                             + " | ".join(f"{t[(name, c, s)]['spread']:.0%}" for s in SERVERS) + " |")
     failures = [(n, c, s, t[(n, c, s)]["not_ok"]) for n, c in keys for s in SERVERS if t[(n, c, s)]["not_ok"]]
     if failures:
         lines += ["", "Answers other than 200 (not counted): "
