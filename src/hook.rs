@@ -150,9 +150,10 @@ impl SyncRequest<Value> {
 /// strict decoder accepts it.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct SyncResponse {
+pub struct SyncResponse<S = Value> {
     /// The parent's whole new status; Metacontroller adds `observedGeneration`.
-    pub status: Value,
+    /// Operators answer their own status type; the wire carries JSON.
+    pub status: S,
     /// Every desired child, sorted; an observed child missing here is deleted.
     pub children: Vec<Value>,
     /// Asks Metacontroller to call again after this many seconds.
@@ -161,6 +162,19 @@ pub struct SyncResponse {
     /// On finalize: true once nothing is left to clean up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finalized: Option<bool>,
+}
+
+impl<S: Serialize> SyncResponse<S> {
+    /// The answer with its status as JSON, as the wire carries it (keys in
+    /// the order `serde_json` sorts them, as every golden answer has them).
+    pub fn into_untyped(self) -> SyncResponse {
+        SyncResponse {
+            status: serde_json::to_value(self.status).expect("statuses are plain JSON"),
+            children: self.children,
+            resync_after_seconds: self.resync_after_seconds,
+            finalized: self.finalized,
+        }
+    }
 }
 
 /// The body of a `customize` call.

@@ -85,7 +85,8 @@ impl InvalidSpec {
 }
 
 /// The pure function behind a composite `sync` or `finalize` hook.
-pub type SyncFn<P> = fn(&SyncRequest<P>, &Context) -> Result<SyncResponse, HookError>;
+pub type SyncFn<P, S = serde_json::Value> =
+    fn(&SyncRequest<P>, &Context) -> Result<SyncResponse<S>, HookError>;
 /// The pure function behind a `customize` hook.
 pub type CustomizeFn<P> =
     fn(&CustomizeRequest<P>, &Context) -> Result<CustomizeResponse, HookError>;
@@ -152,12 +153,18 @@ impl Operator {
     }
 
     /// Adds the `sync` hook.
-    pub fn sync<P: DeserializeOwned + 'static>(self, f: SyncFn<P>) -> Self {
+    pub fn sync<P: DeserializeOwned + 'static, S: Serialize + 'static>(
+        self,
+        f: SyncFn<P, S>,
+    ) -> Self {
         self.composite(Hook::Sync, f)
     }
 
     /// Adds the `finalize` hook.
-    pub fn finalize<P: DeserializeOwned + 'static>(self, f: SyncFn<P>) -> Self {
+    pub fn finalize<P: DeserializeOwned + 'static, S: Serialize + 'static>(
+        self,
+        f: SyncFn<P, S>,
+    ) -> Self {
         self.composite(Hook::Finalize, f)
     }
 
@@ -169,8 +176,14 @@ impl Operator {
         self
     }
 
-    fn composite<P: DeserializeOwned + 'static>(mut self, hook: Hook, f: SyncFn<P>) -> Self {
-        let erased = move |req: SyncRequest, ctx: &Context| f(&req.typed::<P>()?, ctx);
+    fn composite<P: DeserializeOwned + 'static, S: Serialize + 'static>(
+        mut self,
+        hook: Hook,
+        f: SyncFn<P, S>,
+    ) -> Self {
+        let erased = move |req: SyncRequest, ctx: &Context| {
+            f(&req.typed::<P>()?, ctx).map(SyncResponse::into_untyped)
+        };
         self.hooks.insert(hook, Erased::Composite(Box::new(erased)));
         self
     }

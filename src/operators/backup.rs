@@ -473,7 +473,10 @@ pub fn scheduled(meta: ObjectMeta, schedule: &Schedule<'_>, plan: &job::Plan<'_>
 }
 
 /// Desired CronJob and observed status of one Backup.
-pub fn sync(req: &SyncRequest<Backup>, ctx: &Context) -> Result<SyncResponse, HookError> {
+pub fn sync(
+    req: &SyncRequest<Backup>,
+    ctx: &Context,
+) -> Result<SyncResponse<BackupStatus>, HookError> {
     let b = &req.parent;
     validate(b)?;
     let observed_cron = req
@@ -500,7 +503,7 @@ pub fn sync(req: &SyncRequest<Backup>, ctx: &Context) -> Result<SyncResponse, Ho
     };
     let status = status(b, observed_cron.as_ref(), usable.as_ref(), &jobs, ctx);
     Ok(SyncResponse {
-        status: serde_json::to_value(status).expect("status serializes"),
+        status,
         children: sorted_children(children),
         ..SyncResponse::default()
     })

@@ -939,7 +939,10 @@ fn retention_applied(seen: &Observed, delete_volumes: bool) -> bool {
 }
 
 /// Desired children and observed status of one Database.
-pub fn sync(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, HookError> {
+pub fn sync(
+    req: &SyncRequest<Database>,
+    ctx: &Context,
+) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let db = &req.parent;
     validate(db)?;
     let seen = Observed::from_request(req)?;
@@ -950,7 +953,10 @@ pub fn sync(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, 
 /// Deletion: snapshot (under Snapshot), then remove the StatefulSet with
 /// its volumes (or without them, under Retain); finalized only when neither
 /// is observed any more.
-pub fn finalize(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncResponse, HookError> {
+pub fn finalize(
+    req: &SyncRequest<Database>,
+    ctx: &Context,
+) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let db = &req.parent;
     if let Err(invalid) = validate(db) {
         // Nothing of it is left: an invalid spec must not hold the deletion.
@@ -972,7 +978,7 @@ pub fn finalize(req: &SyncRequest<Database>, ctx: &Context) -> Result<SyncRespon
                 ..DatabaseStatus::default()
             };
             return Ok(SyncResponse {
-                status: serde_json::to_value(status).expect("status serializes"),
+                status,
                 children: vec![],
                 resync_after_seconds: None,
                 finalized: Some(true),
@@ -1000,7 +1006,7 @@ fn answer(
     plan: Plan,
     deletion: Option<&Deletion>,
     ctx: &Context,
-) -> Result<SyncResponse, HookError> {
+) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let finalizing = deletion.is_some();
     let built = children::build(db, seen, &plan, ctx)?;
     let status = status(db, seen, &plan, deletion, ctx);
@@ -1008,7 +1014,7 @@ fn answer(
     let finalized = finalizing && !plan.keep_statefulset && clean;
     let waiting = finalizing && !finalized || plan.upgrade.in_progress();
     Ok(SyncResponse {
-        status: serde_json::to_value(status).expect("status serializes"),
+        status,
         children: sorted_children(built),
         resync_after_seconds: waiting.then_some(WAIT_SECONDS),
         finalized: finalizing.then_some(finalized),

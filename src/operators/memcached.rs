@@ -153,12 +153,15 @@ pub fn customize(
 }
 
 /// Desired Deployment and Service, and the observed members.
-pub fn sync(req: &SyncRequest<Memcached>, ctx: &Context) -> Result<SyncResponse, HookError> {
+pub fn sync(
+    req: &SyncRequest<Memcached>,
+    ctx: &Context,
+) -> Result<SyncResponse<MemcachedStatus>, HookError> {
     let mc = &req.parent;
     let item_memory = validate(mc)?;
     let pods = req.related.of::<ObservedPod>()?;
     Ok(SyncResponse {
-        status: serde_json::to_value(status(mc, &pods, ctx)).expect("status serializes"),
+        status: status(mc, &pods, ctx),
         children: sorted_children(vec![
             child(&deployment(mc, item_memory)),
             child(&service(mc)),

@@ -122,13 +122,16 @@ pub fn operator() -> Operator {
 /// most one more pod is unavailable at a time, and a new pod that does not
 /// become ready stops the rollout there. A pod that ran to an end (evicted,
 /// failed) is left out too, so it is created anew.
-pub fn sync(req: &SyncRequest<WebServer>, ctx: &Context) -> Result<SyncResponse, HookError> {
+pub fn sync(
+    req: &SyncRequest<WebServer>,
+    ctx: &Context,
+) -> Result<SyncResponse<WebServerStatus>, HookError> {
     let ws = &req.parent;
     validate(ws)?;
     let observed = req.children.of::<ObservedPod>()?;
     let desired = desired_pods(ws, &observed).into_iter().map(|p| child(&p));
     Ok(SyncResponse {
-        status: serde_json::to_value(status(ws, &observed, ctx)).expect("status serializes"),
+        status: status(ws, &observed, ctx),
         children: sorted_children(desired.collect()),
         ..SyncResponse::default()
     })
