@@ -4,6 +4,7 @@
 //! and add one line to [`all`].
 
 pub mod backup;
+pub mod backup_job;
 pub mod common;
 pub mod database;
 pub mod memcached;

@@ -15,18 +15,20 @@
 //! the target returns. Deleting a Backup deletes its CronJob and never
 //! touches stored dumps.
 
-pub mod job;
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobTemplateSpec};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::backup_job::{
+    self as job, Credential, Destination, RunStatus, Schedule, Source, run_status, scheduled,
+    validate_destination,
+};
 use super::common::{child, sorted_children, standard_labels};
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
@@ -34,7 +36,6 @@ use crate::hook::{
     CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
 };
 use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
-pub use job::{Credential, Destination, Source};
 
 /// Label on every Job and pod of a Backup, naming it; customize selects by it.
 pub const LABEL_BACKUP: &str = "opshooks.io/backup";
@@ -149,20 +150,6 @@ pub enum TargetKind {
     StatefulSet,
 }
 
-/// The outcome of the most recent backup run.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum RunStatus {
-    /// The last run completed.
-    Succeeded,
-    /// The last run failed.
-    Failed,
-    /// A run is in progress.
-    Running,
-    /// No run was observed.
-    #[default]
-    None,
-}
-
 /// What was observed of a Backup's CronJob and runs.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
@@ -249,50 +236,6 @@ pub fn validate(b: &Backup) -> Result<(), InvalidSpec> {
         validate::in_range("spec.retentionDays", days.into(), 1, 36500)?;
     }
     validate::image("spec.uploadImage", &b.spec.upload_image)?;
-    Ok(())
-}
-
-/// Checks a destination; shared with operators that embed one.
-pub fn validate_destination(field: &str, d: &Destination) -> Result<(), InvalidSpec> {
-    let bucket = &d.s3_bucket;
-    let ok = (3..=63).contains(&bucket.len())
-        && bucket
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
-        && !bucket.starts_with(['.', '-'])
-        && !bucket.ends_with(['.', '-']);
-    if !ok {
-        return Err(InvalidSpec::new(
-            format!("{field}.s3Bucket"),
-            format!(
-                "{bucket:?} is not a valid bucket name; use 3 to 63 lower-case letters, digits, dots or dashes"
-            ),
-        ));
-    }
-    // The AWS CLI reads parameters starting with these from files or URLs;
-    // the scripts guard against it, and such a prefix is a mistake anyway.
-    let lower = d.s3_prefix.to_ascii_lowercase();
-    if ["file://", "fileb://", "http://", "https://"]
-        .iter()
-        .any(|scheme| lower.starts_with(scheme))
-    {
-        return Err(InvalidSpec::new(
-            format!("{field}.s3Prefix"),
-            format!(
-                "{:?} looks like a URL; write a plain key prefix like nightly/",
-                d.s3_prefix
-            ),
-        ));
-    }
-    if d.s3_prefix.starts_with('/') || d.s3_prefix.chars().any(char::is_control) {
-        return Err(InvalidSpec::new(
-            format!("{field}.s3Prefix"),
-            format!(
-                "{:?} must not start with '/' or contain control characters; write it like nightly/",
-                d.s3_prefix
-            ),
-        ));
-    }
     Ok(())
 }
 
@@ -434,44 +377,6 @@ pub fn cron_job(b: &Backup, source: &Source, suspend: bool) -> CronJob {
     scheduled(meta, &schedule, &plan)
 }
 
-/// When a backup CronJob runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Schedule<'a> {
-    /// 5-field cron or a macro.
-    pub cron: &'a str,
-    /// IANA time zone.
-    pub time_zone: Option<&'a str>,
-    /// Whether scheduling is paused.
-    pub suspend: bool,
-    /// Successful and failed Jobs to keep.
-    pub history: (i32, i32),
-}
-
-/// A CronJob running the backup job on a schedule: never two runs at once,
-/// a run missed by more than an hour skipped rather than run late.
-pub fn scheduled(meta: ObjectMeta, schedule: &Schedule<'_>, plan: &job::Plan<'_>) -> CronJob {
-    CronJob {
-        metadata: meta,
-        spec: Some(CronJobSpec {
-            schedule: schedule.cron.to_string(),
-            time_zone: schedule.time_zone.map(String::from),
-            suspend: Some(schedule.suspend),
-            concurrency_policy: Some("Forbid".to_string()),
-            starting_deadline_seconds: Some(3600),
-            successful_jobs_history_limit: Some(schedule.history.0),
-            failed_jobs_history_limit: Some(schedule.history.1),
-            job_template: JobTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(plan.labels.clone()),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(job::job_spec(plan)),
-            },
-        }),
-        status: None,
-    }
-}
-
 /// Desired CronJob and observed status of one Backup.
 pub fn sync(
     req: &SyncRequest<Backup>,
@@ -534,24 +439,6 @@ fn built_with(b: &Backup, cron: &CronJob) -> Result<Source, HookError> {
 
 fn time(t: &Option<Time>) -> Option<String> {
     t.as_ref().map(|t| format_time(t.0))
-}
-
-/// The outcome of one Job.
-pub fn run_status(job: &Job) -> RunStatus {
-    let status = job.status.as_ref();
-    let has = |type_: &str| {
-        status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
-    };
-    if has("Complete") {
-        RunStatus::Succeeded
-    } else if has("Failed") {
-        RunStatus::Failed
-    } else {
-        // Created and not finished: pending or active.
-        RunStatus::Running
-    }
 }
 
 /// The most recent of several Jobs: latest creation, then name.

@@ -29,7 +29,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::backup::{self, RunStatus, validate_destination};
+use super::backup_job::{self, RunStatus, validate_destination};
 use super::common::{is_ready, sorted_children};
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
@@ -38,7 +38,7 @@ use crate::hook::{
     SyncResponse,
 };
 use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
-pub use backup::Destination;
+pub use backup_job::Destination;
 
 /// Label on every object of a Database, naming it; customize selects by it.
 pub const LABEL_DATABASE: &str = "opshooks.io/database";
@@ -553,7 +553,7 @@ impl Observed {
 
     /// The outcome of one of our Jobs, if it exists.
     pub fn job(&self, name: &str) -> Option<RunStatus> {
-        self.jobs.get(name).map(backup::run_status)
+        self.jobs.get(name).map(backup_job::run_status)
     }
 
     /// The pod of instance `index`, if it exists and is ready.
@@ -842,7 +842,7 @@ impl Deletion {
         let succeeded = seen
             .jobs
             .get(&jobs::snapshot(db))
-            .filter(|j| backup::run_status(j) == RunStatus::Succeeded);
+            .filter(|j| backup_job::run_status(j) == RunStatus::Succeeded);
         let observed = succeeded.map(|job| {
             job.status
                 .as_ref()

@@ -1,6 +1,6 @@
 """The backup job's two shell scripts, run for real.
 
-src/operators/backup/dump.sh and upload.sh run here exactly as the backup
+src/operators/backup_job/dump.sh and upload.sh run here exactly as the backup
 pod runs them: each as `/bin/sh -c <script text>` (the text read from its
 real path in src/ for every run), the two at the same time, meeting on a
 FIFO in a shared WORK_DIR, each with only its own container's environment
@@ -32,7 +32,7 @@ import boto3
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BACKUP_DIR = REPO / "src" / "operators" / "backup"
+BACKUP_DIR = REPO / "src" / "operators" / "backup_job"
 DUMP_SH = BACKUP_DIR / "dump.sh"
 UPLOAD_SH = BACKUP_DIR / "upload.sh"
 

@@ -25,8 +25,7 @@ use super::{
     Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name, jobs, name, namespace,
 };
 use crate::operator::{Context, HookError};
-use crate::operators::backup::job::{self as backup_job, Credential, Source};
-use crate::operators::backup::{self, Schedule};
+use crate::operators::backup_job::{self, Credential, Schedule, Source};
 use crate::operators::common::{
     child, is_ready, restricted_container, restricted_pod, selector_labels, standard_labels,
 };
@@ -650,7 +649,7 @@ pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::b
         suspend: false,
         history: (3, 3),
     };
-    Some(backup::scheduled(
+    Some(backup_job::scheduled(
         meta(db, format!("{}-backup", name(db))),
         &schedule,
         &job_plan,

@@ -1,17 +1,19 @@
 //! The backup job: one pod that dumps a PostgreSQL database and streams it,
 //! compressed, to S3, then prunes old dumps. Shared by the Backup operator's
 //! CronJob and the Database operator's scheduled, pre-upgrade and
-//! pre-delete backups, so there is one backup procedure to review and test.
+//! pre-delete backups, so there is one backup procedure to review and test:
+//! where dumps go ([`Destination`]), the Job itself ([`job_spec`]), its
+//! schedule ([`scheduled`]) and how a run ended ([`run_status`]).
 //!
 //! Two containers share a FIFO on an emptyDir: `dump` runs pg_dump from the
 //! database's own image (so the client matches the server's major version),
-//! `upload` runs the AWS CLI. The scripts (`dump.sh`, `upload.sh` beside
-//! this file) are constant text: every user value reaches them through the
+//! `upload` runs the AWS CLI. The scripts (`backup_job/dump.sh`,
+//! `backup_job/upload.sh`) are constant text: every user value reaches them through the
 //! environment, so nothing a user writes can be read as shell.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::JobSpec;
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
     SecretKeySelector, Volume, VolumeMount,
@@ -20,12 +22,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::operator::InvalidSpec;
 use crate::operators::common::{restricted_container, restricted_pod};
 
 /// The dump side of the backup pod.
-pub const DUMP_SCRIPT: &str = include_str!("dump.sh");
+pub const DUMP_SCRIPT: &str = include_str!("backup_job/dump.sh");
 /// The upload side of the backup pod.
-pub const UPLOAD_SCRIPT: &str = include_str!("upload.sh");
+pub const UPLOAD_SCRIPT: &str = include_str!("backup_job/upload.sh");
 /// The AWS CLI image the upload side runs when none is given.
 pub const DEFAULT_UPLOAD_IMAGE: &str = "amazon/aws-cli:2.27.0";
 /// Where the two containers meet.
@@ -288,6 +291,120 @@ pub fn job_spec(plan: &Plan<'_>) -> JobSpec {
         active_deadline_seconds: Some(plan.active_deadline_seconds),
         template: pod_template(plan),
         ..JobSpec::default()
+    }
+}
+
+/// Checks a destination; shared by every operator that embeds one.
+pub fn validate_destination(field: &str, d: &Destination) -> Result<(), InvalidSpec> {
+    let bucket = &d.s3_bucket;
+    let ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        && !bucket.starts_with(['.', '-'])
+        && !bucket.ends_with(['.', '-']);
+    if !ok {
+        return Err(InvalidSpec::new(
+            format!("{field}.s3Bucket"),
+            format!(
+                "{bucket:?} is not a valid bucket name; use 3 to 63 lower-case letters, digits, dots or dashes"
+            ),
+        ));
+    }
+    // The AWS CLI reads parameters starting with these from files or URLs;
+    // the scripts guard against it, and such a prefix is a mistake anyway.
+    let lower = d.s3_prefix.to_ascii_lowercase();
+    if ["file://", "fileb://", "http://", "https://"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+    {
+        return Err(InvalidSpec::new(
+            format!("{field}.s3Prefix"),
+            format!(
+                "{:?} looks like a URL; write a plain key prefix like nightly/",
+                d.s3_prefix
+            ),
+        ));
+    }
+    if d.s3_prefix.starts_with('/') || d.s3_prefix.chars().any(char::is_control) {
+        return Err(InvalidSpec::new(
+            format!("{field}.s3Prefix"),
+            format!(
+                "{:?} must not start with '/' or contain control characters; write it like nightly/",
+                d.s3_prefix
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The outcome of the most recent backup run.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum RunStatus {
+    /// The last run completed.
+    Succeeded,
+    /// The last run failed.
+    Failed,
+    /// A run is in progress.
+    Running,
+    /// No run was observed.
+    #[default]
+    None,
+}
+
+/// When a backup CronJob runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule<'a> {
+    /// 5-field cron or a macro.
+    pub cron: &'a str,
+    /// IANA time zone.
+    pub time_zone: Option<&'a str>,
+    /// Whether scheduling is paused.
+    pub suspend: bool,
+    /// Successful and failed Jobs to keep.
+    pub history: (i32, i32),
+}
+
+/// A CronJob running the backup job on a schedule: never two runs at once,
+/// a run missed by more than an hour skipped rather than run late.
+pub fn scheduled(meta: ObjectMeta, schedule: &Schedule<'_>, plan: &Plan<'_>) -> CronJob {
+    CronJob {
+        metadata: meta,
+        spec: Some(CronJobSpec {
+            schedule: schedule.cron.to_string(),
+            time_zone: schedule.time_zone.map(String::from),
+            suspend: Some(schedule.suspend),
+            concurrency_policy: Some("Forbid".to_string()),
+            starting_deadline_seconds: Some(3600),
+            successful_jobs_history_limit: Some(schedule.history.0),
+            failed_jobs_history_limit: Some(schedule.history.1),
+            job_template: JobTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(plan.labels.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(job_spec(plan)),
+            },
+        }),
+        status: None,
+    }
+}
+
+/// The outcome of one Job.
+pub fn run_status(job: &Job) -> RunStatus {
+    let status = job.status.as_ref();
+    let has = |type_: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+    };
+    if has("Complete") {
+        RunStatus::Succeeded
+    } else if has("Failed") {
+        RunStatus::Failed
+    } else {
+        // Created and not finished: pending or active.
+        RunStatus::Running
     }
 }
 
