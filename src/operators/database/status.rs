@@ -1,0 +1,344 @@
+//! The Database's status from what was observed and the plan made from it.
+
+use super::*;
+
+/// The status from the observed state and the plan made from it.
+pub fn status(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    deletion: Option<&Deletion>,
+    ctx: &Context,
+) -> DatabaseStatus {
+    let finalizing = deletion.is_some();
+    let sts_status = seen.statefulset.as_ref().and_then(|s| s.status.as_ref());
+    let replicas = sts_status.map_or(0, |s| s.replicas);
+    let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let instances = db.spec.size.instances();
+    let init = seen.job(&jobs::init(db));
+    let initialized = initialized(db, init);
+    let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
+    let ready = phase == Phase::Running;
+    let ready_condition = ready_condition(seen, phase, finalizing, ready_replicas, instances);
+    let backup_scheduled = backup_scheduled(db, seen);
+    let upgrading_condition = upgrading_condition(db, plan);
+    let mut observations = vec![
+        ready_condition,
+        initialized,
+        backup_scheduled,
+        upgrading_condition,
+    ];
+    if let Some(deletion) = deletion {
+        observations.push(snapshotted(db, seen, deletion));
+    }
+    let previous = db
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    DatabaseStatus {
+        phase,
+        ready,
+        endpoint: Some(endpoint(db)),
+        // Carried over while the StatefulSet is missing: the status is where
+        // the major the volumes hold is remembered (see `running`).
+        version: seen
+            .running()
+            .or_else(|| reported_version(db))
+            .map(|m| m.as_str().to_string()),
+        replicas,
+        ready_replicas,
+        last_backup_time: seen
+            .cron_job
+            .as_ref()
+            .and_then(|c| c.status.as_ref()?.last_successful_time.as_ref())
+            .map(|t| format_time(t.0)),
+        snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
+        conditions: conditions::reconcile(previous, observations, db.metadata.generation, ctx.now),
+        observed_generation: None,
+    }
+}
+
+/// While deleting: whether the data was snapshotted, or why not yet.
+pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -> Observation {
+    let job = jobs::snapshot(db);
+    let condition = |status: ConditionStatus, reason, message: String| {
+        Observation::new("Snapshotted", status, reason, message)
+    };
+    match db.spec.deletion_policy {
+        DeletionPolicy::Retain => condition(
+            ConditionStatus::False,
+            "Retained",
+            "deletionPolicy Retain: the volumes are kept".into(),
+        ),
+        DeletionPolicy::Delete => condition(
+            ConditionStatus::False,
+            "NotRequested",
+            "deletionPolicy Delete: no snapshot".into(),
+        ),
+        DeletionPolicy::Snapshot => match (&deletion.snapshot_time, seen.job(&job)) {
+            (Some(at), _) => condition(
+                ConditionStatus::True,
+                "Snapshotted",
+                format!("job {job} stored the final snapshot at {at}"),
+            ),
+            (None, Some(RunStatus::Failed)) => condition(
+                ConditionStatus::False,
+                "SnapshotFailed",
+                format!(
+                    "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
+                ),
+            ),
+            (None, None) if seen.statefulset.is_some() && !seen.is_instance_ready(db, 0) => {
+                condition(
+                    ConditionStatus::Unknown,
+                    "WaitingForPrimary",
+                    format!(
+                        "job {job} takes the final snapshot once the primary is ready; nothing is deleted meanwhile"
+                    ),
+                )
+            }
+            (None, None) if seen.statefulset.is_none() => {
+                let volumes: Vec<&str> = seen
+                    .volumes
+                    .iter()
+                    .filter_map(|v| v.metadata.name.as_deref())
+                    .collect();
+                condition(
+                    ConditionStatus::False,
+                    "NothingToSnapshot",
+                    if volumes.is_empty() {
+                        "the StatefulSet is gone and no volume is left: nothing to snapshot".into()
+                    } else {
+                        format!(
+                            "the StatefulSet is gone and no snapshot is recorded; nothing is created again while deleting; volumes {} go with the StatefulSet's retention policy, or by hand once copied",
+                            volumes.join(", ")
+                        )
+                    },
+                )
+            }
+            _ => condition(
+                ConditionStatus::Unknown,
+                "SnapshotRunning",
+                format!("job {job} takes the final snapshot"),
+            ),
+        },
+    }
+}
+
+/// `Initialized`: how the one-time setup Job went.
+fn initialized(db: &Database, init: Option<RunStatus>) -> Observation {
+    match init {
+        Some(RunStatus::Succeeded) => Observation::new(
+            "Initialized",
+            true,
+            "Initialized",
+            format!("database {:?} and its user are in place", database_name(db)),
+        ),
+        Some(RunStatus::Failed) => Observation::new(
+            "Initialized",
+            false,
+            "InitFailed",
+            format!(
+                "job {} failed; see kubectl logs job/{}",
+                jobs::init(db),
+                jobs::init(db)
+            ),
+        ),
+        Some(_) => Observation::new(
+            "Initialized",
+            false,
+            "Initializing",
+            format!("job {} is running", jobs::init(db)),
+        ),
+        None => Observation::new(
+            "Initialized",
+            false,
+            "WaitingForPrimary",
+            "the initial configuration runs once the primary is ready",
+        ),
+    }
+}
+
+/// `Ready`: whether every instance serves, or what it waits for.
+fn ready_condition(
+    seen: &Observed,
+    phase: Phase,
+    finalizing: bool,
+    ready_replicas: i32,
+    instances: i32,
+) -> Observation {
+    let ready = phase == Phase::Running;
+    let leftover: Vec<String> = seen
+        .volumes
+        .iter()
+        .filter_map(|v| v.metadata.name.clone())
+        .collect();
+    if finalizing && seen.statefulset.is_none() && !leftover.is_empty() {
+        Observation::new(
+            "Ready",
+            false,
+            "WaitingForVolumes",
+            format!(
+                "waiting for volumes {} to be deleted; a volume the StatefulSet never owned (scaled away, never ready) must be deleted by hand",
+                leftover.join(", ")
+            ),
+        )
+    } else if ready {
+        Observation::new(
+            "Ready",
+            true,
+            "Running",
+            format!("{ready_replicas} of {instances} instances are ready"),
+        )
+    } else {
+        Observation::new(
+            "Ready",
+            false,
+            "NotReady",
+            format!("phase {phase:?}: {ready_replicas} of {instances} instances are ready"),
+        )
+    }
+}
+
+/// `BackupScheduled`: whether scheduled backups are asked for and set up.
+fn backup_scheduled(db: &Database, seen: &Observed) -> Observation {
+    match &db.spec.backup {
+        Some(b) if b.enabled => match &seen.cron_job {
+            Some(_) => Observation::new(
+                "BackupScheduled",
+                true,
+                "Scheduled",
+                format!(
+                    "backups run on schedule {:?}",
+                    b.schedule.as_deref().unwrap_or_default()
+                ),
+            ),
+            None => Observation::new(
+                "BackupScheduled",
+                false,
+                "CronJobPending",
+                "the backup CronJob is being created",
+            ),
+        },
+        _ => Observation::new(
+            "BackupScheduled",
+            false,
+            "Disabled",
+            "spec.backup.enabled is false",
+        ),
+    }
+}
+
+/// `Upgrading`: where the upgrade the plan is in stands.
+fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
+    match plan.upgrade {
+        Upgrade::None => Observation::new(
+            "Upgrading",
+            false,
+            "UpToDate",
+            format!("running PostgreSQL {}", plan.version.as_str()),
+        ),
+        Upgrade::NoDestination { to } => Observation::new(
+            "Upgrading",
+            false,
+            "NoBackupDestination",
+            format!(
+                "upgrading to {} needs a pre-upgrade backup: set spec.backup.destination; {} keeps running",
+                to.as_str(),
+                plan.version.as_str()
+            ),
+        ),
+        Upgrade::BackingUp { to } => Observation::new(
+            "Upgrading",
+            true,
+            "BackingUp",
+            format!(
+                "job {} takes the pre-upgrade backup",
+                jobs::pre_upgrade(db, to)
+            ),
+        ),
+        Upgrade::BackupFailed { to } => Observation::new(
+            "Upgrading",
+            false,
+            "PreUpgradeBackupFailed",
+            format!(
+                "job {} failed; {} keeps running; delete the job to retry",
+                jobs::pre_upgrade(db, to),
+                plan.version.as_str()
+            ),
+        ),
+        Upgrade::Stopping { to } => Observation::new(
+            "Upgrading",
+            true,
+            "Stopping",
+            format!(
+                "stopping {} so job {} can restore into {}",
+                plan.version.as_str(),
+                jobs::upgrade(db, to),
+                to.as_str()
+            ),
+        ),
+        Upgrade::Restoring { to } => Observation::new(
+            "Upgrading",
+            true,
+            "Restoring",
+            format!(
+                "job {} restores the pre-upgrade backup into {}",
+                jobs::upgrade(db, to),
+                to.as_str()
+            ),
+        ),
+        Upgrade::Starting { to } => Observation::new(
+            "Upgrading",
+            true,
+            "Starting",
+            format!("the restore into {} succeeded; starting it", to.as_str()),
+        ),
+        Upgrade::RestoreFailed { to } => Observation::new(
+            "Upgrading",
+            false,
+            "UpgradeFailed",
+            format!(
+                "job {} failed; {} serves again with its data untouched; delete the job to retry",
+                jobs::upgrade(db, to),
+                plan.version.as_str()
+            ),
+        ),
+    }
+}
+
+/// The phase: deleting, upgrading, creating, initializing, running, or
+/// degraded when none of these holds.
+fn phase(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    init: Option<RunStatus>,
+    finalizing: bool,
+    (replicas, ready_replicas): (i32, i32),
+) -> Phase {
+    let instances = db.spec.size.instances();
+    let upgrade_failed = matches!(
+        plan.upgrade,
+        Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
+    );
+    let primary_ready = seen.is_instance_ready(db, 0);
+    if finalizing {
+        Phase::Deleting
+    } else if plan.upgrade.in_progress() {
+        Phase::Upgrading
+    } else if seen.statefulset.is_none() || (init.is_none() && !primary_ready) {
+        Phase::Creating
+    } else if init != Some(RunStatus::Succeeded) {
+        if init == Some(RunStatus::Failed) {
+            Phase::Degraded
+        } else {
+            Phase::Initializing
+        }
+    } else if ready_replicas >= instances && replicas == instances && !upgrade_failed {
+        Phase::Running
+    } else {
+        Phase::Degraded
+    }
+}
