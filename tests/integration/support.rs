@@ -70,23 +70,14 @@ pub fn assert_matches_file(path: &Path, got: &str) {
     }
 }
 
+/// A unified diff of two texts, three lines of context, cut to 200 lines.
 fn line_diff(want: &str, got: &str) -> String {
-    let (w, g): (Vec<_>, Vec<_>) = (want.lines().collect(), got.lines().collect());
-    let mut out = String::new();
-    let mut shown = 0;
-    for i in 0..w.len().max(g.len()) {
-        let (a, b) = (w.get(i), g.get(i));
-        if a != b && shown < 40 {
-            if let Some(a) = a {
-                out.push_str(&format!("-{}: {a}\n", i + 1));
-            }
-            if let Some(b) = b {
-                out.push_str(&format!("+{}: {b}\n", i + 1));
-            }
-            shown += 1;
-        }
-    }
-    out
+    let diff = similar::TextDiff::from_lines(want, got)
+        .unified_diff()
+        .context_radius(3)
+        .header("want", "got")
+        .to_string();
+    diff.lines().take(200).collect::<Vec<_>>().join("\n")
 }
 
 /// The operator registered under `name`.
