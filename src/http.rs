@@ -19,7 +19,7 @@ mod server;
 pub mod tls;
 
 pub use admission::RETRY_AFTER_SECONDS;
-pub use error::Problem;
+pub use error::{Problem, Refusal};
 pub use server::{ServeOptions, serve};
 
 use std::sync::Arc;
@@ -38,7 +38,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::{Level, debug, error, info, warn};
 
 use crate::hook::Hook;
-use crate::operator::{Context, HookError, Operator};
+use crate::operator::{Context, Operator};
 use adapter::Call;
 use admission::Admission;
 use metrics::Metrics;
@@ -225,7 +225,7 @@ async fn not_found(State(state): State<AppState>, uri: Uri) -> Problem {
                 .join(", ")
         ),
     };
-    Problem::new(StatusCode::NOT_FOUND, detail)
+    Problem::from(Refusal::NotFound(detail))
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> Response {
@@ -235,10 +235,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     } else {
         "GET"
     };
-    let problem = Problem::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("{method} is not allowed on {}; use {allowed}", uri.path()),
-    );
+    let problem = Problem::from(Refusal::MethodNotAllowed(format!(
+        "{method} is not allowed on {}; use {allowed}",
+        uri.path()
+    )));
     ([(header::ALLOW, allowed)], problem).into_response()
 }
 
@@ -311,7 +311,7 @@ async fn hook_call(
 }
 
 /// A refused call: the problem, and the parent and input size if known.
-type Refusal = (Problem, Option<String>, usize);
+type Declined = (Problem, Option<String>, usize);
 
 /// What is known of an answered call, for the log line.
 struct Done {
@@ -327,7 +327,7 @@ async fn answer(
     headers: &HeaderMap,
     body: Body,
     started: Instant,
-) -> Result<(Done, Bytes), Refusal> {
+) -> Result<(Done, Bytes), Declined> {
     let refuse = |problem: Problem| (problem, None, 0);
     if let Some(token) = &state.token {
         auth::check(token, headers).map_err(refuse)?;
@@ -358,10 +358,9 @@ async fn answer(
         debug!(body = %redacted(&bytes), "hook request");
     }
     let ctx = Context::fresh((state.clock)()).map_err(|err| {
-        refuse(Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("no randomness from the operating system: {err}"),
-        ))
+        refuse(Problem::from(Refusal::Bug(format!(
+            "no randomness from the operating system: {err}"
+        ))))
     })?;
     let ticket = state
         .admission
@@ -389,21 +388,15 @@ async fn answer(
     }
     let call = match call {
         Err(_) => {
-            return Err(refuse(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
-                    limits.request_timeout.as_secs_f64()
-                ),
-            )));
+            return Err(refuse(Problem::from(Refusal::Deadline(format!(
+                "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
+                limits.request_timeout.as_secs_f64()
+            )))));
         }
         Ok(Err(join)) => {
-            return Err(refuse(Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!(
-                    "the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"
-                ),
-            )));
+            return Err(refuse(Problem::from(Refusal::Bug(format!(
+                "the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"
+            )))));
         }
         Ok(Ok(call)) => call,
     };
@@ -470,22 +463,6 @@ fn redact(value: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(redact),
         _ => {}
-    }
-}
-
-impl Problem {
-    /// The answer to a failed hook call: 400 for an undecodable body, 422 for
-    /// a spec the operator cannot act on.
-    pub fn from_hook_error(err: &HookError) -> Problem {
-        use crate::hook::DecodeError;
-        let status = match err {
-            HookError::Decode(DecodeError::Malformed(_)) => StatusCode::BAD_REQUEST,
-            HookError::Decode(DecodeError::Parent(_)) | HookError::Invalid(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            HookError::Unsafe(_) => StatusCode::CONFLICT,
-        };
-        Problem::new(status, err.to_string())
     }
 }
 

@@ -11,10 +11,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::error::Problem;
+use super::error::{Problem, Refusal};
 
 /// Seconds a refused caller is asked to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
@@ -60,12 +59,9 @@ impl Admission {
     /// body may be when it does not say), or 429.
     pub fn enter(&self, size: u64) -> Result<Ticket, Problem> {
         let full = |what: String| {
-            Problem::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "{what}, the most this server takes; retry after {RETRY_AFTER_SECONDS} s (Metacontroller does), or raise --max-concurrent-hooks, --max-queued-hooks or --max-buffered-bytes"
-                ),
-            )
+            Problem::from(Refusal::Overloaded(format!(
+                "{what}, the most this server takes; retry after {RETRY_AFTER_SECONDS} s (Metacontroller does), or raise --max-concurrent-hooks, --max-queued-hooks or --max-buffered-bytes"
+            )))
         };
         let place = Arc::clone(&self.places).try_acquire_owned().map_err(|_| {
             full(format!(
@@ -104,13 +100,10 @@ impl Admission {
                 ticket._worker = Some(worker);
                 Ok(ticket)
             }
-            _ => Err(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "no worker was free before the deadline ({} computing); nothing was changed, Metacontroller will retry",
-                    self.concurrent
-                ),
-            )),
+            _ => Err(Problem::from(Refusal::Deadline(format!(
+                "no worker was free before the deadline ({} computing); nothing was changed, Metacontroller will retry",
+                self.concurrent
+            )))),
         }
     }
 }
@@ -123,6 +116,7 @@ fn kib(bytes: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
     use std::time::Duration;
 
     #[tokio::test]
@@ -162,6 +156,7 @@ mod tests {
 #[cfg(test)]
 mod budget {
     use super::*;
+    use axum::http::StatusCode;
 
     #[test]
     fn large_bodies_share_the_byte_budget_and_small_ones_still_enter() {

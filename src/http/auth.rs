@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use subtle::ConstantTimeEq;
 
-use super::error::Problem;
+use super::error::{Problem, Refusal};
 use super::reload::Reloading;
 
 /// The token every protected route requires, reloaded when its file changes.
@@ -65,13 +65,14 @@ pub fn check(token: &Arc<Token>, headers: &HeaderMap) -> Result<(), Problem> {
 }
 
 fn unauthorized(detail: &str) -> Problem {
-    Problem::new(StatusCode::UNAUTHORIZED, detail)
+    Problem::from(Refusal::Unauthorized(detail.into()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+    use axum::http::StatusCode;
 
     fn token() -> Arc<Token> {
         let dir = tempfile::tempdir().unwrap();

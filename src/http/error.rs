@@ -1,4 +1,4 @@
-//! Errors as HTTP answers: the one place that decides status codes, and the
+//! Errors as HTTP answers: [`Refusal`], the one place that decides status codes, and the
 //! checks that come before a body reaches an operator (content type, size,
 //! read deadline).
 //!
@@ -12,6 +12,9 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+
+use crate::hook::DecodeError;
+use crate::operator::HookError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -35,10 +38,100 @@ pub struct Problem {
 /// The longest `detail` a problem carries.
 pub const MAX_DETAIL_CHARS: usize = 1024;
 
+/// Why a request is refused: every refusal the server makes, each with its
+/// status code. This is the one place that picks status codes; a refusal
+/// becomes a [`Problem`] (and a response) through `From`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    /// 400: the body is not JSON, lacks a field, repeats a key, or cannot be read.
+    Malformed(String),
+    /// 401: the bearer token is missing or wrong.
+    Unauthorized(String),
+    /// 404: no such route.
+    NotFound(String),
+    /// 405: the route takes another method.
+    MethodNotAllowed(String),
+    /// 408: the body did not arrive in time.
+    BodyTimeout(String),
+    /// 409: the observed state leaves a decision that could lose data open.
+    Unsafe(String),
+    /// 413: the body is over the limit.
+    TooLarge(String),
+    /// 415: the body is not sent as JSON.
+    NotJson(String),
+    /// 422: the parent's spec, name or kind cannot be acted on.
+    Invalid(String),
+    /// 429: every place for a call is taken.
+    Overloaded(String),
+    /// 500: a bug in opshooks.
+    Bug(String),
+    /// 503: no answer before the deadline.
+    Deadline(String),
+}
+
+impl Refusal {
+    /// The status code of this refusal.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::Malformed(_) => StatusCode::BAD_REQUEST,
+            Refusal::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Refusal::NotFound(_) => StatusCode::NOT_FOUND,
+            Refusal::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Refusal::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::Unsafe(_) => StatusCode::CONFLICT,
+            Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::NotJson(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Refusal::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Refusal::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::Bug(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Refusal::Deadline(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl From<&HookError> for Refusal {
+    /// An operator's refusal: 400 for an undecodable body, 422 for a spec it
+    /// cannot act on, 409 when acting could lose data.
+    fn from(err: &HookError) -> Self {
+        let detail = err.to_string();
+        match err {
+            HookError::Decode(DecodeError::Malformed(_)) => Refusal::Malformed(detail),
+            HookError::Decode(DecodeError::Parent(_)) | HookError::Invalid(_) => {
+                Refusal::Invalid(detail)
+            }
+            HookError::Unsafe(_) => Refusal::Unsafe(detail),
+        }
+    }
+}
+
+impl From<Refusal> for Problem {
+    fn from(refusal: Refusal) -> Self {
+        let status = refusal.status();
+        let (Refusal::Malformed(detail)
+        | Refusal::Unauthorized(detail)
+        | Refusal::NotFound(detail)
+        | Refusal::MethodNotAllowed(detail)
+        | Refusal::BodyTimeout(detail)
+        | Refusal::Unsafe(detail)
+        | Refusal::TooLarge(detail)
+        | Refusal::NotJson(detail)
+        | Refusal::Invalid(detail)
+        | Refusal::Overloaded(detail)
+        | Refusal::Bug(detail)
+        | Refusal::Deadline(detail)) = refusal;
+        Problem::new(status, detail)
+    }
+}
+
 impl Problem {
+    /// The answer to a failed hook call (see `From<&HookError> for Refusal`).
+    pub fn from_hook_error(err: &HookError) -> Problem {
+        Refusal::from(err).into()
+    }
+
     /// A problem with `status` and a one-line `detail`, cut to
-    /// [`MAX_DETAIL_CHARS`].
-    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+    /// [`MAX_DETAIL_CHARS`]. Only [`Refusal`] picks the status.
+    fn new(status: StatusCode, detail: impl Into<String>) -> Self {
         // A newline would break the one-line event message users read.
         let mut detail = detail.into().replace(['\n', '\r'], " ");
         // Metacontroller copies the body into an event; keep it an event's
@@ -149,12 +242,9 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
         Ok(())
     } else {
         let given = if given.is_empty() { "none" } else { given };
-        Err(Problem::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "Content-Type is {given}; send the hook request as JSON with Content-Type: application/json"
-            ),
-        ))
+        Err(Problem::from(Refusal::NotJson(format!(
+            "Content-Type is {given}; send the hook request as JSON with Content-Type: application/json"
+        ))))
     }
 }
 
@@ -175,12 +265,9 @@ pub async fn read_body(
 ) -> Result<Bytes, Problem> {
     let too_large = |size: Option<u64>| {
         let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
-        Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the request body{size} is over the limit of {max} bytes; raise --max-body-bytes (OPSHOOKS_MAX_BODY_BYTES)"
-            ),
-        )
+        Problem::from(Refusal::TooLarge(format!(
+            "the request body{size} is over the limit of {max} bytes; raise --max-body-bytes (OPSHOOKS_MAX_BODY_BYTES)"
+        )))
     };
     let declared = declared_length(headers);
     if let Some(length) = declared
@@ -206,19 +293,15 @@ pub async fn read_body(
         Ok::<_, axum::Error>(Some(Bytes::from(buffer)))
     };
     match tokio::time::timeout(deadline, read).await {
-        Err(_) => Err(Problem::new(
-            StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "the request body did not arrive within {} s",
-                deadline.as_secs_f64()
-            ),
-        )),
+        Err(_) => Err(Problem::from(Refusal::BodyTimeout(format!(
+            "the request body did not arrive within {} s",
+            deadline.as_secs_f64()
+        )))),
         Ok(Ok(None)) => Err(too_large(None)),
         Ok(Err(err)) if is_length_limit(&err) => Err(too_large(None)),
-        Ok(Err(err)) => Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            format!("the request body could not be read: {err}"),
-        )),
+        Ok(Err(err)) => Err(Problem::from(Refusal::Malformed(format!(
+            "the request body could not be read: {err}"
+        )))),
         Ok(Ok(Some(bytes))) => Ok(bytes),
     }
 }
