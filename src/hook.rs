@@ -113,18 +113,26 @@ pub(crate) fn describe<E: std::fmt::Display>(
 }
 
 /// The body of a CompositeController `sync` or `finalize` call.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+///
+/// The OpenAPI document is generated from these wire types (`ToSchema`), with
+/// the parent, its status and the observed objects filled in per operator.
+#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
+#[schema(bound = "")]
 pub struct SyncRequest<P = Value> {
     /// The CompositeController that called; opaque to operators.
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub controller: Value,
     /// The parent object as stored in the API server.
+    #[schema(value_type = Object)]
     pub parent: P,
     /// Observed children, grouped by `<Kind>.<apiVersion>`.
     #[serde(default, deserialize_with = "objects::null_as_empty")]
+    #[schema(value_type = Object)]
     pub children: ObjectGroups,
     /// Related objects chosen by the customize hook, grouped like `children`.
     #[serde(default, deserialize_with = "objects::null_as_empty")]
+    #[schema(value_type = Object)]
     pub related: ObjectGroups,
     /// True only when the finalize hook is called.
     #[serde(default)]
@@ -148,19 +156,24 @@ impl SyncRequest<Value> {
 ///
 /// Exactly the four fields of Metacontroller's `SyncHookResponse`, so its
 /// strict decoder accepts it.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(bound = "")]
 pub struct SyncResponse<S = Value> {
     /// The parent's whole new status; Metacontroller adds `observedGeneration`.
     /// Operators answer their own status type; the wire carries JSON.
+    #[schema(value_type = Object)]
     pub status: S,
     /// Every desired child, sorted; an observed child missing here is deleted.
+    #[schema(value_type = Vec<Object>)]
     pub children: Vec<Value>,
     /// Asks Metacontroller to call again after this many seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, nullable = false)]
     pub resync_after_seconds: Option<f64>,
     /// On finalize: true once nothing is left to clean up.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub finalized: Option<bool>,
 }
 
@@ -178,12 +191,15 @@ impl<S: Serialize> SyncResponse<S> {
 }
 
 /// The body of a `customize` call.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
+#[schema(bound = "")]
 pub struct CustomizeRequest<P = Value> {
     /// The CompositeController that called; opaque to operators.
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub controller: Value,
     /// The parent object as stored in the API server.
+    #[schema(value_type = Object)]
     pub parent: P,
 }
 

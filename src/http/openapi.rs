@@ -1,7 +1,9 @@
 //! The OpenAPI document of every route, generated from the code: hook routes
-//! from the route table, each operator's parent and status schemas from the
-//! same Rust types that generate its CRD, and the error body from
-//! [`Problem`]. `openapi.yaml` at the repository root is this document; a
+//! from the route table, the hook bodies from the wire types of
+//! [`crate::hook`] (derived `ToSchema`, with each operator's parent, status
+//! and observed objects filled in), each operator's parent and status
+//! schemas from the same Rust types that generate its CRD, and the error
+//! body from [`Problem`]. `openapi.yaml` at the repository root is this document; a
 //! test fails when the two differ.
 
 use serde_json::{Value, json};
@@ -13,7 +15,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::Problem;
 use super::error::PROBLEM_JSON;
-use crate::hook::Hook;
+use crate::hook::{CustomizeRequest, Hook, SyncRequest, SyncResponse};
 use crate::operator::Operator;
 
 /// The OpenAPI document for `operators`.
@@ -131,47 +133,38 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
     components
         .schemas
         .insert("ObjectMeta".into(), schema(object_meta()));
-    components.schemas.insert(
-        format!("{kind}SyncRequest"),
-        schema(json!({
-            "type": "object",
-            "description": format!("A CompositeController sync or finalize call for a {kind}."),
-            "required": ["parent"],
-            "properties": {
-                "controller": {"type": "object", "description": "The CompositeController that called."},
-                "parent": {"$ref": format!("#/components/schemas/{kind}")},
-                "children": {"$ref": "#/components/schemas/ObservedObjects"},
-                "related": {"$ref": "#/components/schemas/ObservedObjects"},
-                "finalizing": {"type": "boolean", "description": "True on the finalize hook."},
-            },
-        })),
-    );
-    components.schemas.insert(
-        format!("{kind}SyncResponse"),
-        schema(json!({
-            "type": "object",
-            "description": "The desired state. Every observed child missing from children is deleted by Metacontroller.",
-            "required": ["status", "children"],
-            "additionalProperties": false,
-            "properties": {
-                "status": {"$ref": format!("#/components/schemas/{kind}Status")},
-                "children": {"type": "array", "items": {"$ref": "#/components/schemas/KubernetesObject"}},
-                "resyncAfterSeconds": {"type": "number", "minimum": 0, "description": "Call again after this many seconds."},
-                "finalized": {"type": "boolean", "description": "On finalize: true once nothing is left to clean up."},
-            },
-        })),
-    );
-    components.schemas.insert(
-        format!("{kind}CustomizeRequest"),
-        schema(json!({
-            "type": "object",
-            "required": ["parent"],
-            "properties": {
-                "controller": {"type": "object"},
-                "parent": {"$ref": format!("#/components/schemas/{kind}")},
-            },
-        })),
-    );
+    let parent_ref = json!({"$ref": format!("#/components/schemas/{kind}")});
+    let observed = json!({"$ref": "#/components/schemas/ObservedObjects"});
+    let mut sync_request = wire::<SyncRequest>(&[
+        ("parent", parent_ref.clone()),
+        ("children", observed.clone()),
+        ("related", observed),
+    ]);
+    sync_request["description"] = json!(format!(
+        "A CompositeController sync or finalize call for a {kind}."
+    ));
+    components
+        .schemas
+        .insert(format!("{kind}SyncRequest"), schema(sync_request));
+    let mut sync_response = wire::<SyncResponse>(&[
+        (
+            "status",
+            json!({"$ref": format!("#/components/schemas/{kind}Status")}),
+        ),
+        (
+            "children",
+            json!({"type": "array", "items": {"$ref": "#/components/schemas/KubernetesObject"}}),
+        ),
+    ]);
+    // Metacontroller decodes answers strictly: no field beyond these.
+    sync_response["additionalProperties"] = json!(false);
+    components
+        .schemas
+        .insert(format!("{kind}SyncResponse"), schema(sync_response));
+    let customize_request = wire::<CustomizeRequest>(&[("parent", parent_ref)]);
+    components
+        .schemas
+        .insert(format!("{kind}CustomizeRequest"), schema(customize_request));
     for hook in op.hooks() {
         let (request, response, summary) = match hook {
             Hook::Sync => (
@@ -281,6 +274,17 @@ fn schema_object(media: &str) -> Schema {
 
 /// Converts a JSON Schema (Kubernetes' OpenAPI v3 dialect) into utoipa's
 /// model: `nullable` becomes a `null` type, as OpenAPI 3.1 spells it.
+/// The schema of a hook wire type as derived from `hook.rs`, with the
+/// operator-specific properties (the parent, its status, the observed
+/// objects) replaced by references.
+fn wire<T: PartialSchema>(properties: &[(&str, Value)]) -> Value {
+    let mut value = serde_json::to_value(T::schema()).expect("schemas serialize");
+    for (name, schema) in properties {
+        value["properties"][*name] = schema.clone();
+    }
+    value
+}
+
 fn schema(mut value: Value) -> RefOr<Schema> {
     to_openapi_31(&mut value);
     serde_json::from_value(value).expect("generated schemas are valid")
