@@ -23,7 +23,9 @@ mod plan;
 mod status;
 
 use plan::reported_version;
-pub use plan::{Deletion, Plan, Upgrade, jobs, plan, plan_deletion, plan_finalize};
+pub use plan::{
+    Deletion, Plan, Upgrade, has_generated_credentials, jobs, plan, plan_deletion, plan_finalize,
+};
 pub use status::status;
 
 use std::collections::BTreeMap;

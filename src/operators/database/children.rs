@@ -22,7 +22,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use super::{
-    Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name, jobs, name, namespace,
+    Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name,
+    has_generated_credentials, jobs, name, namespace,
 };
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, Credential, Schedule, Source};
@@ -108,7 +109,12 @@ pub fn credentials_secret_name(db: &Database) -> String {
     db.spec
         .credentials_secret
         .clone()
-        .unwrap_or_else(|| format!("{}-credentials", name(db)))
+        .unwrap_or_else(|| generated_credentials_name(db))
+}
+
+/// The Secret opshooks generates for the application user.
+pub fn generated_credentials_name(db: &Database) -> String {
+    format!("{}-credentials", name(db))
 }
 
 fn password(bytes: &[u8]) -> ByteString {
@@ -132,10 +138,8 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
             ("replication-password".to_string(), password(&e[21..42])),
         ]),
     )];
-    let generated_credentials = format!("{}-credentials", name(db));
-    // Once generated, the application's credentials stay even if the spec
-    // later names a Secret of its own: they exist nowhere else.
-    if db.spec.credentials_secret.is_none() || seen.secrets.contains_key(&generated_credentials) {
+    let generated_credentials = generated_credentials_name(db);
+    if has_generated_credentials(db, seen) {
         let user = db.spec.user.clone().unwrap_or_else(|| name(db).to_string());
         wanted.push((
             generated_credentials,

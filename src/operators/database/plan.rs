@@ -362,3 +362,13 @@ impl Plan {
         !self.keep_statefulset && seen.statefulset.is_none() && seen.volumes.is_empty()
     }
 }
+
+/// Whether the generated application credentials exist: when the spec names
+/// no Secret of its own, and also once generated even if the spec later
+/// names one, since they exist nowhere else.
+pub fn has_generated_credentials(db: &Database, seen: &Observed) -> bool {
+    db.spec.credentials_secret.is_none()
+        || seen
+            .secrets
+            .contains_key(&children::generated_credentials_name(db))
+}
