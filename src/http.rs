@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{MatchedPath, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -252,35 +252,28 @@ async fn hook_call(
 ) -> Response {
     let started = Instant::now();
     let op_name = state.operators[index].name;
-    let outcome = answer(&state, index, hook, &headers, body, started).await;
+    let call = match answer(&state, index, hook, &headers, body, started).await {
+        Ok(call) => call.map_err(|err| Problem::from_hook_error(&err)),
+        Err(problem) => Call::refused(problem),
+    };
     let elapsed = started.elapsed();
-    let (response, parent, children_in, children_out, detail) = match outcome {
-        Ok((done, answer_body)) => {
-            let response = (
-                [(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                )],
-                answer_body,
-            )
-                .into_response();
-            (
-                response,
-                done.parent,
-                done.children_in,
-                done.children_out,
-                None,
-            )
+    let Call {
+        parent,
+        children_in,
+        result,
+    } = call;
+    let (response, children_out, detail) = match result {
+        Ok(answer) => {
+            if tracing::enabled!(Level::DEBUG) {
+                debug!(body = %redacted(&answer.body), "hook response");
+            }
+            let json = HeaderValue::from_static("application/json");
+            let response = ([(header::CONTENT_TYPE, json)], answer.body).into_response();
+            (response, answer.children_out, None)
         }
-        Err((problem, parent, children_in)) => {
+        Err(problem) => {
             let detail = problem.detail.clone();
-            (
-                problem.into_response(),
-                parent,
-                children_in,
-                0,
-                Some(detail),
-            )
+            (problem.into_response(), 0, Some(detail))
         }
     };
     let status = response.status();
@@ -310,16 +303,9 @@ async fn hook_call(
     response
 }
 
-/// A refused call: the problem, and the parent and input size if known.
-type Declined = (Problem, Option<String>, usize);
-
-/// What is known of an answered call, for the log line.
-struct Done {
-    parent: Option<String>,
-    children_in: usize,
-    children_out: usize,
-}
-
+/// Runs one hook call: the server's own checks (token, admission, content
+/// type, body, deadline), then the operator through the adapter. `Err` is
+/// a refusal of the server's; the operator's own is inside the [`Call`].
 async fn answer(
     state: &AppState,
     index: usize,
@@ -327,10 +313,9 @@ async fn answer(
     headers: &HeaderMap,
     body: Body,
     started: Instant,
-) -> Result<(Done, Bytes), Declined> {
-    let refuse = |problem: Problem| (problem, None, 0);
+) -> Result<Call, Problem> {
     if let Some(token) = &state.token {
-        auth::check(token, headers).map_err(refuse)?;
+        auth::check(token, headers)?;
     }
     // A place before the body is read: past the limit, answer 429 without
     // holding one more body in memory. The body is read and dropped first,
@@ -346,27 +331,22 @@ async fn answer(
             if seen >= LARGE_BODY {
                 release_memory();
             }
-            return Err(refuse(problem));
+            return Err(problem);
         }
     };
-    error::check_content_type(headers).map_err(refuse)?;
+    error::check_content_type(headers)?;
     let deadline = started + limits.request_timeout;
-    let bytes = error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout)
-        .await
-        .map_err(refuse)?;
+    let bytes =
+        error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout).await?;
     if tracing::enabled!(Level::DEBUG) {
         debug!(body = %redacted(&bytes), "hook request");
     }
     let ctx = Context::fresh((state.clock)()).map_err(|err| {
-        refuse(Problem::from(Refusal::Bug(format!(
+        Problem::from(Refusal::Bug(format!(
             "no randomness from the operating system: {err}"
-        ))))
+        )))
     })?;
-    let ticket = state
-        .admission
-        .work(ticket, deadline)
-        .await
-        .map_err(refuse)?;
+    let ticket = state.admission.work(ticket, deadline).await?;
     let operators = Arc::clone(&state.operators);
     let large = bytes.len() >= LARGE_BODY;
     let work = tokio::task::spawn_blocking(move || {
@@ -386,38 +366,15 @@ async fn answer(
         // This worker thread read the body: hand back what it held too.
         release_memory();
     }
-    let call = match call {
-        Err(_) => {
-            return Err(refuse(Problem::from(Refusal::Deadline(format!(
-                "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
-                limits.request_timeout.as_secs_f64()
-            )))));
-        }
-        Ok(Err(join)) => {
-            return Err(refuse(Problem::from(Refusal::Bug(format!(
-                "the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"
-            )))));
-        }
-        Ok(Ok(call)) => call,
-    };
-    let Call {
-        parent,
-        children_in,
-        result,
-    } = call;
-    match result {
-        Ok(answer) => {
-            if tracing::enabled!(Level::DEBUG) {
-                debug!(body = %redacted(&answer.body), "hook response");
-            }
-            let done = Done {
-                parent,
-                children_in,
-                children_out: answer.children_out,
-            };
-            Ok((done, Bytes::from(answer.body)))
-        }
-        Err(err) => Err((Problem::from_hook_error(&err), parent, children_in)),
+    match call {
+        Err(_) => Err(Problem::from(Refusal::Deadline(format!(
+            "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
+            limits.request_timeout.as_secs_f64()
+        )))),
+        Ok(Err(join)) => Err(Problem::from(Refusal::Bug(format!(
+            "the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"
+        )))),
+        Ok(Ok(call)) => Ok(call),
     }
 }
 

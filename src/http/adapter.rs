@@ -22,15 +22,18 @@ pub struct Answer {
     pub children_out: usize,
 }
 
-/// The result of one hook call, with what is known of the request for logs.
+/// The one record of a hook call, for its answer, its log line and its
+/// metrics: what is known of the request, and the answer or why there is
+/// none (an operator's [`HookError`] here, a `Problem` once the server has
+/// turned it, or its own refusals, into an HTTP answer).
 #[derive(Debug)]
-pub struct Call {
+pub struct Call<E = HookError> {
     /// `namespace/name` of the parent, when the body got that far.
     pub parent: Option<String>,
     /// How many observed children (and related objects) the request carried.
     pub children_in: usize,
     /// The answer, or why there is none.
-    pub result: Result<Answer, HookError>,
+    pub result: Result<Answer, E>,
 }
 
 /// Answers one hook call from its raw request body; `None` when the
@@ -80,6 +83,26 @@ fn served(op: &Operator, hook: Hook) -> Served {
         route: format!("/{}/{hook}", op.name),
         kind: op.kind.clone(),
         api_version: op.api_version(),
+    }
+}
+
+impl<E> Call<E> {
+    /// A call refused before its body was decoded.
+    pub fn refused(why: E) -> Self {
+        Call {
+            parent: None,
+            children_in: 0,
+            result: Err(why),
+        }
+    }
+
+    /// The same record with the reason for no answer turned by `f`.
+    pub fn map_err<F>(self, f: impl FnOnce(E) -> F) -> Call<F> {
+        Call {
+            parent: self.parent,
+            children_in: self.children_in,
+            result: self.result.map_err(f),
+        }
     }
 }
 
