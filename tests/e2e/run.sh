@@ -69,6 +69,10 @@ for _ in $(seq 100); do
 done
 curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null || fail "opshooks did not become ready"
 
+step "hook bodies are Metacontroller's (wire.py)"
+python3 -B "$HERE/wire.py" "http://127.0.0.1:$port/openapi.json" "$REPO/../shared/metacontroller/src" ||
+  fail "the documented hook bodies differ from Metacontroller's"
+
 step "helm lint"
 helm lint "$CHART" --strict
 
