@@ -229,17 +229,27 @@ async fn a_body_that_never_arrives_is_408() {
 }
 
 fn futures_pending() -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send {
-    struct Pending;
+    pending_after_signal(tokio::sync::oneshot::channel().0)
+}
+
+/// A body that never arrives and says so the first time it is read.
+fn pending_after_signal(
+    signal: tokio::sync::oneshot::Sender<()>,
+) -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send {
+    struct Pending(Option<tokio::sync::oneshot::Sender<()>>);
     impl futures_core::Stream for Pending {
         type Item = Result<Vec<u8>, std::io::Error>;
         fn poll_next(
-            self: std::pin::Pin<&mut Self>,
+            mut self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<Option<Self::Item>> {
+            if let Some(signal) = self.0.take() {
+                let _ = signal.send(());
+            }
             std::task::Poll::Pending
         }
     }
-    Pending
+    Pending(Some(signal))
 }
 
 #[tokio::test]
@@ -497,13 +507,16 @@ async fn calls_past_every_place_are_429_with_retry_after() {
         ..Limits::default()
     };
     let app = router(state(limits));
-    // The one place is held by a call whose body never arrives.
+    // The one place is held by a call whose body never arrives; the server
+    // reads a body only once the call holds its place, so the first read
+    // says the place is taken (no sleeping on the clock).
+    let (taken, is_taken) = tokio::sync::oneshot::channel();
     let holder = tokio::spawn(app.clone().oneshot(post(
         "/webserver/sync",
         "application/json",
-        Body::from_stream(futures_pending()),
+        Body::from_stream(pending_after_signal(taken)),
     )));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    is_taken.await.unwrap();
     let response = app
         .clone()
         .oneshot(post(
