@@ -214,7 +214,7 @@ impl CustomizeRequest<Value> {
 }
 
 /// The answer to a `customize` call.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CustomizeResponse {
     /// Which objects Metacontroller should send in `related`.
@@ -223,7 +223,7 @@ pub struct CustomizeResponse {
 
 /// One rule of a customize answer: a kind of object, narrowed by a selector
 /// or by names, never both.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RelatedResourceRule {
     /// The API version, `v1` or `group/version`.
@@ -232,15 +232,19 @@ pub struct RelatedResourceRule {
     pub resource: String,
     /// Objects whose labels match.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
     pub label_selector: Option<LabelSelector>,
     /// Objects in the namespaces whose labels match.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
     pub namespace_selector: Option<LabelSelector>,
     /// Objects in this namespace only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub namespace: Option<String>,
     /// Objects with exactly these names.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub names: Option<Vec<String>>,
 }
 

@@ -15,7 +15,9 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::Problem;
 use super::error::PROBLEM_JSON;
-use crate::hook::{CustomizeRequest, Hook, SyncRequest, SyncResponse};
+use crate::hook::{
+    CustomizeRequest, CustomizeResponse, Hook, RelatedResourceRule, SyncRequest, SyncResponse,
+};
 use crate::operator::Operator;
 
 /// The OpenAPI document for `operators`.
@@ -366,31 +368,22 @@ fn label_selector() -> Value {
 }
 
 fn related_resource_rule() -> Value {
-    json!({
-        "type": "object",
-        "description": "Objects Metacontroller sends in `related`: a selector or names, never both.",
-        "required": ["apiVersion", "resource"],
-        "additionalProperties": false,
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "resource": {"type": "string"},
-            "labelSelector": label_selector(),
-            "namespaceSelector": label_selector(),
-            "namespace": {"type": "string"},
-            "names": {"type": "array", "items": {"type": "string"}},
-        },
-    })
+    let mut rule = wire::<RelatedResourceRule>(&[
+        ("labelSelector", label_selector()),
+        ("namespaceSelector", label_selector()),
+    ]);
+    rule["additionalProperties"] = json!(false);
+    rule
 }
 
 fn customize_response() -> Value {
-    json!({
-        "type": "object",
-        "required": ["relatedResources"],
-        "additionalProperties": false,
-        "properties": {
-            "relatedResources": {"type": "array", "items": {"$ref": "#/components/schemas/RelatedResourceRule"}},
-        },
-    })
+    let mut response = wire::<CustomizeResponse>(&[(
+        "relatedResources",
+        json!({"type": "array", "items": {"$ref": "#/components/schemas/RelatedResourceRule"}}),
+    )]);
+    // Metacontroller decodes answers strictly: no field beyond these.
+    response["additionalProperties"] = json!(false);
+    response
 }
 
 #[cfg(test)]
