@@ -59,11 +59,6 @@ pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
     labels
 }
 
-/// True when the pod is not being deleted and its Ready condition is True.
-pub fn is_ready(pod: &crate::hook::ObservedPod) -> bool {
-    pod.is_ready()
-}
-
 /// A container that runs with no capabilities and cannot gain privileges:
 /// the "restricted" Pod Security Standard.
 pub fn restricted_container() -> k8s_openapi::api::core::v1::SecurityContext {

@@ -38,7 +38,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::backup_job::{self, RunStatus, validate_destination};
-use super::common::{is_ready, sorted_children};
+use super::common::sorted_children;
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
@@ -566,7 +566,7 @@ impl Observed {
 
     /// The pod of instance `index`, if it exists and is ready.
     pub fn is_instance_ready(&self, db: &Database, index: u32) -> bool {
-        self.instances(db).any(|(i, p)| i == index && is_ready(p))
+        self.instances(db).any(|(i, p)| i == index && p.is_ready())
     }
 
     /// The StatefulSet's pods with their ordinals: `<name>-<n>` and

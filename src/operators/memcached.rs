@@ -22,8 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    child, is_ready, restricted_container, restricted_pod, selector_labels, sorted_children,
-    standard_labels,
+    child, restricted_container, restricted_pod, selector_labels, sorted_children, standard_labels,
 };
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, Observation};
@@ -315,7 +314,7 @@ pub fn status(mc: &Memcached, pods: &[ObservedPod], ctx: &Context) -> MemcachedS
         .filter_map(|p| p.metadata.name.clone())
         .collect();
     nodes.sort();
-    let ready = live.iter().filter(|p| is_ready(p)).count() as i32;
+    let ready = live.iter().filter(|p| p.is_ready()).count() as i32;
     let size = mc.spec.size;
     let observation = if size == 0 {
         Observation::new("Ready", true, "ScaledToZero", "no nodes are requested")

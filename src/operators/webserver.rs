@@ -17,7 +17,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{child, is_ready, sorted_children, standard_labels};
+use super::common::{child, sorted_children, standard_labels};
 use super::validate::{self, InvalidSpec};
 use crate::hook::ObservedPod;
 use crate::hook::SyncRequest;
@@ -151,7 +151,7 @@ pub fn desired_pods(ws: &WebServer, observed: &[ObservedPod]) -> Vec<Pod> {
             .filter(|p| running(p))
             .and_then(|p| template_of(p).filter(|t| *t != (ws.spec.image.as_str(), ws.spec.port)))
     };
-    let unavailable = |index: i32| seen(index).is_none_or(|p| !running(p) || !is_ready(p));
+    let unavailable = |index: i32| seen(index).is_none_or(|p| !running(p) || !p.is_ready());
     // An out-of-date pod that is down already goes first: replacing it costs
     // nothing (and may be what brings it back). Otherwise the lowest one,
     // once every other pod is there and ready.
@@ -286,10 +286,10 @@ pub fn is_counted(pod: &ObservedPod) -> bool {
 /// The status of a WebServer from its observed pods.
 pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebServerStatus {
     let count = observed.iter().filter(|p| is_counted(p)).count();
-    let ready = observed.iter().filter(|p| is_ready(p)).count();
+    let ready = observed.iter().filter(|p| p.is_ready()).count();
     let ready_names: BTreeSet<&str> = observed
         .iter()
-        .filter(|p| is_ready(p))
+        .filter(|p| p.is_ready())
         .filter_map(|p| p.metadata.name.as_deref())
         .collect();
     let unready: Vec<String> = (0..ws.spec.replicas)
@@ -633,7 +633,7 @@ mod tests {
         pod.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
         );
-        assert!(!is_ready(&pod));
+        assert!(!pod.is_ready());
         assert!(is_counted(&pod));
     }
 

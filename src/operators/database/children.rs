@@ -28,7 +28,7 @@ use super::{
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, Credential, Schedule, Source};
 use crate::operators::common::{
-    child, is_ready, restricted_container, restricted_pod, selector_labels, standard_labels,
+    child, restricted_container, restricted_pod, selector_labels, standard_labels,
 };
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
@@ -275,7 +275,7 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed) -> EndpointSlice {
     );
     let endpoints = seen
         .instances(db)
-        .filter(|(index, p)| *index > 0 && is_ready(p))
+        .filter(|(index, p)| *index > 0 && p.is_ready())
         .map(|(_, p)| p)
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.clone()?;
