@@ -132,6 +132,7 @@ pub struct Operator {
     pub controller: ControllerSpec,
     /// What a user reads in the README table: the children it manages.
     pub children_summary: &'static str,
+    api_version: String,
     hooks: BTreeMap<Hook, Erased>,
 }
 
@@ -142,12 +143,15 @@ impl Operator {
         controller: ControllerSpec,
         children_summary: &'static str,
     ) -> Self {
+        let crd = P::crd();
+        let api_version = format!("{}/{}", crd.spec.group, crd.spec.versions[0].name);
         Operator {
             name,
-            kind: P::crd().spec.names.kind,
-            crd: P::crd(),
+            kind: crd.spec.names.kind.clone(),
+            crd,
             controller,
             children_summary,
+            api_version,
             hooks: BTreeMap::new(),
         }
     }
@@ -205,9 +209,8 @@ impl Operator {
     }
 
     /// The parent's `group/version`.
-    pub fn api_version(&self) -> String {
-        let version = &self.crd.spec.versions[0].name;
-        format!("{}/{version}", self.crd.spec.group)
+    pub fn api_version(&self) -> &str {
+        &self.api_version
     }
 }
 

@@ -295,7 +295,7 @@ impl<'a> Simulation<'a> {
         seed: u64,
     ) -> Result<Self, String> {
         let api_version = op.api_version();
-        if parent["apiVersion"] != api_version.as_str() || parent["kind"] != op.kind.as_str() {
+        if parent["apiVersion"] != api_version || parent["kind"] != op.kind.as_str() {
             return Err(format!(
                 "the parent must be apiVersion {api_version}, kind {}; this file has {} {}",
                 op.kind, parent["apiVersion"], parent["kind"]

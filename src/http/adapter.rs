@@ -48,7 +48,7 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             // goes back before the work begins.
             drop(body);
             call.parent = parent_ref(&req.parent);
-            served(op, hook).check(&req.parent)?;
+            check_served(op, hook, &req.parent)?;
             call.children_in = req.children.len() + req.related.len();
             // The route decides which hook this is, whatever the body says.
             req.finalizing = hook == Hook::Finalize;
@@ -62,7 +62,7 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             let req: CustomizeRequest = decode_body(&body)?;
             drop(body);
             call.parent = parent_ref(&req.parent);
-            served(op, hook).check(&req.parent)?;
+            check_served(op, hook, &req.parent)?;
             let answer = f(req, ctx)?;
             Ok(Answer {
                 children_out: answer.related_resources.len(),
@@ -76,14 +76,6 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
 /// [`call`] on a borrowed body, for tests and tools that keep theirs.
 pub fn call_slice(op: &Operator, hook: Hook, body: &[u8], ctx: &Context) -> Option<Call> {
     call(op, hook, Bytes::copy_from_slice(body), ctx)
-}
-
-fn served(op: &Operator, hook: Hook) -> Served {
-    Served {
-        route: format!("/{}/{hook}", op.name),
-        kind: op.kind.clone(),
-        api_version: op.api_version(),
-    }
 }
 
 impl<E> Call<E> {
@@ -121,45 +113,37 @@ impl Call {
 /// can look like a WebServer's), and the answer would be built for the
 /// wrong resource: a Memcached with `size: 0` posted to the WebServer route
 /// would drop every pod.
-struct Served {
-    route: String,
-    kind: String,
-    api_version: String,
-}
-
-impl Served {
-    fn check(&self, parent: &Value) -> Result<(), DecodeError> {
-        let field = |name: &str| parent.get(name).and_then(Value::as_str).unwrap_or("");
-        let (kind, api_version) = (field("kind"), field("apiVersion"));
-        if kind != self.kind || api_version != self.api_version {
-            return Err(DecodeError::Parent(format!(
-                "parent: kind {} of apiVersion {} is not served here; {} serves {} of {}",
-                validate::quote(kind),
-                validate::quote(api_version),
-                self.route,
-                self.kind,
-                self.api_version
-            )));
-        }
-        // Kubernetes' own limits, before any work: a name or namespace is
-        // repeated in every child and log line, so an oversized one (which no
-        // API server would have stored) must not multiply into the answer.
-        // Each operator checks its name more strictly.
-        let meta = parent.get("metadata");
-        let text = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str);
-        if let Some(namespace) = text("namespace") {
-            validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
-                .map_err(|e| DecodeError::Parent(e.to_string()))?;
-        }
-        if let Some(name) = text("name").filter(|n| n.len() > MAX_NAME) {
-            return Err(DecodeError::Parent(format!(
-                "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
-                validate::quote(name),
-                name.len()
-            )));
-        }
-        Ok(())
+fn check_served(op: &Operator, hook: Hook, parent: &Value) -> Result<(), DecodeError> {
+    let field = |name: &str| parent.get(name).and_then(Value::as_str).unwrap_or("");
+    let (kind, api_version) = (field("kind"), field("apiVersion"));
+    if kind != op.kind || api_version != op.api_version() {
+        return Err(DecodeError::Parent(format!(
+            "parent: kind {} of apiVersion {} is not served here; /{}/{hook} serves {} of {}",
+            validate::quote(kind),
+            validate::quote(api_version),
+            op.name,
+            op.kind,
+            op.api_version()
+        )));
     }
+    // Kubernetes' own limits, before any work: a name or namespace is
+    // repeated in every child and log line, so an oversized one (which no
+    // API server would have stored) must not multiply into the answer.
+    // Each operator checks its name more strictly.
+    let meta = parent.get("metadata");
+    let text = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str);
+    if let Some(namespace) = text("namespace") {
+        validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
+            .map_err(|e| DecodeError::Parent(e.to_string()))?;
+    }
+    if let Some(name) = text("name").filter(|n| n.len() > MAX_NAME) {
+        return Err(DecodeError::Parent(format!(
+            "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
+            validate::quote(name),
+            name.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Serializes an answer. Our own response types always serialize.
