@@ -58,16 +58,36 @@ pub struct Limits {
     pub max_buffered_bytes: usize,
 }
 
+impl Limits {
+    /// Limits from the flags, where 0 means the default: one computation
+    /// per CPU core, [`DEFAULT_QUEUED`] waiting, twice the largest body held.
+    pub fn new(
+        max_body_bytes: usize,
+        request_timeout: Duration,
+        max_concurrent: usize,
+        max_queued: usize,
+        max_buffered_bytes: usize,
+    ) -> Self {
+        let or = |value: usize, default: fn() -> usize| if value == 0 { default() } else { value };
+        Limits {
+            max_body_bytes,
+            request_timeout,
+            max_concurrent: or(max_concurrent, || {
+                std::thread::available_parallelism().map_or(1, usize::from)
+            }),
+            max_queued: or(max_queued, || DEFAULT_QUEUED),
+            max_buffered_bytes: if max_buffered_bytes == 0 {
+                max_body_bytes.saturating_mul(2)
+            } else {
+                max_buffered_bytes
+            },
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Limits {
-            max_body_bytes: 32 * 1024 * 1024,
-            request_timeout: Duration::from_secs(9),
-            max_concurrent: cores,
-            max_queued: DEFAULT_QUEUED,
-            max_buffered_bytes: 2 * 32 * 1024 * 1024,
-        }
+        Limits::new(32 * 1024 * 1024, Duration::from_secs(9), 0, 0, 0)
     }
 }
 

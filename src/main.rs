@@ -65,23 +65,13 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
             "{flag} {value}: use a positive number of seconds"
         ))),
     };
-    let concurrent = match *max_concurrent_hooks {
-        0 => std::thread::available_parallelism().map_or(1, usize::from),
-        n => n,
-    };
-    let limits = Limits {
-        max_body_bytes: *max_body_bytes,
-        request_timeout: seconds("--request-timeout-seconds", *request_timeout_seconds)?,
-        max_concurrent: concurrent,
-        max_queued: match *max_queued_hooks {
-            0 => http::DEFAULT_QUEUED,
-            n => n,
-        },
-        max_buffered_bytes: match *max_buffered_bytes {
-            0 => max_body_bytes.saturating_mul(2),
-            n => n,
-        },
-    };
+    let limits = Limits::new(
+        *max_body_bytes,
+        seconds("--request-timeout-seconds", *request_timeout_seconds)?,
+        *max_concurrent_hooks,
+        *max_queued_hooks,
+        *max_buffered_bytes,
+    );
     let tls = match (tls_cert_file, tls_key_file) {
         (Some(cert), Some(key)) => {
             let files = TlsFiles {
