@@ -74,6 +74,11 @@ fn post(path: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> 
         .unwrap()
 }
 
+/// The WebServer's first-sync fixture posted to `path`.
+fn first_sync(path: &str) -> Request<Body> {
+    post(path, "application/json", fixture("v1-first-sync"))
+}
+
 fn get(path: &str) -> Request<Body> {
     Request::builder().uri(path).body(Body::empty()).unwrap()
 }
@@ -148,15 +153,7 @@ async fn oversized_body_is_413() {
         max_body_bytes: 100,
         ..Limits::default()
     };
-    let reply = send_with(
-        limits,
-        post(
-            "/webserver/sync",
-            "application/json",
-            fixture("v1-first-sync"),
-        ),
-    )
-    .await;
+    let reply = send_with(limits, first_sync("/webserver/sync")).await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(
         reply.detail().contains("--max-body-bytes"),
@@ -273,11 +270,7 @@ async fn metrics_count_calls_by_outcome() {
     let app = router(state(Limits::default()));
     let ok = app
         .clone()
-        .oneshot(post(
-            "/webserver/sync",
-            "application/json",
-            fixture("v1-first-sync"),
-        ))
+        .oneshot(first_sync("/webserver/sync"))
         .await
         .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
@@ -440,11 +433,8 @@ async fn hooks_without_the_bearer_token_are_401_with_a_challenge() {
         "/database/finalize",
     ] {
         for request in [
-            post(path, "application/json", fixture("v1-first-sync")),
-            with_token(
-                post(path, "application/json", fixture("v1-first-sync")),
-                "wrong-token",
-            ),
+            first_sync(path),
+            with_token(first_sync(path), "wrong-token"),
         ] {
             let response = app.clone().oneshot(request).await.unwrap();
             assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
@@ -460,14 +450,7 @@ async fn hooks_without_the_bearer_token_are_401_with_a_challenge() {
     }
     let ok = app
         .clone()
-        .oneshot(with_token(
-            post(
-                "/webserver/sync",
-                "application/json",
-                fixture("v1-first-sync"),
-            ),
-            "right-token",
-        ))
+        .oneshot(with_token(first_sync("/webserver/sync"), "right-token"))
         .await
         .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
@@ -519,11 +502,7 @@ async fn calls_past_every_place_are_429_with_retry_after() {
     is_taken.await.unwrap();
     let response = app
         .clone()
-        .oneshot(post(
-            "/memcached/sync",
-            "application/json",
-            fixture("v1-first-sync"),
-        ))
+        .oneshot(first_sync("/memcached/sync"))
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -546,21 +525,13 @@ async fn calls_past_every_place_are_429_with_retry_after() {
             max_queued: 0,
             ..Limits::default()
         },
-        post(
-            "/webserver/sync",
-            "application/json",
-            fixture("v1-first-sync"),
-        ),
+        first_sync("/webserver/sync"),
     )
     .await;
     assert_eq!(reply.status, StatusCode::OK);
     let after = app
         .clone()
-        .oneshot(post(
-            "/webserver/sync",
-            "application/json",
-            fixture("v1-first-sync"),
-        ))
+        .oneshot(first_sync("/webserver/sync"))
         .await
         .unwrap();
     assert_eq!(after.status(), StatusCode::OK);
@@ -650,11 +621,7 @@ async fn a_panicking_operator_is_500_and_a_slow_one_503() {
         let app = router(failing(sync, deadline));
         let response = app
             .clone()
-            .oneshot(post(
-                "/webserver/sync",
-                "application/json",
-                fixture("v1-first-sync"),
-            ))
+            .oneshot(first_sync("/webserver/sync"))
             .await
             .unwrap();
         assert_eq!(response.status(), status);

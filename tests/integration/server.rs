@@ -46,6 +46,17 @@ fn pki(name: &str) -> Pki {
     }
 }
 
+/// The server's TLS from `pki`'s server pair written into `dir` (and its
+/// CA as the client CA, for mutual TLS).
+fn served_tls(dir: &Path, pki: &Pki, client_auth: bool) -> Arc<tls::Tls> {
+    let files = tls::TlsFiles {
+        cert: write(dir, "tls.crt", &pki.server.0),
+        key: write(dir, "tls.key", &pki.server.1),
+        client_ca: client_auth.then(|| write(dir, "ca.crt", &pki.ca)),
+    };
+    Arc::new(tls::load(&files).unwrap())
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
@@ -170,13 +181,9 @@ async fn held_open(address: SocketAddr, payload: &[u8]) -> Duration {
 async fn https_answers_over_http1_and_negotiates_http2() {
     let ours = pki("https");
     let dir = tempfile::tempdir().unwrap();
-    let files = tls::TlsFiles {
-        cert: write(dir.path(), "tls.crt", &ours.server.0),
-        key: write(dir.path(), "tls.key", &ours.server.1),
-        client_ca: None,
-    };
+    let tls = served_tls(dir.path(), &ours, false);
     let server = Server::start(ServeOptions {
-        tls: Some(Arc::new(tls::load(&files).unwrap())),
+        tls: Some(tls),
         ..ServeOptions::default()
     })
     .await;
@@ -207,13 +214,9 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
     let ours = pki("mtls");
     let stranger = pki("stranger");
     let dir = tempfile::tempdir().unwrap();
-    let files = tls::TlsFiles {
-        cert: write(dir.path(), "tls.crt", &ours.server.0),
-        key: write(dir.path(), "tls.key", &ours.server.1),
-        client_ca: Some(write(dir.path(), "ca.crt", &ours.ca)),
-    };
+    let tls = served_tls(dir.path(), &ours, true);
     let server = Server::start(ServeOptions {
-        tls: Some(Arc::new(tls::load(&files).unwrap())),
+        tls: Some(tls),
         ..ServeOptions::default()
     })
     .await;
@@ -249,12 +252,7 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
 async fn a_rotated_certificate_is_served_after_the_reload() {
     let (first, second) = (pki("first"), pki("second"));
     let dir = tempfile::tempdir().unwrap();
-    let files = tls::TlsFiles {
-        cert: write(dir.path(), "tls.crt", &first.server.0),
-        key: write(dir.path(), "tls.key", &first.server.1),
-        client_ca: None,
-    };
-    let tls = Arc::new(tls::load(&files).unwrap());
+    let tls = served_tls(dir.path(), &first, false);
     let server = Server::start(ServeOptions {
         tls: Some(Arc::clone(&tls)),
         ..ServeOptions::default()
@@ -311,13 +309,9 @@ async fn slow_and_idle_connections_are_closed_on_time() {
 async fn a_slow_tls_handshake_is_cut_at_the_header_timeout() {
     let slow = pki("slow");
     let dir = tempfile::tempdir().unwrap();
-    let files = tls::TlsFiles {
-        cert: write(dir.path(), "tls.crt", &slow.server.0),
-        key: write(dir.path(), "tls.key", &slow.server.1),
-        client_ca: None,
-    };
+    let tls = served_tls(dir.path(), &slow, false);
     let server = Server::start(ServeOptions {
-        tls: Some(Arc::new(tls::load(&files).unwrap())),
+        tls: Some(tls),
         idle_timeout: Duration::from_secs(30),
         ..quick()
     })
