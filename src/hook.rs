@@ -16,10 +16,11 @@ pub use pod::{ObservedContainer, ObservedPod, ObservedPodSpec, ObservedPodStatus
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The hooks a controller can call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -166,7 +167,7 @@ pub struct SyncResponse<S = Value> {
     pub status: S,
     /// Every desired child, sorted; an observed child missing here is deleted.
     #[schema(value_type = Vec<Object>)]
-    pub children: Vec<Value>,
+    pub children: Vec<Child>,
     /// Asks Metacontroller to call again after this many seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, nullable = false)]
@@ -187,6 +188,93 @@ impl<S: Serialize> SyncResponse<S> {
             resync_after_seconds: self.resync_after_seconds,
             finalized: self.finalized,
         }
+    }
+}
+
+/// One desired child in its wire form: the object's JSON text, written
+/// once straight from its typed struct, and what children are sorted by.
+#[derive(Clone, Debug)]
+pub struct Child {
+    key: ChildKey,
+    json: Box<RawValue>,
+}
+
+/// apiVersion, kind, namespace and name: the order of an answer's children.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChildKey {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: ChildName,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+struct ChildName {
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
+impl Child {
+    /// A typed Kubernetes object as a desired child.
+    pub fn new<K>(object: &K) -> Child
+    where
+        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + Serialize,
+    {
+        let meta = object.metadata();
+        let text = |field: &Option<String>| field.clone().unwrap_or_default();
+        Child {
+            key: ChildKey {
+                api_version: K::API_VERSION.to_string(),
+                kind: K::KIND.to_string(),
+                metadata: ChildName {
+                    namespace: text(&meta.namespace),
+                    name: text(&meta.name),
+                },
+            },
+            json: serde_json::value::to_raw_value(object).expect("Kubernetes objects serialize"),
+        }
+    }
+
+    /// The child's JSON text, as answered.
+    pub fn json(&self) -> &str {
+        self.json.get()
+    }
+
+    /// The child as a JSON tree, for tests and tools that inspect answers.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.json.get()).expect("a child is JSON")
+    }
+
+    /// Sorts children by apiVersion, kind, namespace and name, so an answer
+    /// is the same whatever order its builder produced them in.
+    pub fn sorted(mut children: Vec<Child>) -> Vec<Child> {
+        children.sort_by(|a, b| a.key.cmp(&b.key));
+        children
+    }
+}
+
+impl PartialEq for Child {
+    fn eq(&self, other: &Self) -> bool {
+        self.json.get() == other.json.get()
+    }
+}
+
+impl Serialize for Child {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Child {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let json = Box::<RawValue>::deserialize(deserializer)?;
+        let key = serde_json::from_str(json.get()).map_err(serde::de::Error::custom)?;
+        Ok(Child { key, json })
     }
 }
 
@@ -391,6 +479,34 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&full).unwrap(),
             r#"{"status":{},"children":[],"resyncAfterSeconds":30.0,"finalized":true}"#
+        );
+    }
+
+    #[test]
+    fn children_sort_by_kind_then_name_and_answer_their_json() {
+        use k8s_openapi::api::core::v1::{Pod, Service};
+        let meta = |name: &str| ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        };
+        let pod = |name: &str| {
+            Child::new(&Pod {
+                metadata: meta(name),
+                ..Pod::default()
+            })
+        };
+        let svc = Child::new(&Service {
+            metadata: meta("a"),
+            ..Service::default()
+        });
+        let sorted = Child::sorted(vec![svc.clone(), pod("b"), pod("a")]);
+        assert_eq!(sorted, vec![pod("a"), pod("b"), svc]);
+        let answer = serde_json::to_string(&sorted).unwrap();
+        let back: Vec<Child> = serde_json::from_str(&answer).unwrap();
+        assert_eq!(Child::sorted(back.into_iter().rev().collect()), sorted);
+        assert_eq!(
+            sorted[0].to_value(),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}})
         );
     }
 

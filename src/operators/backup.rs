@@ -29,8 +29,9 @@ use super::backup_job::{
     self as job, Credential, Destination, RunStatus, Schedule, Source, run_status, scheduled,
     validate_destination,
 };
-use super::common::{child, sorted_children, standard_labels};
+use super::common::standard_labels;
 use super::validate::{self, InvalidSpec};
+use crate::hook::Child;
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
     CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
@@ -400,16 +401,16 @@ pub fn sync(
         .as_ref()
         .map(|sts| source_of(sts, b.spec.database.as_deref()));
     let children = match (&usable, &observed_cron) {
-        (Some(Ok(source)), _) => vec![child(&cron_job(b, source, b.spec.suspend))],
+        (Some(Ok(source)), _) => vec![Child::new(&cron_job(b, source, b.spec.suspend))],
         // While the target is gone or unusable, the CronJob is kept,
         // suspended, with the connection it was built with.
-        (_, Some(cron)) => vec![child(&cron_job(b, &built_with(b, cron)?, true))],
+        (_, Some(cron)) => vec![Child::new(&cron_job(b, &built_with(b, cron)?, true))],
         (_, None) => vec![],
     };
     let status = status(b, observed_cron.as_ref(), usable.as_ref(), &jobs, ctx);
     Ok(SyncResponse {
         status,
-        children: sorted_children(children),
+        children: Child::sorted(children),
         ..SyncResponse::default()
     })
 }

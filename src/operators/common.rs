@@ -1,40 +1,7 @@
 //! What the operators share: the recommended labels, the restricted
-//! security contexts, child serialization and ordering, pod readiness.
+//! security contexts.
 
 use std::collections::BTreeMap;
-
-use serde::Serialize;
-use serde_json::Value;
-
-/// Sorts children by apiVersion, kind, namespace and name, so the answer is
-/// the same whatever order a builder produced them in.
-pub fn sorted_children(children: Vec<Value>) -> Vec<Value> {
-    let mut keyed: Vec<_> = children
-        .into_iter()
-        .map(|child| {
-            let key = ["apiVersion", "kind"]
-                .iter()
-                .map(|f| {
-                    child
-                        .get(f)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                })
-                .chain(["namespace", "name"].iter().map(|f| {
-                    child
-                        .pointer(&format!("/metadata/{f}"))
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                }))
-                .collect::<Vec<_>>();
-            (key, child)
-        })
-        .collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    keyed.into_iter().map(|(_, child)| child).collect()
-}
 
 /// Label naming the application, `webserver`.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -85,24 +52,5 @@ pub fn restricted_pod(uid: i64) -> k8s_openapi::api::core::v1::PodSecurityContex
             localhost_profile: None,
         }),
         ..Default::default()
-    }
-}
-
-/// A typed Kubernetes object as a desired child.
-pub fn child<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
-    serde_json::to_value(object).expect("Kubernetes objects serialize")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn children_sort_by_kind_then_name() {
-        let pod = |n: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n}});
-        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}});
-        let sorted = sorted_children(vec![svc.clone(), pod("b"), pod("a")]);
-        assert_eq!(sorted, vec![pod("a"), pod("b"), svc]);
     }
 }

@@ -38,8 +38,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::backup_job::{self, RunStatus, validate_destination};
-use super::common::sorted_children;
 use super::validate::{self, InvalidSpec};
+use crate::hook::Child;
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
     CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
@@ -682,7 +682,7 @@ fn answer(
     let waiting = finalizing && !finalized || plan.upgrade.in_progress();
     Ok(SyncResponse {
         status,
-        children: sorted_children(built),
+        children: Child::sorted(built),
         resync_after_seconds: waiting.then_some(WAIT_SECONDS),
         finalized: finalizing.then_some(finalized),
     })

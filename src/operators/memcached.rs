@@ -21,13 +21,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{
-    child, restricted_container, restricted_pod, selector_labels, sorted_children, standard_labels,
-};
+use super::common::{restricted_container, restricted_pod, selector_labels, standard_labels};
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::hook::{
-    CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
+    Child, CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
     SyncResponse,
 };
 use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
@@ -161,9 +159,9 @@ pub fn sync(
     let pods = req.related.of::<ObservedPod>()?;
     Ok(SyncResponse {
         status: status(mc, &pods, ctx),
-        children: sorted_children(vec![
-            child(&deployment(mc, item_memory)),
-            child(&service(mc)),
+        children: Child::sorted(vec![
+            Child::new(&deployment(mc, item_memory)),
+            Child::new(&service(mc)),
         ]),
         ..SyncResponse::default()
     })

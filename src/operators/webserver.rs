@@ -17,8 +17,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{child, sorted_children, standard_labels};
+use super::common::standard_labels;
 use super::validate::{self, InvalidSpec};
+use crate::hook::Child;
 use crate::hook::ObservedPod;
 use crate::hook::SyncRequest;
 use crate::hook::SyncResponse;
@@ -129,10 +130,12 @@ pub fn sync(
     let ws = &req.parent;
     validate(ws)?;
     let observed = req.children.of::<ObservedPod>()?;
-    let desired = desired_pods(ws, &observed).into_iter().map(|p| child(&p));
+    let desired = desired_pods(ws, &observed)
+        .into_iter()
+        .map(|p| Child::new(&p));
     Ok(SyncResponse {
         status: status(ws, &observed, ctx),
-        children: sorted_children(desired.collect()),
+        children: Child::sorted(desired.collect()),
         ..SyncResponse::default()
     })
 }

@@ -19,16 +19,16 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::Value;
 
 use super::{
     Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name,
     has_generated_credentials, jobs, name, namespace,
 };
+use crate::hook::Child;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, Credential, Schedule, Source};
 use crate::operators::common::{
-    child, restricted_container, restricted_pod, selector_labels, standard_labels,
+    restricted_container, restricted_pod, selector_labels, standard_labels,
 };
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
@@ -53,24 +53,24 @@ pub fn build(
     seen: &Observed,
     plan: &Plan,
     ctx: &Context,
-) -> Result<Vec<Value>, HookError> {
-    let mut out: Vec<Value> = secrets(db, seen, ctx).iter().map(child).collect();
-    out.push(child(&connection(db)));
-    out.push(child(&initdb_scripts(db)));
-    out.extend(services(db).iter().map(child));
-    out.push(child(&read_only_endpoints(db, seen)));
+) -> Result<Vec<Child>, HookError> {
+    let mut out: Vec<Child> = secrets(db, seen, ctx).iter().map(Child::new).collect();
+    out.push(Child::new(&connection(db)));
+    out.push(Child::new(&initdb_scripts(db)));
+    out.extend(services(db).iter().map(Child::new));
+    out.push(Child::new(&read_only_endpoints(db, seen)));
     if plan.keep_statefulset {
-        out.push(child(&statefulset(db, plan)));
+        out.push(Child::new(&statefulset(db, plan)));
     }
     if plan.init_job {
-        out.push(child(&init_job(db, plan)));
+        out.push(Child::new(&init_job(db, plan)));
     }
-    out.extend(upgrade_jobs(db, plan).iter().map(child));
+    out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
     if plan.snapshot_job {
-        out.extend(snapshot_job(db, plan).as_ref().map(child));
+        out.extend(snapshot_job(db, plan).as_ref().map(Child::new));
     }
     if let Some(cron) = backup_cron_job(db, plan) {
-        out.push(child(&cron));
+        out.push(Child::new(&cron));
     }
     Ok(out)
 }
