@@ -77,6 +77,10 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
         let err = err.split(" at line ").next().unwrap_or_default();
         DecodeError::Malformed(format!("request body: {err}"))
     })?;
+    // Decoding fast, and only on failure again keeping the path to explain.
+    if let Ok(value) = serde_json::from_slice(body) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de)
         .map_err(|err| DecodeError::Malformed(describe("request body", err)))?;
@@ -87,6 +91,9 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
 
 /// Decodes the parent object into the operator's typed resource.
 pub fn decode_parent<P: DeserializeOwned>(parent: Value) -> Result<P, DecodeError> {
+    if let Ok(typed) = P::deserialize(&parent) {
+        return Ok(typed);
+    }
     serde_path_to_error::deserialize(parent).map_err(|err| DecodeError::Parent(describe("", err)))
 }
 

@@ -65,10 +65,20 @@ impl ObjectGroups {
         let mut objects = group
             .iter()
             .map(|(path, raw)| {
-                let mut de = serde_json::Deserializer::from_str(raw.get());
-                let object = serde_path_to_error::deserialize::<_, K>(&mut de).map_err(|err| {
-                    DecodeError::Malformed(describe(&format!("observed {key} {path:?}"), err))
-                })?;
+                // Decoding fast, and only on failure again keeping the path.
+                let object = match serde_json::from_str::<K>(raw.get()) {
+                    Ok(object) => object,
+                    Err(plain) => {
+                        let mut de = serde_json::Deserializer::from_str(raw.get());
+                        let what = format!("observed {key} {path:?}");
+                        return Err(DecodeError::Malformed(
+                            match serde_path_to_error::deserialize::<_, K>(&mut de) {
+                                Err(err) => describe(&what, err),
+                                Ok(_) => format!("{what}: {plain}"),
+                            },
+                        ));
+                    }
+                };
                 check_path(&key, path, object.metadata())?;
                 Ok(object)
             })

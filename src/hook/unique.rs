@@ -13,12 +13,106 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 
 /// Checks that no object in `body` repeats a key. Syntax errors are left to
 /// the decoder that runs next, which reports them with their position.
+///
+/// Every call pays for one walk that keeps no path and allocates only for
+/// objects of many keys; only a body with a repeated key is walked again,
+/// keeping the path, to say where.
 pub fn check(body: &[u8]) -> Result<(), String> {
+    let mut keys = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match (Fast { keys: &mut keys }).deserialize(&mut de) {
+        Err(err) if err.is_data() => {}
+        _ => return Ok(()),
+    }
     let mut path = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(body);
     match (Unique { path: &mut path }).deserialize(&mut de) {
         Err(err) if err.is_data() => Err(err.to_string()),
         _ => Ok(()),
+    }
+}
+
+/// Objects with more keys than this are checked with a hash set; smaller
+/// ones by comparing with the keys before, which allocates nothing.
+const FEW_KEYS: usize = 24;
+
+/// One step of the walk that only finds out whether a key repeats. `keys`
+/// is one stack shared by the whole walk: an object pushes its keys on top
+/// and takes them off when it ends.
+struct Fast<'k, 'de> {
+    keys: &'k mut Vec<Cow<'de, str>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Fast<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Fast<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq
+            .next_element_seed(Fast {
+                keys: &mut *self.keys,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let start = self.keys.len();
+        let mut many: Option<HashSet<Cow<'de, str>>> = None;
+        let result = loop {
+            let Some(Key(key)) = map.next_key()? else {
+                break Ok(());
+            };
+            let repeated = match &mut many {
+                Some(set) => !set.insert(key.clone()),
+                None => self.keys[start..].contains(&key),
+            };
+            if repeated {
+                break Err(de::Error::custom("a key appears twice"));
+            }
+            if many.is_none() {
+                self.keys.push(key);
+                if self.keys.len() - start > FEW_KEYS {
+                    many = Some(self.keys.drain(start..).collect());
+                }
+            }
+            map.next_value_seed(Fast {
+                keys: &mut *self.keys,
+            })?;
+        };
+        self.keys.truncate(start);
+        result
     }
 }
 
@@ -129,9 +223,9 @@ mod tests {
 
     #[test]
     fn repeated_keys_are_refused_at_any_depth_with_their_path() {
-        struct Case {
+        struct Case<'a> {
             reason: &'static str,
-            body: &'static str,
+            body: &'a str,
             want: Result<(), &'static str>,
         }
         let cases = [
@@ -159,6 +253,28 @@ mod tests {
                 reason: "escaped and plain spellings are the same key",
                 body: r#"{"a":1,"\u0061":2}"#,
                 want: Err(r#"the key "a" appears twice; send each key once"#),
+            },
+            Case {
+                reason: "an object of many keys, the repeat far from the first",
+                body: &format!(
+                    r#"{{"a":{{{},"k3":0}}}}"#,
+                    (0..100)
+                        .map(|i| format!(r#""k{i}":{{"k3":{i}}}"#))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                want: Err(r#"a: the key "k3" appears twice; send each key once"#),
+            },
+            Case {
+                reason: "many keys, each once, in nested objects of few",
+                body: &format!(
+                    r#"{{"a":{{{}}},"k1":[{{"k1":1,"k2":2}}]}}"#,
+                    (0..100)
+                        .map(|i| format!(r#""k{i}":{{"k1":{i},"k2":{{"k1":[]}}}}"#))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                want: Ok(()),
             },
             Case {
                 reason: "syntax errors are left to the decoder",
