@@ -18,32 +18,55 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 /// objects of many keys; only a body with a repeated key is walked again,
 /// keeping the path, to say where.
 pub fn check(body: &[u8]) -> Result<(), String> {
-    let mut keys = Vec::new();
-    let mut de = serde_json::Deserializer::from_slice(body);
-    match (Fast { keys: &mut keys }).deserialize(&mut de) {
-        Err(err) if err.is_data() => {}
-        _ => return Ok(()),
-    }
-    let mut path = Vec::new();
-    let mut de = serde_json::Deserializer::from_slice(body);
-    match (Unique { path: &mut path }).deserialize(&mut de) {
-        Err(err) if err.is_data() => Err(err.to_string()),
-        _ => Ok(()),
-    }
+    let walk = |path: Option<&mut Vec<String>>| {
+        let mut keys = Vec::new();
+        let mut de = serde_json::Deserializer::from_slice(body);
+        match (Walk {
+            keys: &mut keys,
+            path,
+        })
+        .deserialize(&mut de)
+        {
+            Err(err) if err.is_data() => Err(err.to_string()),
+            _ => Ok(()),
+        }
+    };
+    walk(None).or_else(|_| walk(Some(&mut Vec::new())))
 }
 
 /// Objects with more keys than this are checked with a hash set; smaller
 /// ones by comparing with the keys before, which allocates nothing.
 const FEW_KEYS: usize = 24;
 
-/// One step of the walk that only finds out whether a key repeats. `keys`
-/// is one stack shared by the whole walk: an object pushes its keys on top
-/// and takes them off when it ends.
-struct Fast<'k, 'de> {
-    keys: &'k mut Vec<Cow<'de, str>>,
+/// One step of a walk over any JSON value. `keys` is one stack shared by
+/// the whole walk: an object pushes its keys on top and takes them off when
+/// it ends. `path`, when kept, holds the keys and indices from the root.
+struct Walk<'w, 'de> {
+    keys: &'w mut Vec<Cow<'de, str>>,
+    path: Option<&'w mut Vec<String>>,
 }
 
-impl<'de> DeserializeSeed<'de> for Fast<'_, 'de> {
+impl<'de> Walk<'_, 'de> {
+    /// The walk one level down, under `step` when the path is kept.
+    fn enter(&mut self, step: impl FnOnce() -> String) -> Walk<'_, 'de> {
+        if let Some(path) = self.path.as_deref_mut() {
+            path.push(step());
+        }
+        let path = self.path.as_deref_mut();
+        Walk {
+            keys: &mut *self.keys,
+            path,
+        }
+    }
+
+    fn leave(&mut self) {
+        if let Some(path) = self.path.as_deref_mut() {
+            path.pop();
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -51,7 +74,7 @@ impl<'de> DeserializeSeed<'de> for Fast<'_, 'de> {
     }
 }
 
-impl<'de> Visitor<'de> for Fast<'_, 'de> {
+impl<'de> Visitor<'de> for Walk<'_, 'de> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -77,17 +100,18 @@ impl<'de> Visitor<'de> for Fast<'_, 'de> {
         Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq
-            .next_element_seed(Fast {
-                keys: &mut *self.keys,
-            })?
-            .is_some()
-        {}
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        for index in 0usize.. {
+            let more = seq.next_element_seed(self.enter(|| index.to_string()))?;
+            self.leave();
+            if more.is_none() {
+                break;
+            }
+        }
         Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         let start = self.keys.len();
         let mut many: Option<HashSet<Cow<'de, str>>> = None;
         let result = loop {
@@ -99,99 +123,26 @@ impl<'de> Visitor<'de> for Fast<'_, 'de> {
                 None => self.keys[start..].contains(&key),
             };
             if repeated {
-                break Err(de::Error::custom("a key appears twice"));
+                let at = match self.path.as_deref() {
+                    Some(path) if !path.is_empty() => format!("{}: ", path.join(".")),
+                    _ => String::new(),
+                };
+                break Err(de::Error::custom(format_args!(
+                    "{at}the key {key:?} appears twice; send each key once"
+                )));
             }
+            let step = self.path.is_some().then(|| key.to_string());
             if many.is_none() {
                 self.keys.push(key);
                 if self.keys.len() - start > FEW_KEYS {
                     many = Some(self.keys.drain(start..).collect());
                 }
             }
-            map.next_value_seed(Fast {
-                keys: &mut *self.keys,
-            })?;
+            map.next_value_seed(self.enter(|| step.unwrap_or_default()))?;
+            self.leave();
         };
         self.keys.truncate(start);
         result
-    }
-}
-
-/// One step of a walk over any JSON value; `path` holds the keys and
-/// indices from the root to this value.
-struct Unique<'p> {
-    path: &'p mut Vec<String>,
-}
-
-impl<'de> DeserializeSeed<'de> for Unique<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Unique<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut index = 0usize;
-        loop {
-            self.path.push(index.to_string());
-            let more = seq.next_element_seed(Unique {
-                path: &mut *self.path,
-            })?;
-            self.path.pop();
-            if more.is_none() {
-                return Ok(());
-            }
-            index += 1;
-        }
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen: HashSet<Cow<'de, str>> = HashSet::new();
-        while let Some(Key(key)) = map.next_key()? {
-            if seen.contains(&key) {
-                let at = if self.path.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", self.path.join("."))
-                };
-                return Err(de::Error::custom(format_args!(
-                    "{at}the key {key:?} appears twice; send each key once"
-                )));
-            }
-            self.path.push(key.to_string());
-            map.next_value_seed(Unique {
-                path: &mut *self.path,
-            })?;
-            self.path.pop();
-            seen.insert(key);
-        }
-        Ok(())
     }
 }
 
