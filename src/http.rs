@@ -4,9 +4,10 @@
 //!
 //! Every hook route goes through [`hook_call`], the one adapter that checks
 //! the content type and size, reads the body under a deadline, runs the
-//! operator's pure function off the async workers and turns the result into
-//! a response. Failures are never a 200: they are `application/problem+json`
-//! with a one-line `detail` that Metacontroller shows users as an event.
+//! operator's pure function (a small body where it was read, a large one in
+//! the blocking pool) and turns the result into a response. Failures are
+//! never a 200: they are `application/problem+json` with a one-line
+//! `detail` that Metacontroller shows users as an event.
 
 pub mod adapter;
 mod admission;
@@ -367,6 +368,32 @@ async fn answer(
         )))
     })?;
     let ticket = state.admission.work(ticket, deadline).await?;
+    let too_late = || {
+        Problem::from(Refusal::Deadline(format!(
+            "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
+            limits.request_timeout.as_secs_f64()
+        )))
+    };
+    let bug = |why: &dyn std::fmt::Display| {
+        Problem::from(Refusal::Bug(format!(
+            "the {hook} hook failed unexpectedly ({why}); this is a bug in opshooks, please report it"
+        )))
+    };
+    if bytes.len() < INLINE_BODY {
+        // A small call is answered where it was read: its work is shorter
+        // than handing it to another thread and back. It cannot be cut off,
+        // so an answer that comes after the deadline is not sent.
+        let op = &state.operators[index];
+        let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            adapter::call(op, hook, bytes, &ctx).expect("routes exist only for registered hooks")
+        }));
+        drop(ticket);
+        return match call {
+            Err(panic) => Err(bug(&panic_message(&panic))),
+            Ok(_) if started.elapsed() > limits.request_timeout => Err(too_late()),
+            Ok(call) => Ok(call),
+        };
+    }
     let operators = Arc::clone(&state.operators);
     let large = bytes.len() >= LARGE_BODY;
     let work = tokio::task::spawn_blocking(move || {
@@ -387,16 +414,28 @@ async fn answer(
         release_memory();
     }
     match call {
-        Err(_) => Err(Problem::from(Refusal::Deadline(format!(
-            "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
-            limits.request_timeout.as_secs_f64()
-        )))),
-        Ok(Err(join)) => Err(Problem::from(Refusal::Bug(format!(
-            "the {hook} hook failed unexpectedly ({join}); this is a bug in opshooks, please report it"
-        )))),
+        Err(_) => Err(too_late()),
+        Ok(Err(join)) => Err(bug(&join)),
         Ok(Ok(call)) => Ok(call),
     }
 }
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let said = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned());
+    match said {
+        Some(said) => format!("panicked with message {said:?}"),
+        None => "panicked".to_string(),
+    }
+}
+
+/// Bodies under this size are computed on the task that read them: their
+/// work takes microseconds. Larger ones go to the blocking pool, so a long
+/// computation never holds up the server's other connections.
+const INLINE_BODY: usize = 64 * 1024;
 
 /// Bodies from this size on are followed by handing freed memory back.
 const LARGE_BODY: usize = 1 << 20;

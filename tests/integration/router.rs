@@ -611,40 +611,44 @@ async fn a_panicking_operator_is_500_and_a_slow_one_503() {
             "nothing was changed, Metacontroller will retry",
         ),
     ] {
-        // The panic has all the time it needs (a loaded machine is slow to
-        // unwind); the slow operator outlives a short deadline whatever the load.
-        let deadline = if status == StatusCode::SERVICE_UNAVAILABLE {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(30)
-        };
-        let app = router(failing(sync, deadline));
-        let response = app
-            .clone()
-            .oneshot(first_sync("/webserver/sync"))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), status);
-        assert_eq!(
-            response.headers()[header::CONTENT_TYPE],
-            "application/problem+json"
-        );
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        let problem: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(problem["status"], status.as_u16());
-        assert!(
-            problem["detail"].as_str().unwrap().contains(says),
-            "{problem}"
-        );
-        let outcome = if status == StatusCode::SERVICE_UNAVAILABLE {
-            "timeout"
-        } else {
-            "internal"
-        };
-        let text = metrics_of(app).await;
-        let series = format!(
-            r#"opshooks_hook_requests_total{{hook="sync",operator="webserver",outcome="{outcome}"}} 1"#
-        );
-        assert!(text.contains(&series), "{series} in {text}");
+        // A small body is computed on the task that read it, a large one in
+        // the blocking pool: both paths answer a panic and a slow operator.
+        let small = fixture("v1-first-sync");
+        let mut large: Value = serde_json::from_slice(&small).unwrap();
+        large["padding"] = Value::String("x".repeat(100 * 1024));
+        for body in [small, serde_json::to_vec(&large).unwrap()] {
+            // The panic has all the time it needs (a loaded machine is slow to
+            // unwind); the slow operator outlives a short deadline whatever the load.
+            let deadline = if status == StatusCode::SERVICE_UNAVAILABLE {
+                Duration::from_millis(200)
+            } else {
+                Duration::from_secs(30)
+            };
+            let app = router(failing(sync, deadline));
+            let request = post("/webserver/sync", "application/json", body);
+            let response = app.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), status);
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let problem: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(problem["status"], status.as_u16());
+            assert!(
+                problem["detail"].as_str().unwrap().contains(says),
+                "{problem}"
+            );
+            let outcome = if status == StatusCode::SERVICE_UNAVAILABLE {
+                "timeout"
+            } else {
+                "internal"
+            };
+            let text = metrics_of(app).await;
+            let series = format!(
+                r#"opshooks_hook_requests_total{{hook="sync",operator="webserver",outcome="{outcome}"}} 1"#
+            );
+            assert!(text.contains(&series), "{series} in {text}");
+        }
     }
 }
