@@ -6,16 +6,44 @@
 //! cargo run --release --example hotpath -- database sync payload.json [calls]
 //! ```
 
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use opshooks::hook::Hook;
 use opshooks::http::adapter;
 use opshooks::operator::Context;
 
-// The server's allocator, so the numbers are the server's.
+/// The server's allocator (so the times are the server's), counting the
+/// bytes live at once, for the peak heap of one call.
+struct Counting;
+
 #[cfg(feature = "mimalloc")]
+static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(not(feature = "mimalloc"))]
+static INNER: std::alloc::System = std::alloc::System;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+#[allow(unsafe_code)]
+// SAFETY: every call is passed on unchanged to the real allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: the caller's promises about `layout` hold for the inner allocator.
+        unsafe { INNER.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` came from the inner allocator with this layout.
+        unsafe { INNER.dealloc(ptr, layout) }
+    }
+}
+
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counting = Counting;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +62,11 @@ fn main() {
         .expect("a known operator");
     let hook = Hook::parse(hook).expect("sync, finalize or customize");
     let ctx = Context::fresh("2026-01-01T00:00:00Z".parse().expect("a time")).expect("entropy");
+    // One call alone, for the most heap it holds at once beyond the body.
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    drop(adapter::call_slice(op, hook, &body, &ctx));
+    let peak = PEAK.load(Ordering::Relaxed) - before;
     let mut out = 0;
     let started = Instant::now();
     for _ in 0..calls {
@@ -42,8 +75,10 @@ fn main() {
     }
     let each = started.elapsed().as_secs_f64() / f64::from(calls);
     println!(
-        "{name}/{hook}: {} bytes in, {out} bytes out, {:.1} µs per call over {calls} calls",
+        "{name}/{hook}: {} bytes in, {out} bytes out, {:.1} µs per call over {calls} calls, \
+         {:.2} MiB of heap at most",
         body.len(),
-        each * 1e6
+        each * 1e6,
+        peak as f64 / f64::from(1 << 20)
     );
 }

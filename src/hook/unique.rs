@@ -14,24 +14,204 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 /// Checks that no object in `body` repeats a key. Syntax errors are left to
 /// the decoder that runs next, which reports them with their position.
 ///
-/// Every call pays for one walk that keeps no path and allocates only for
-/// objects of many keys; only a body with a repeated key is walked again,
-/// keeping the path, to say where.
+/// Every call pays for one scan of the bytes ([`scan`]); only a body the
+/// scan cannot clear (a repeated key, an escaped key, or broken JSON) is
+/// walked again by serde, keeping the path, to say where.
 pub fn check(body: &[u8]) -> Result<(), String> {
-    let walk = |path: Option<&mut Vec<String>>| {
-        let mut keys = Vec::new();
-        let mut de = serde_json::Deserializer::from_slice(body);
-        match (Walk {
-            keys: &mut keys,
-            path,
-        })
-        .deserialize(&mut de)
-        {
-            Err(err) if err.is_data() => Err(err.to_string()),
-            _ => Ok(()),
-        }
+    if scan(body) == Scan::Clean {
+        return Ok(());
+    }
+    let mut keys = Vec::new();
+    let mut path = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match (Walk {
+        keys: &mut keys,
+        path: &mut path,
+    })
+    .deserialize(&mut de)
+    {
+        Err(err) if err.is_data() => Err(err.to_string()),
+        _ => Ok(()),
+    }
+}
+
+/// What a scan of the bytes found.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    /// Well-formed enough to walk, with no object repeating a key.
+    Clean,
+    /// A key repeats, or the scan could not tell (a key with escapes, which
+    /// must be decoded to compare, or bytes that are not JSON).
+    Unsure,
+}
+
+/// Walks the JSON text byte by byte, with a stack instead of recursion (so
+/// no depth can overflow it), comparing object keys as raw bytes. Values
+/// are skipped, not parsed: numbers and literals up to the next delimiter,
+/// strings up to their closing quote.
+fn scan(body: &[u8]) -> Scan {
+    let mut scanner = Scanner {
+        body,
+        at: 0,
+        open: Vec::new(),
+        keys: Vec::new(),
     };
-    walk(None).or_else(|_| walk(Some(&mut Vec::new())))
+    match scanner.run() {
+        Some(()) => Scan::Clean,
+        None => Scan::Unsure,
+    }
+}
+
+/// An open object (where its keys start on the key stack, and its hash set
+/// once it has many) or an open array.
+enum Open<'b> {
+    Object(usize, Option<HashSet<&'b [u8]>>),
+    Array,
+}
+
+struct Scanner<'b> {
+    body: &'b [u8],
+    at: usize,
+    open: Vec<Open<'b>>,
+    /// The keys of every open object, innermost last.
+    keys: Vec<&'b [u8]>,
+}
+
+impl<'b> Scanner<'b> {
+    /// `Some` when the whole body is one value with no repeated key.
+    fn run(&mut self) -> Option<()> {
+        loop {
+            self.value()?;
+            // After a value: the next one, or the end of what holds it.
+            loop {
+                self.skip_space();
+                match (self.open.last(), self.body.get(self.at)) {
+                    (None, None) => return Some(()),
+                    (Some(Open::Array), Some(b',')) => {
+                        self.at += 1;
+                        break;
+                    }
+                    (Some(Open::Object(..)), Some(b',')) => {
+                        self.at += 1;
+                        self.key()?;
+                        break;
+                    }
+                    (Some(Open::Array), Some(b']')) => {
+                        self.open.pop();
+                        self.at += 1;
+                    }
+                    (Some(Open::Object(start, _)), Some(b'}')) => {
+                        self.keys.truncate(*start);
+                        self.open.pop();
+                        self.at += 1;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// Steps over a scalar, or into an object (past its first key) or an
+    /// array (up to its first value), as often as they nest.
+    fn value(&mut self) -> Option<()> {
+        loop {
+            self.skip_space();
+            match *self.body.get(self.at)? {
+                b'{' => {
+                    self.at += 1;
+                    self.skip_space();
+                    if self.body.get(self.at) == Some(&b'}') {
+                        self.at += 1;
+                        return Some(());
+                    }
+                    self.open.push(Open::Object(self.keys.len(), None));
+                    self.key()?;
+                }
+                b'[' => {
+                    self.at += 1;
+                    self.skip_space();
+                    if self.body.get(self.at) == Some(&b']') {
+                        self.at += 1;
+                        return Some(());
+                    }
+                    self.open.push(Open::Array);
+                }
+                b'"' => {
+                    self.string()?;
+                    return Some(());
+                }
+                _ => {
+                    let rest = &self.body[self.at..];
+                    let len = rest
+                        .iter()
+                        .position(|b| {
+                            matches!(b, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t')
+                        })
+                        .unwrap_or(rest.len());
+                    if len == 0 {
+                        return None;
+                    }
+                    self.at += len;
+                    return Some(());
+                }
+            }
+        }
+    }
+
+    /// Reads a key of the innermost open object and the colon after it;
+    /// `None` when the key repeats, has escapes, or is not there.
+    fn key(&mut self) -> Option<()> {
+        self.skip_space();
+        if self.body.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let (key, escaped) = self.string()?;
+        if escaped {
+            return None;
+        }
+        self.skip_space();
+        if self.body.get(self.at) != Some(&b':') {
+            return None;
+        }
+        self.at += 1;
+        let Some(Open::Object(start, many)) = self.open.last_mut() else {
+            return None;
+        };
+        match many {
+            Some(set) => set.insert(key).then_some(()),
+            None if self.keys[*start..].contains(&key) => None,
+            None => {
+                self.keys.push(key);
+                if self.keys.len() - *start > FEW_KEYS {
+                    *many = Some(self.keys.drain(*start..).collect());
+                }
+                Some(())
+            }
+        }
+    }
+
+    /// Steps over the string at the cursor: its raw bytes and whether they
+    /// hold escapes, or `None` when it has no end.
+    fn string(&mut self) -> Option<(&'b [u8], bool)> {
+        let start = self.at + 1;
+        let mut at = start;
+        let mut escaped = false;
+        loop {
+            at += memchr::memchr2(b'"', b'\\', self.body.get(at..)?)?;
+            if self.body[at] == b'"' {
+                self.at = at + 1;
+                return Some((&self.body[start..at], escaped));
+            }
+            escaped = true;
+            at += 2;
+        }
+    }
+
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.body.get(self.at) {
+            self.at += 1;
+        }
+    }
 }
 
 /// Objects with more keys than this are checked with a hash set; smaller
@@ -43,26 +223,21 @@ const FEW_KEYS: usize = 24;
 /// it ends. `path`, when kept, holds the keys and indices from the root.
 struct Walk<'w, 'de> {
     keys: &'w mut Vec<Cow<'de, str>>,
-    path: Option<&'w mut Vec<String>>,
+    path: &'w mut Vec<String>,
 }
 
 impl<'de> Walk<'_, 'de> {
-    /// The walk one level down, under `step` when the path is kept.
-    fn enter(&mut self, step: impl FnOnce() -> String) -> Walk<'_, 'de> {
-        if let Some(path) = self.path.as_deref_mut() {
-            path.push(step());
-        }
-        let path = self.path.as_deref_mut();
+    /// The walk one level down, under `step`.
+    fn enter(&mut self, step: String) -> Walk<'_, 'de> {
+        self.path.push(step);
         Walk {
             keys: &mut *self.keys,
-            path,
+            path: &mut *self.path,
         }
     }
 
     fn leave(&mut self) {
-        if let Some(path) = self.path.as_deref_mut() {
-            path.pop();
-        }
+        self.path.pop();
     }
 }
 
@@ -102,7 +277,7 @@ impl<'de> Visitor<'de> for Walk<'_, 'de> {
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         for index in 0usize.. {
-            let more = seq.next_element_seed(self.enter(|| index.to_string()))?;
+            let more = seq.next_element_seed(self.enter(index.to_string()))?;
             self.leave();
             if more.is_none() {
                 break;
@@ -123,22 +298,22 @@ impl<'de> Visitor<'de> for Walk<'_, 'de> {
                 None => self.keys[start..].contains(&key),
             };
             if repeated {
-                let at = match self.path.as_deref() {
-                    Some(path) if !path.is_empty() => format!("{}: ", path.join(".")),
-                    _ => String::new(),
+                let at = match self.path.is_empty() {
+                    true => String::new(),
+                    false => format!("{}: ", self.path.join(".")),
                 };
                 break Err(de::Error::custom(format_args!(
                     "{at}the key {key:?} appears twice; send each key once"
                 )));
             }
-            let step = self.path.is_some().then(|| key.to_string());
+            let step = key.to_string();
             if many.is_none() {
                 self.keys.push(key);
                 if self.keys.len() - start > FEW_KEYS {
                     many = Some(self.keys.drain(start..).collect());
                 }
             }
-            map.next_value_seed(self.enter(|| step.unwrap_or_default()))?;
+            map.next_value_seed(self.enter(step))?;
             self.leave();
         };
         self.keys.truncate(start);
@@ -170,7 +345,83 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
 
 #[cfg(test)]
 mod tests {
-    use super::check;
+    use super::{Scan, Walk, check, scan};
+    use proptest::prelude::*;
+    use serde::de::DeserializeSeed;
+
+    /// What serde's own walk says of a body: `true` when a key repeats.
+    fn serde_finds_a_repeat(body: &str) -> bool {
+        let (mut keys, mut path) = (Vec::new(), Vec::new());
+        let mut de = serde_json::Deserializer::from_str(body);
+        let walk = Walk {
+            keys: &mut keys,
+            path: &mut path,
+        };
+        matches!(walk.deserialize(&mut de), Err(err) if err.is_data())
+    }
+
+    /// JSON text with keys drawn from a few names (so objects often repeat
+    /// one), spacing and escapes in values, nested a few levels deep.
+    fn json_text() -> impl Strategy<Value = String> {
+        let space = prop::sample::select(vec!["", " ", "\n ", "\t"]);
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            any::<i32>().prop_map(|n| n.to_string()),
+            Just("-1.5e3".to_string()),
+            Just(r#""plain""#.to_string()),
+            Just(r#""with \"quotes\" and \\ and \n""#.to_string()),
+            Just(r#""ends in \\""#.to_string()),
+        ];
+        leaf.prop_recursive(4, 48, 8, move |inner| {
+            let key = prop::sample::select(vec!["a", "b", "c", "kind", "{", "[", ":", ","]);
+            prop_oneof![
+                (prop::collection::vec(inner.clone(), 0..6), space.clone())
+                    .prop_map(|(items, s)| format!("[{s}{}{s}]", items.join(&format!("{s},{s}")))),
+                (
+                    prop::collection::vec((key, inner), 0..(2 * super::FEW_KEYS)),
+                    space.clone()
+                )
+                    .prop_map(|(fields, s)| {
+                        let fields: Vec<String> = fields
+                            .into_iter()
+                            .map(|(k, v)| format!("{k:?}{s}:{s}{v}"))
+                            .collect();
+                        format!("{{{s}{}{s}}}", fields.join(","))
+                    }),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The byte scan clears exactly the bodies serde's walk clears.
+        #[test]
+        fn the_scan_agrees_with_serde(body in json_text()) {
+            prop_assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok(), "{}", body);
+            prop_assert_eq!(scan(body.as_bytes()) == Scan::Clean, !serde_finds_a_repeat(&body), "{}", body);
+        }
+
+        /// Cut anywhere, a body the scan clears either does not parse (the
+        /// decoder then refuses it, with its position) or repeats no key.
+        #[test]
+        fn broken_bodies_cleared_are_refused_by_the_decoder(body in json_text(), cut in 0.0..1.0f64) {
+            let cut = &body[..body.floor_char_boundary((body.len() as f64 * cut) as usize)];
+            if scan(cut.as_bytes()) == Scan::Clean {
+                let parses = serde_json::from_str::<serde_json::Value>(cut).is_ok();
+                prop_assert!(!parses || !serde_finds_a_repeat(cut), "{}", cut);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_and_escaped_keys_go_to_serde() {
+        let deep = "[".repeat(1_000_000);
+        assert_eq!(scan(deep.as_bytes()), Scan::Unsure);
+        let deep = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
+        assert_eq!(scan(deep.as_bytes()), Scan::Clean);
+        assert_eq!(scan(br#"{"\u0061":1}"#), Scan::Unsure);
+        assert!(check(br#"{"\u0061":1,"b":2}"#).is_ok());
+    }
 
     #[test]
     fn repeated_keys_are_refused_at_any_depth_with_their_path() {

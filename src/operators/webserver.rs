@@ -130,9 +130,9 @@ pub fn sync(
     let ws = &req.parent;
     validate(ws)?;
     let observed = req.children.of::<ObservedPod>()?;
-    let desired = desired_pods(ws, &observed)
-        .into_iter()
-        .map(|p| Child::new(&p));
+    // Each pod is written out as soon as it is built: a thousand k8s-openapi
+    // Pods held at once cost megabytes.
+    let desired = desired_pods(ws, &observed).map(|p| Child::new(&p));
     Ok(SyncResponse {
         status: status(ws, &observed, ctx),
         children: Child::sorted(desired.collect()),
@@ -140,8 +140,12 @@ pub fn sync(
     })
 }
 
-/// The pods to answer, rolling one out-of-date pod at a time.
-pub fn desired_pods(ws: &WebServer, observed: &[ObservedPod]) -> Vec<Pod> {
+/// The pods to answer, rolling one out-of-date pod at a time, built one by
+/// one as the iterator is read.
+pub fn desired_pods<'a>(
+    ws: &'a WebServer,
+    observed: &'a [ObservedPod],
+) -> impl Iterator<Item = Pod> + 'a {
     // One lookup per index, not a scan: a body may carry thousands of pods.
     let by_name: BTreeMap<&str, &ObservedPod> = observed
         .iter()
@@ -172,13 +176,15 @@ pub fn desired_pods(ws: &WebServer, observed: &[ObservedPod]) -> Vec<Pod> {
     // out so it is deleted and created anew.
     let ended =
         |index: i32| seen(index).is_some_and(|p| matches!(p.phase(), Some("Failed" | "Succeeded")));
-    (0..ws.spec.replicas)
+    let kept: Vec<(i32, Option<(&str, i32)>)> = (0..ws.spec.replicas)
         .filter(|i| Some(*i) != next && !ended(*i))
-        .map(|index| match outdated(index) {
+        .map(|index| (index, outdated(index)))
+        .collect();
+    kept.into_iter()
+        .map(move |(index, outdated)| match outdated {
             Some((image, port)) => pod_running(ws, index, image, port),
             None => pod(ws, index),
         })
-        .collect()
 }
 
 /// The image and port an observed pod runs, if it is one of ours.
@@ -591,7 +597,6 @@ mod tests {
         ];
         for case in cases {
             let got: Vec<(String, String)> = desired_pods(&ws(3), &case.pods)
-                .into_iter()
                 .map(|p| {
                     let image = p.spec.unwrap().containers[0].image.clone().unwrap();
                     (p.metadata.name.unwrap(), image)
