@@ -89,12 +89,49 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
     Ok(value)
 }
 
-/// Decodes the parent object into the operator's typed resource.
-pub fn decode_parent<P: DeserializeOwned>(parent: Value) -> Result<P, DecodeError> {
-    if let Ok(typed) = P::deserialize(&parent) {
+/// Decodes the parent object's JSON text into the operator's typed resource.
+pub fn decode_parent<P: DeserializeOwned>(parent: &RawValue) -> Result<P, DecodeError> {
+    if let Ok(typed) = serde_json::from_str(parent.get()) {
         return Ok(typed);
     }
-    serde_path_to_error::deserialize(parent).map_err(|err| DecodeError::Parent(describe("", err)))
+    let mut de = serde_json::Deserializer::from_str(parent.get());
+    serde_path_to_error::deserialize(&mut de).map_err(|err| DecodeError::Parent(describe("", err)))
+}
+
+/// What the server reads of a parent before any operator decodes it: its
+/// type and its name. Every field is optional and of any JSON type, so a
+/// malformed parent still gets as far as the check that names the problem.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentHead {
+    #[serde(default)]
+    api_version: Value,
+    #[serde(default)]
+    kind: Value,
+    #[serde(default)]
+    metadata: Value,
+}
+
+impl ParentHead {
+    /// The head of a parent's JSON text; empty when it is not an object.
+    pub fn of(parent: &RawValue) -> Self {
+        serde_json::from_str(parent.get()).unwrap_or_default()
+    }
+
+    /// `apiVersion`, or "" when absent or not a string.
+    pub fn api_version(&self) -> &str {
+        self.api_version.as_str().unwrap_or_default()
+    }
+
+    /// `kind`, or "" when absent or not a string.
+    pub fn kind(&self) -> &str {
+        self.kind.as_str().unwrap_or_default()
+    }
+
+    /// `metadata.<field>`, when present and a string.
+    pub fn meta(&self, field: &str) -> Option<&str> {
+        self.metadata.get(field).and_then(Value::as_str)
+    }
 }
 
 /// Renders a serde error with the JSON path where it happened.
@@ -126,11 +163,12 @@ pub(crate) fn describe<E: std::fmt::Display>(
 /// the parent, its status and the observed objects filled in per operator.
 #[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[schema(bound = "")]
-pub struct SyncRequest<P = Value> {
+pub struct SyncRequest<P = Box<RawValue>> {
     /// The CompositeController that called; opaque to operators.
+    // Kept as its JSON text: nothing reads it.
     #[serde(default)]
     #[schema(value_type = Object)]
-    pub controller: Value,
+    pub controller: Option<Box<RawValue>>,
     /// The parent object as stored in the API server.
     #[schema(value_type = Object)]
     pub parent: P,
@@ -147,12 +185,12 @@ pub struct SyncRequest<P = Value> {
     pub finalizing: bool,
 }
 
-impl SyncRequest<Value> {
-    /// Replaces the untyped parent with the operator's typed resource.
+impl SyncRequest {
+    /// Replaces the parent's JSON text with the operator's typed resource.
     pub fn typed<P: DeserializeOwned>(self) -> Result<SyncRequest<P>, DecodeError> {
         Ok(SyncRequest {
             controller: self.controller,
-            parent: decode_parent(self.parent)?,
+            parent: decode_parent(&self.parent)?,
             children: self.children,
             related: self.related,
             finalizing: self.finalizing,
@@ -288,22 +326,23 @@ impl<'de> Deserialize<'de> for Child {
 /// The body of a `customize` call.
 #[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[schema(bound = "")]
-pub struct CustomizeRequest<P = Value> {
+pub struct CustomizeRequest<P = Box<RawValue>> {
     /// The CompositeController that called; opaque to operators.
+    // Kept as its JSON text: nothing reads it.
     #[serde(default)]
     #[schema(value_type = Object)]
-    pub controller: Value,
+    pub controller: Option<Box<RawValue>>,
     /// The parent object as stored in the API server.
     #[schema(value_type = Object)]
     pub parent: P,
 }
 
-impl CustomizeRequest<Value> {
-    /// Replaces the untyped parent with the operator's typed resource.
+impl CustomizeRequest {
+    /// Replaces the parent's JSON text with the operator's typed resource.
     pub fn typed<P: DeserializeOwned>(self) -> Result<CustomizeRequest<P>, DecodeError> {
         Ok(CustomizeRequest {
             controller: self.controller,
-            parent: decode_parent(self.parent)?,
+            parent: decode_parent(&self.parent)?,
         })
     }
 }
@@ -433,7 +472,7 @@ mod tests {
     fn sync_request_tolerates_unknown_fields_and_null_groups() {
         let body = br#"{"controller":{},"parent":{"a":1},"children":null,"extra":true}"#;
         let req: SyncRequest = decode_body(body).unwrap();
-        assert_eq!(req.parent, json!({"a": 1}));
+        assert_eq!(req.parent.get(), r#"{"a":1}"#);
         assert_eq!(req.children.len(), 0);
         assert!(!req.finalizing);
     }

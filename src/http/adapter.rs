@@ -7,9 +7,8 @@
 
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::hook::{CustomizeRequest, DecodeError, Hook, SyncRequest, decode_body};
+use crate::hook::{CustomizeRequest, DecodeError, Hook, ParentHead, SyncRequest, decode_body};
 use crate::operator::{Context, Erased, HookError, Operator};
 use crate::operators::validate;
 
@@ -47,8 +46,9 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             // Everything the operator reads is decoded: the body's memory
             // goes back before the work begins.
             drop(body);
-            call.parent = parent_ref(&req.parent);
-            check_served(op, hook, &req.parent)?;
+            let head = ParentHead::of(&req.parent);
+            call.parent = parent_ref(&head);
+            check_served(op, hook, &head)?;
             call.children_in = req.children.len() + req.related.len();
             // The route decides which hook this is, whatever the body says.
             req.finalizing = hook == Hook::Finalize;
@@ -61,8 +61,9 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
         Erased::Customize(f) => {
             let req: CustomizeRequest = decode_body(&body)?;
             drop(body);
-            call.parent = parent_ref(&req.parent);
-            check_served(op, hook, &req.parent)?;
+            let head = ParentHead::of(&req.parent);
+            call.parent = parent_ref(&head);
+            check_served(op, hook, &head)?;
             let answer = f(req, ctx)?;
             Ok(Answer {
                 children_out: answer.related_resources.len(),
@@ -113,9 +114,8 @@ impl Call {
 /// can look like a WebServer's), and the answer would be built for the
 /// wrong resource: a Memcached with `size: 0` posted to the WebServer route
 /// would drop every pod.
-fn check_served(op: &Operator, hook: Hook, parent: &Value) -> Result<(), DecodeError> {
-    let field = |name: &str| parent.get(name).and_then(Value::as_str).unwrap_or("");
-    let (kind, api_version) = (field("kind"), field("apiVersion"));
+fn check_served(op: &Operator, hook: Hook, parent: &ParentHead) -> Result<(), DecodeError> {
+    let (kind, api_version) = (parent.kind(), parent.api_version());
     if kind != op.kind || api_version != op.api_version() {
         return Err(DecodeError::Parent(format!(
             "parent: kind {} of apiVersion {} is not served here; /{}/{hook} serves {} of {}",
@@ -130,13 +130,11 @@ fn check_served(op: &Operator, hook: Hook, parent: &Value) -> Result<(), DecodeE
     // repeated in every child and log line, so an oversized one (which no
     // API server would have stored) must not multiply into the answer.
     // Each operator checks its name more strictly.
-    let meta = parent.get("metadata");
-    let text = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str);
-    if let Some(namespace) = text("namespace") {
+    if let Some(namespace) = parent.meta("namespace") {
         validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
             .map_err(|e| DecodeError::Parent(e.to_string()))?;
     }
-    if let Some(name) = text("name").filter(|n| n.len() > MAX_NAME) {
+    if let Some(name) = parent.meta("name").filter(|n| n.len() > MAX_NAME) {
         return Err(DecodeError::Parent(format!(
             "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
             validate::quote(name),
@@ -152,16 +150,15 @@ fn to_body<T: Serialize>(answer: &T) -> Vec<u8> {
 }
 
 /// `namespace/name` (or `name`) of a parent, for logs.
-fn parent_ref(parent: &Value) -> Option<String> {
-    let meta = parent.get("metadata")?;
+fn parent_ref(parent: &ParentHead) -> Option<String> {
     // Cut to Kubernetes' limits: this goes into every log line of the call,
     // before the parent is validated.
     let cut = |text: &str, max: usize| match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     };
-    let name = cut(meta.get("name")?.as_str()?, MAX_NAME);
-    Some(match meta.get("namespace").and_then(Value::as_str) {
+    let name = cut(parent.meta("name")?, MAX_NAME);
+    Some(match parent.meta("namespace") {
         Some(ns) => format!("{}/{name}", cut(ns, validate::MAX_LABEL_VALUE)),
         None => name,
     })
@@ -173,7 +170,7 @@ const MAX_NAME: usize = 253;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     /// Issue 10: a 1 MiB namespace made a 1,000 MiB WebServer answer, and
     /// an 8 MiB name was echoed back in the 422 and the log line.
@@ -217,14 +214,18 @@ mod tests {
 
     #[test]
     fn parent_ref_handles_cluster_scoped_and_missing_metadata() {
+        let head =
+            |parent: Value| ParentHead::of(&serde_json::value::to_raw_value(&parent).unwrap());
         assert_eq!(
-            parent_ref(&json!({"metadata": {"name": "a", "namespace": "n"}})),
+            parent_ref(&head(json!({"metadata": {"name": "a", "namespace": "n"}}))),
             Some("n/a".into())
         );
         assert_eq!(
-            parent_ref(&json!({"metadata": {"name": "a"}})),
+            parent_ref(&head(json!({"metadata": {"name": "a"}}))),
             Some("a".into())
         );
-        assert_eq!(parent_ref(&json!({})), None);
+        assert_eq!(parent_ref(&head(json!({}))), None);
+        assert_eq!(parent_ref(&head(json!({"metadata": "a"}))), None);
+        assert_eq!(parent_ref(&head(json!(5))), None);
     }
 }

@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn customize_asks_for_this_caches_pods_in_its_namespace() {
         let req = CustomizeRequest {
-            controller: serde_json::Value::Null,
+            controller: None,
             parent: mc(1, None),
         };
         let rules = customize(&req, &ctx()).unwrap().related_resources;
