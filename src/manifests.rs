@@ -99,7 +99,7 @@ pub fn to_yaml<T: Serialize>(object: &T) -> String {
 
 /// The CRD file of one operator.
 pub fn crd_file(op: &Operator) -> String {
-    format!("{HEADER}{}", to_yaml(&op.crd))
+    format!("{HEADER}{}", to_yaml(&op.crd()))
 }
 
 /// One comment line per child type saying why it is updated as it is.

@@ -126,13 +126,15 @@ pub struct Operator {
     pub name: &'static str,
     /// The parent's kind, `WebServer`.
     pub kind: String,
-    /// The parent's CRD, generated from its Rust types.
-    pub crd: CustomResourceDefinition,
     /// How its CompositeController is set up.
     pub controller: ControllerSpec,
     /// What a user reads in the README table: the children it manages.
     pub children_summary: &'static str,
     api_version: String,
+    plural: String,
+    /// Builds the parent's CRD; only manifests and documents need its
+    /// schema, so a server never spends the memory.
+    crd: fn() -> CustomResourceDefinition,
     hooks: BTreeMap<Hook, Erased>,
 }
 
@@ -143,15 +145,15 @@ impl Operator {
         controller: ControllerSpec,
         children_summary: &'static str,
     ) -> Self {
-        let crd = P::crd();
-        let api_version = format!("{}/{}", crd.spec.group, crd.spec.versions[0].name);
+        let resource = P::api_resource();
         Operator {
             name,
-            kind: crd.spec.names.kind.clone(),
-            crd,
+            kind: resource.kind,
             controller,
             children_summary,
-            api_version,
+            api_version: resource.api_version,
+            plural: resource.plural,
+            crd: P::crd,
             hooks: BTreeMap::new(),
         }
     }
@@ -205,7 +207,12 @@ impl Operator {
 
     /// The plural resource name of the parent, `webservers`.
     pub fn plural(&self) -> &str {
-        &self.crd.spec.names.plural
+        &self.plural
+    }
+
+    /// The parent's CRD, generated from its Rust types.
+    pub fn crd(&self) -> CustomResourceDefinition {
+        (self.crd)()
     }
 
     /// The parent's `group/version`.

@@ -113,7 +113,8 @@ pub fn yaml(operators: &[Operator]) -> String {
 
 fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
     let kind = &op.kind;
-    let root = op.crd.spec.versions[0]
+    let crd = op.crd();
+    let root = crd.spec.versions[0]
         .schema
         .as_ref()
         .and_then(|s| s.open_api_v3_schema.as_ref())

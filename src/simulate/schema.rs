@@ -17,7 +17,7 @@ pub struct StatusSchema {
 impl StatusSchema {
     /// The schema of `op`'s `status`, from its generated CRD.
     pub fn of(op: &Operator) -> Self {
-        let crd = serde_json::to_value(&op.crd).expect("CRDs serialize");
+        let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
         let mut schema =
             crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone();
         to_json_schema(&mut schema);

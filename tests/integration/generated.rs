@@ -76,7 +76,7 @@ fn every_hook_url_in_the_manifests_is_a_real_route() {
 #[test]
 fn crds_are_structural_with_status_and_validation() {
     for op in operators::all() {
-        let crd = serde_json::to_value(&op.crd).unwrap();
+        let crd = serde_json::to_value(op.crd()).unwrap();
         let version = &crd["spec"]["versions"][0];
         assert_eq!(crd["spec"]["group"], "opshooks.io");
         assert_eq!(version["name"], "v1alpha1");
