@@ -14,6 +14,7 @@ mod unique;
 pub use objects::{ObjectGroups, group_key};
 pub use pod::{ObservedContainer, ObservedPod, ObservedPodSpec, ObservedPodStatus};
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -249,9 +250,9 @@ pub struct Child {
 #[serde(rename_all = "camelCase")]
 struct ChildKey {
     #[serde(default)]
-    api_version: String,
+    api_version: Cow<'static, str>,
     #[serde(default)]
-    kind: String,
+    kind: Cow<'static, str>,
     #[serde(default)]
     metadata: ChildName,
 }
@@ -274,8 +275,8 @@ impl Child {
         let text = |field: &Option<String>| field.clone().unwrap_or_default();
         Child {
             key: ChildKey {
-                api_version: K::API_VERSION.to_string(),
-                kind: K::KIND.to_string(),
+                api_version: Cow::Borrowed(K::API_VERSION),
+                kind: Cow::Borrowed(K::KIND),
                 metadata: ChildName {
                     namespace: text(&meta.namespace),
                     name: text(&meta.name),

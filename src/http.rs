@@ -185,7 +185,9 @@ pub fn router(state: AppState) -> Router {
                         .extensions()
                         .get::<MatchedPath>()
                         .map_or("unmatched", MatchedPath::as_str);
-                    tracing::info_span!("http", method = %req.method(), route)
+                    // At debug: the hook call line names the operator and hook
+                    // already, and an enabled span costs every request.
+                    tracing::debug_span!("http", method = %req.method(), route)
                 })
                 .on_request(())
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
