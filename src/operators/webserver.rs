@@ -151,7 +151,11 @@ pub fn desired_pods<'a>(
         .iter()
         .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
         .collect();
-    let seen = |index: i32| by_name.get(pod_name(ws, index).as_str()).copied();
+    // Each index's pod, looked up once: the rules below ask several times.
+    let found: Vec<Option<&ObservedPod>> = (0..ws.spec.replicas)
+        .map(|index| by_name.get(pod_name(ws, index).as_str()).copied())
+        .collect();
+    let seen = |index: i32| found[index as usize];
     let running = |p: &ObservedPod| p.metadata.deletion_timestamp.is_none();
     let outdated = |index: i32| {
         seen(index)

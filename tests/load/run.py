@@ -522,6 +522,7 @@ class Row:
         self.errors = collections.Counter()
         self.peak = None
         self.idle = None
+        self.idle_anon = None
         self.longest = 0.0
         self.longest_open = False  # the longest connection was still open when we gave up
         self.wall = 0.0
@@ -682,9 +683,11 @@ class Run:
                 else:
                     time.sleep(run.args.settle if settle is None else settle)
                     row.idle = run.proc.rss()
+                    row.idle_anon = run.proc.status("RssAnon")
                 print(f"[{time.monotonic() - run.t_start:6.1f} s] {row.case}: {row.answers()}, "
                       f"{sum(row.errors.values())} errors, peak {fmt_bytes(row.peak)}, "
-                      f"idle {fmt_bytes(row.idle)}, wall {fmt_s(row.wall)}", flush=True)
+                      f"idle {fmt_bytes(row.idle)} (anonymous {fmt_bytes(row.idle_anon)}), "
+                      f"wall {fmt_s(row.wall)}", flush=True)
                 return exc[0] is not None and exc[0] is not KeyboardInterrupt
 
         return Ctx()
@@ -1055,7 +1058,8 @@ class Run:
         time.sleep(args.settle)
         self.start_idle = self.proc.rss()
         print(f"server {args.binary} pid {self.server.pid} on 127.0.0.1:{self.target.port}, "
-              f"idle RSS at start {fmt_bytes(self.start_idle)}; log {self.log.name}", flush=True)
+              f"idle RSS at start {fmt_bytes(self.start_idle)} "
+              f"(anonymous {fmt_bytes(self.proc.status('RssAnon'))}); log {self.log.name}", flush=True)
         # Case 4 runs on a nearly fresh server, before the bursts, so that its
         # peak is the 32 MiB body's and not what the allocator kept from them.
         # Case 7 stops the server: it runs last.
