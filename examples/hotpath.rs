@@ -40,6 +40,18 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: `ptr` came from the inner allocator with this layout.
         unsafe { INNER.dealloc(ptr, layout) }
     }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size >= layout.size() {
+            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
+                - layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's promises about `ptr`, `layout` and `new_size`
+        // hold for the inner allocator, which allocated `ptr`.
+        unsafe { INNER.realloc(ptr, layout, new_size) }
+    }
 }
 
 #[global_allocator]

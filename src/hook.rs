@@ -78,25 +78,32 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
         let err = err.split(" at line ").next().unwrap_or_default();
         DecodeError::Malformed(format!("request body: {err}"))
     })?;
-    // Decoding fast, and only on failure again keeping the path to explain.
-    if let Ok(value) = serde_json::from_slice(body) {
-        return Ok(value);
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de)
-        .map_err(|err| DecodeError::Malformed(describe("request body", err)))?;
-    de.end()
-        .map_err(|err| DecodeError::Malformed(format!("request body: {err}")))?;
-    Ok(value)
+    decode_text(body, || "request body".into()).map_err(DecodeError::Malformed)
 }
 
 /// Decodes the parent object's JSON text into the operator's typed resource.
 pub fn decode_parent<P: DeserializeOwned>(parent: &RawValue) -> Result<P, DecodeError> {
-    if let Ok(typed) = serde_json::from_str(parent.get()) {
-        return Ok(typed);
+    decode_text(parent.get().as_bytes(), String::new).map_err(DecodeError::Parent)
+}
+
+/// Decodes JSON text at full speed; only when that fails is it decoded
+/// again, keeping the path, to say what (`what`, then the path) is wrong.
+pub(crate) fn decode_text<T: DeserializeOwned>(
+    text: &[u8],
+    what: impl FnOnce() -> String,
+) -> Result<T, String> {
+    if let Ok(value) = serde_json::from_slice(text) {
+        return Ok(value);
     }
-    let mut de = serde_json::Deserializer::from_str(parent.get());
-    serde_path_to_error::deserialize(&mut de).map_err(|err| DecodeError::Parent(describe("", err)))
+    let what = what();
+    let what = what.as_str();
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|err| describe(what, err))?;
+    de.end().map_err(|err| match what {
+        "" => err.to_string(),
+        _ => format!("{what}: {err}"),
+    })?;
+    Ok(value)
 }
 
 /// What the server reads of a parent before any operator decodes it: its
@@ -110,7 +117,16 @@ pub struct ParentHead {
     #[serde(default)]
     kind: Value,
     #[serde(default)]
-    metadata: Value,
+    metadata: Option<HeadMetadata>,
+}
+
+/// The name and namespace of a parent; the rest of its metadata is skipped.
+#[derive(Debug, Default, Deserialize)]
+struct HeadMetadata {
+    #[serde(default)]
+    name: Value,
+    #[serde(default)]
+    namespace: Value,
 }
 
 impl ParentHead {
@@ -129,9 +145,14 @@ impl ParentHead {
         self.kind.as_str().unwrap_or_default()
     }
 
-    /// `metadata.<field>`, when present and a string.
-    pub fn meta(&self, field: &str) -> Option<&str> {
-        self.metadata.get(field).and_then(Value::as_str)
+    /// `metadata.name`, when present and a string.
+    pub fn name(&self) -> Option<&str> {
+        self.metadata.as_ref()?.name.as_str()
+    }
+
+    /// `metadata.namespace`, when present and a string.
+    pub fn namespace(&self) -> Option<&str> {
+        self.metadata.as_ref()?.namespace.as_str()
     }
 }
 

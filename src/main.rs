@@ -29,6 +29,8 @@ fn no_huge_pages() {
     // SAFETY: PR_SET_THP_DISABLE only sets a flag of this process; it takes
     // no pointers.
     unsafe {
+        // A kernel without the flag refuses it; huge pages then stay as
+        // they were, which costs memory, not correctness.
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
 }

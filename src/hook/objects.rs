@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
-use super::{DecodeError, describe};
+use super::{DecodeError, decode_text};
 
 /// The group key Metacontroller uses for a Kubernetes type: `Pod.v1`,
 /// `StatefulSet.apps/v1`.
@@ -65,20 +65,9 @@ impl ObjectGroups {
         let mut objects = group
             .iter()
             .map(|(path, raw)| {
-                // Decoding fast, and only on failure again keeping the path.
-                let object = match serde_json::from_str::<K>(raw.get()) {
-                    Ok(object) => object,
-                    Err(plain) => {
-                        let mut de = serde_json::Deserializer::from_str(raw.get());
-                        let what = format!("observed {key} {path:?}");
-                        return Err(DecodeError::Malformed(
-                            match serde_path_to_error::deserialize::<_, K>(&mut de) {
-                                Err(err) => describe(&what, err),
-                                Ok(_) => format!("{what}: {plain}"),
-                            },
-                        ));
-                    }
-                };
+                let object: K =
+                    decode_text(raw.get().as_bytes(), || format!("observed {key} {path:?}"))
+                        .map_err(DecodeError::Malformed)?;
                 check_path(&key, path, object.metadata())?;
                 Ok(object)
             })

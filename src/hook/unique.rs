@@ -18,8 +18,10 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 /// scan cannot clear (a repeated key, an escaped key, or broken JSON) is
 /// walked again by serde, keeping the path, to say where.
 pub fn check(body: &[u8]) -> Result<(), String> {
-    if scan(body) == Scan::Clean {
-        return Ok(());
+    match scan(body) {
+        Scan::Clean => return Ok(()),
+        Scan::TooDeep => return Err(too_deep()),
+        Scan::Unsure => {}
     }
     let mut keys = Vec::new();
     let mut path = Vec::new();
@@ -31,22 +33,39 @@ pub fn check(body: &[u8]) -> Result<(), String> {
     .deserialize(&mut de)
     {
         Err(err) if err.is_data() => Err(err.to_string()),
+        // serde_json names this error only in its text.
+        Err(err) if err.to_string().starts_with("recursion limit exceeded") => Err(too_deep()),
         _ => Ok(()),
     }
+}
+
+fn too_deep() -> String {
+    format!(
+        "arrays and objects nest more than {MAX_DEPTH} deep; no hook request does, send one as Metacontroller does"
+    )
 }
 
 /// What a scan of the bytes found.
 #[derive(Debug, PartialEq, Eq)]
 enum Scan {
-    /// Well-formed enough to walk, with no object repeating a key.
+    /// No object repeats a key, if the body is JSON at all (the scan skips
+    /// values without checking them; the decoder that runs next does).
     Clean,
     /// A key repeats, or the scan could not tell (a key with escapes, which
     /// must be decoded to compare, or bytes that are not JSON).
     Unsure,
+    /// Arrays and objects nest deeper than [`MAX_DEPTH`]: refused whatever
+    /// else is in the body, as serde's walk could not look inside.
+    TooDeep,
 }
 
-/// Walks the JSON text byte by byte, with a stack instead of recursion (so
-/// no depth can overflow it), comparing object keys as raw bytes. Values
+/// The deepest nesting of arrays and objects accepted: `serde_json`'s own
+/// limit, past which its walk cannot check keys and its decoder refuses.
+/// It also bounds the scan's stack.
+const MAX_DEPTH: usize = 127;
+
+/// Walks the JSON text byte by byte, with a stack of at most [`MAX_DEPTH`]
+/// instead of recursion, comparing object keys as raw bytes. Values
 /// are skipped, not parsed: numbers and literals up to the next delimiter,
 /// strings up to their closing quote.
 fn scan(body: &[u8]) -> Scan {
@@ -55,9 +74,11 @@ fn scan(body: &[u8]) -> Scan {
         at: 0,
         open: Vec::new(),
         keys: Vec::new(),
+        too_deep: false,
     };
     match scanner.run() {
         Some(()) => Scan::Clean,
+        None if scanner.too_deep => Scan::TooDeep,
         None => Scan::Unsure,
     }
 }
@@ -75,6 +96,8 @@ struct Scanner<'b> {
     open: Vec<Open<'b>>,
     /// The keys of every open object, innermost last.
     keys: Vec<&'b [u8]>,
+    /// Set when the scan stopped at [`MAX_DEPTH`].
+    too_deep: bool,
 }
 
 impl<'b> Scanner<'b> {
@@ -124,7 +147,7 @@ impl<'b> Scanner<'b> {
                         self.at += 1;
                         return Some(());
                     }
-                    self.open.push(Open::Object(self.keys.len(), None));
+                    self.enter(Open::Object(self.keys.len(), None))?;
                     self.key()?;
                 }
                 b'[' => {
@@ -134,7 +157,7 @@ impl<'b> Scanner<'b> {
                         self.at += 1;
                         return Some(());
                     }
-                    self.open.push(Open::Array);
+                    self.enter(Open::Array)?;
                 }
                 b'"' => {
                     self.string()?;
@@ -207,6 +230,16 @@ impl<'b> Scanner<'b> {
         }
     }
 
+    /// Opens an array or object, or stops the scan past [`MAX_DEPTH`].
+    fn enter(&mut self, open: Open<'b>) -> Option<()> {
+        if self.open.len() == MAX_DEPTH {
+            self.too_deep = true;
+            return None;
+        }
+        self.open.push(open);
+        Some(())
+    }
+
     fn skip_space(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.body.get(self.at) {
             self.at += 1;
@@ -218,9 +251,10 @@ impl<'b> Scanner<'b> {
 /// ones by comparing with the keys before, which allocates nothing.
 const FEW_KEYS: usize = 24;
 
-/// One step of a walk over any JSON value. `keys` is one stack shared by
-/// the whole walk: an object pushes its keys on top and takes them off when
-/// it ends. `path`, when kept, holds the keys and indices from the root.
+/// One step of serde's walk over any JSON value, for the message. `keys` is
+/// one stack shared by the whole walk: an object pushes its keys on top and
+/// takes them off when it ends. `path` holds the keys and indices from the
+/// root.
 struct Walk<'w, 'de> {
     keys: &'w mut Vec<Cow<'de, str>>,
     path: &'w mut Vec<String>,
@@ -405,7 +439,8 @@ mod tests {
         /// decoder then refuses it, with its position) or repeats no key.
         #[test]
         fn broken_bodies_cleared_are_refused_by_the_decoder(body in json_text(), cut in 0.0..1.0f64) {
-            let cut = &body[..body.floor_char_boundary((body.len() as f64 * cut) as usize)];
+            // The generated text is ASCII, so any byte is a boundary.
+            let cut = &body[..(body.len() as f64 * cut) as usize];
             if scan(cut.as_bytes()) == Scan::Clean {
                 let parses = serde_json::from_str::<serde_json::Value>(cut).is_ok();
                 prop_assert!(!parses || !serde_finds_a_repeat(cut), "{}", cut);
@@ -414,11 +449,29 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_and_escaped_keys_go_to_serde() {
-        let deep = "[".repeat(1_000_000);
-        assert_eq!(scan(deep.as_bytes()), Scan::Unsure);
-        let deep = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
-        assert_eq!(scan(deep.as_bytes()), Scan::Clean);
+    fn deep_nesting_is_refused_and_escaped_keys_go_to_serde() {
+        let nest = |depth: usize| format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+        // The same limit as serde_json's.
+        assert!(serde_json::from_str::<serde_json::Value>(&nest(super::MAX_DEPTH)).is_ok());
+        assert!(serde_json::from_str::<serde_json::Value>(&nest(super::MAX_DEPTH + 1)).is_err());
+        assert_eq!(scan(nest(super::MAX_DEPTH).as_bytes()), Scan::Clean);
+        for body in [
+            nest(super::MAX_DEPTH + 1),
+            nest(100_000),
+            "[".repeat(1_000_000),
+        ] {
+            assert_eq!(scan(body.as_bytes()), Scan::TooDeep);
+            let err = check(body.as_bytes()).unwrap_err();
+            assert!(err.contains("nest more than 127 deep"), "{err}");
+        }
+        // A repeat serde's walk could not reach (it stops at the same depth)
+        // is refused all the same.
+        let hidden = format!(
+            r#"{{"parent":{}{{"a":1,"a":2}}{}}}"#,
+            r#"{"f":"#.repeat(200),
+            "}".repeat(200)
+        );
+        assert!(check(hidden.as_bytes()).is_err());
         assert_eq!(scan(br#"{"\u0061":1}"#), Scan::Unsure);
         assert!(check(br#"{"\u0061":1,"b":2}"#).is_ok());
     }

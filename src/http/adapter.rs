@@ -130,11 +130,11 @@ fn check_served(op: &Operator, hook: Hook, parent: &ParentHead) -> Result<(), De
     // repeated in every child and log line, so an oversized one (which no
     // API server would have stored) must not multiply into the answer.
     // Each operator checks its name more strictly.
-    if let Some(namespace) = parent.meta("namespace") {
+    if let Some(namespace) = parent.namespace() {
         validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
             .map_err(|e| DecodeError::Parent(e.to_string()))?;
     }
-    if let Some(name) = parent.meta("name").filter(|n| n.len() > MAX_NAME) {
+    if let Some(name) = parent.name().filter(|n| n.len() > MAX_NAME) {
         return Err(DecodeError::Parent(format!(
             "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
             validate::quote(name),
@@ -157,8 +157,8 @@ fn parent_ref(parent: &ParentHead) -> Option<String> {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     };
-    let name = cut(parent.meta("name")?, MAX_NAME);
-    Some(match parent.meta("namespace") {
+    let name = cut(parent.name()?, MAX_NAME);
+    Some(match parent.namespace() {
         Some(ns) => format!("{}/{name}", cut(ns, validate::MAX_LABEL_VALUE)),
         None => name,
     })
