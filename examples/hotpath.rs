@@ -30,8 +30,7 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 // SAFETY: every call is passed on unchanged to the real allocator.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(live, Ordering::Relaxed);
+        grew(layout.size());
         // SAFETY: the caller's promises about `layout` hold for the inner allocator.
         unsafe { INNER.alloc(layout) }
     }
@@ -42,9 +41,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size >= layout.size() {
-            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
-                - layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
+            grew(new_size - layout.size());
         } else {
             LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
         }
@@ -56,6 +53,12 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// Counts `bytes` more live, raising the peak if they make a new one.
+fn grew(bytes: usize) {
+    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

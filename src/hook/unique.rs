@@ -23,15 +23,9 @@ pub fn check(body: &[u8]) -> Result<(), String> {
         Scan::TooDeep => return Err(too_deep()),
         Scan::Unsure => {}
     }
-    let mut keys = Vec::new();
     let mut path = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(body);
-    match (Walk {
-        keys: &mut keys,
-        path: &mut path,
-    })
-    .deserialize(&mut de)
-    {
+    match (Walk { path: &mut path }).deserialize(&mut de) {
         Err(err) if err.is_data() => Err(err.to_string()),
         // serde_json names this error only in its text.
         Err(err) if err.to_string().starts_with("recursion limit exceeded") => Err(too_deep()),
@@ -141,20 +135,14 @@ impl<'b> Scanner<'b> {
             self.skip_space();
             match *self.body.get(self.at)? {
                 b'{' => {
-                    self.at += 1;
-                    self.skip_space();
-                    if self.body.get(self.at) == Some(&b'}') {
-                        self.at += 1;
+                    if self.empty(b'}') {
                         return Some(());
                     }
                     self.enter(Open::Object(self.keys.len(), None))?;
                     self.key()?;
                 }
                 b'[' => {
-                    self.at += 1;
-                    self.skip_space();
-                    if self.body.get(self.at) == Some(&b']') {
-                        self.at += 1;
+                    if self.empty(b']') {
                         return Some(());
                     }
                     self.enter(Open::Array)?;
@@ -167,9 +155,7 @@ impl<'b> Scanner<'b> {
                     let rest = &self.body[self.at..];
                     let len = rest
                         .iter()
-                        .position(|b| {
-                            matches!(b, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t')
-                        })
+                        .position(|&b| matches!(b, b',' | b']' | b'}') || is_space(b))
                         .unwrap_or(rest.len());
                     if len == 0 {
                         return None;
@@ -230,6 +216,18 @@ impl<'b> Scanner<'b> {
         }
     }
 
+    /// Steps past the opening bracket at the cursor; true, and past `close`
+    /// too, when nothing but space stands between them.
+    fn empty(&mut self, close: u8) -> bool {
+        self.at += 1;
+        self.skip_space();
+        let empty = self.body.get(self.at) == Some(&close);
+        if empty {
+            self.at += 1;
+        }
+        empty
+    }
+
     /// Opens an array or object, or stops the scan past [`MAX_DEPTH`].
     fn enter(&mut self, open: Open<'b>) -> Option<()> {
         if self.open.len() == MAX_DEPTH {
@@ -241,31 +239,28 @@ impl<'b> Scanner<'b> {
     }
 
     fn skip_space(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.body.get(self.at) {
+        while self.body.get(self.at).copied().is_some_and(is_space) {
             self.at += 1;
         }
     }
 }
 
-/// Objects with more keys than this are checked with a hash set; smaller
-/// ones by comparing with the keys before, which allocates nothing.
+/// The scan checks objects with more keys than this with a hash set,
+/// smaller ones by comparing with the keys before (which allocates nothing).
 const FEW_KEYS: usize = 24;
 
-/// One step of serde's walk over any JSON value, for the message. `keys` is
-/// one stack shared by the whole walk: an object pushes its keys on top and
-/// takes them off when it ends. `path` holds the keys and indices from the
-/// root.
-struct Walk<'w, 'de> {
-    keys: &'w mut Vec<Cow<'de, str>>,
+/// One step of serde's walk over any JSON value, for the message; only a
+/// body the scan could not clear is walked. `path` holds the keys and
+/// indices from the root.
+struct Walk<'w> {
     path: &'w mut Vec<String>,
 }
 
-impl<'de> Walk<'_, 'de> {
+impl Walk<'_> {
     /// The walk one level down, under `step`.
-    fn enter(&mut self, step: String) -> Walk<'_, 'de> {
+    fn enter(&mut self, step: String) -> Walk<'_> {
         self.path.push(step);
         Walk {
-            keys: &mut *self.keys,
             path: &mut *self.path,
         }
     }
@@ -275,7 +270,7 @@ impl<'de> Walk<'_, 'de> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Walk<'_, 'de> {
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -283,7 +278,7 @@ impl<'de> DeserializeSeed<'de> for Walk<'_, 'de> {
     }
 }
 
-impl<'de> Visitor<'de> for Walk<'_, 'de> {
+impl<'de> Visitor<'de> for Walk<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -321,38 +316,28 @@ impl<'de> Visitor<'de> for Walk<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        let start = self.keys.len();
-        let mut many: Option<HashSet<Cow<'de, str>>> = None;
-        let result = loop {
-            let Some(Key(key)) = map.next_key()? else {
-                break Ok(());
-            };
-            let repeated = match &mut many {
-                Some(set) => !set.insert(key.clone()),
-                None => self.keys[start..].contains(&key),
-            };
-            if repeated {
+        let mut seen: HashSet<Cow<'de, str>> = HashSet::new();
+        while let Some(Key(key)) = map.next_key()? {
+            if seen.contains(&key) {
                 let at = match self.path.is_empty() {
                     true => String::new(),
                     false => format!("{}: ", self.path.join(".")),
                 };
-                break Err(de::Error::custom(format_args!(
+                return Err(de::Error::custom(format_args!(
                     "{at}the key {key:?} appears twice; send each key once"
                 )));
             }
-            let step = key.to_string();
-            if many.is_none() {
-                self.keys.push(key);
-                if self.keys.len() - start > FEW_KEYS {
-                    many = Some(self.keys.drain(start..).collect());
-                }
-            }
-            map.next_value_seed(self.enter(step))?;
+            map.next_value_seed(self.enter(key.to_string()))?;
             self.leave();
-        };
-        self.keys.truncate(start);
-        result
+            seen.insert(key);
+        }
+        Ok(())
     }
+}
+
+/// JSON's whitespace.
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
 }
 
 /// An object key, borrowed from the body unless it had escapes.
@@ -385,12 +370,9 @@ mod tests {
 
     /// What serde's own walk says of a body: `true` when a key repeats.
     fn serde_finds_a_repeat(body: &str) -> bool {
-        let (mut keys, mut path) = (Vec::new(), Vec::new());
+        let mut path = Vec::new();
         let mut de = serde_json::Deserializer::from_str(body);
-        let walk = Walk {
-            keys: &mut keys,
-            path: &mut path,
-        };
+        let walk = Walk { path: &mut path };
         matches!(walk.deserialize(&mut de), Err(err) if err.is_data())
     }
 
