@@ -25,6 +25,7 @@ static INNER: std::alloc::System = std::alloc::System;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 #[allow(unsafe_code)]
 // SAFETY: every call is passed on unchanged to the real allocator.
@@ -56,6 +57,7 @@ static ALLOCATOR: Counting = Counting;
 
 /// Counts `bytes` more live, raising the peak if they make a new one.
 fn grew(bytes: usize) {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(live, Ordering::Relaxed);
 }
@@ -80,8 +82,10 @@ fn main() {
     // One call alone, for the most heap it holds at once beyond the body.
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
+    let counted = ALLOCATIONS.load(Ordering::Relaxed);
     drop(adapter::call_slice(op, hook, &body, &ctx));
     let peak = PEAK.load(Ordering::Relaxed) - before;
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - counted;
     let mut out = 0;
     let started = Instant::now();
     for _ in 0..calls {
@@ -91,7 +95,7 @@ fn main() {
     let each = started.elapsed().as_secs_f64() / f64::from(calls);
     println!(
         "{name}/{hook}: {} bytes in, {out} bytes out, {:.1} µs per call over {calls} calls, \
-         {:.2} MiB of heap at most",
+         {:.2} MiB of heap at most, {allocations} allocations and growths",
         body.len(),
         each * 1e6,
         peak as f64 / f64::from(1 << 20)

@@ -48,10 +48,13 @@ static NO_HUGE_PAGES: extern "C" fn() = no_huge_pages;
 
 fn main() -> ExitCode {
     let config = Config::parse();
-    if let Err(message) = telemetry::init(&config.log) {
-        eprintln!("opshooks: {message}");
-        return ExitCode::from(2);
-    }
+    let log = match telemetry::init(&config.log) {
+        Ok(log) => log,
+        Err(message) => {
+            eprintln!("opshooks: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match &config.command {
         None | Some(Command::Serve) => serve(&config.server),
         Some(Command::Hook(args)) => cli::hook(args),
@@ -59,6 +62,8 @@ fn main() -> ExitCode {
         Some(Command::Manifests(args)) => cli::manifests(args),
         Some(Command::Simulate(args)) => cli::simulate(args),
     };
+    // Every queued log line is out before the last word, and before exit.
+    drop(log);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure { message, code }) => {
