@@ -99,11 +99,18 @@ pub(crate) fn decode_text<T: DeserializeOwned>(
     let what = what.as_str();
     let mut de = serde_json::Deserializer::from_slice(text);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|err| describe(what, err))?;
-    de.end().map_err(|err| match what {
-        "" => err.to_string(),
-        _ => format!("{what}: {err}"),
-    })?;
+    de.end().map_err(|err| prefixed(what, err.to_string()))?;
     Ok(value)
+}
+
+/// `what: text`, or the text alone when there is no `what` (the parent's
+/// messages name their fields themselves).
+fn prefixed(what: &str, text: String) -> String {
+    if what.is_empty() {
+        text
+    } else {
+        format!("{what}: {text}")
+    }
 }
 
 /// What the server reads of a parent before any operator decodes it: its
@@ -171,12 +178,14 @@ pub(crate) fn describe<E: std::fmt::Display>(
         Some(at) if !syntax => inner[..at].to_string(),
         _ => inner,
     };
-    match (what.is_empty(), located) {
-        (true, false) => inner,
-        (true, true) => format!("{path}: {inner}"),
-        (false, false) => format!("{what}: {inner}"),
-        (false, true) => format!("{what}: {path}: {inner}"),
-    }
+    prefixed(
+        what,
+        if located {
+            format!("{path}: {inner}")
+        } else {
+            inner
+        },
+    )
 }
 
 /// The body of a CompositeController `sync` or `finalize` call.
