@@ -203,12 +203,14 @@ pub struct SyncRequest<P = Box<RawValue>> {
     /// The parent object as stored in the API server.
     #[schema(value_type = Object)]
     pub parent: P,
-    /// Observed children, grouped by `<Kind>.<apiVersion>`.
-    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    /// Observed children, grouped by `<Kind>.<apiVersion>`. Required: an
+    /// absent or `null` group map is refused, never taken as "nothing".
+    #[serde(deserialize_with = "objects::required")]
     #[schema(value_type = Object)]
     pub children: ObjectGroups,
     /// Related objects chosen by the customize hook, grouped like `children`.
-    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    /// Required, like `children`.
+    #[serde(deserialize_with = "objects::required")]
     #[schema(value_type = Object)]
     pub related: ObjectGroups,
     /// True only when the finalize hook is called.
@@ -461,10 +463,10 @@ pub struct DecoratorRequest<T = Value> {
     /// The decorated object.
     pub object: T,
     /// Observed attachments, grouped like a composite's children.
-    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    #[serde(deserialize_with = "objects::required")]
     pub attachments: ObjectGroups,
     /// Related objects chosen by the customize hook.
-    #[serde(default, deserialize_with = "objects::null_as_empty")]
+    #[serde(deserialize_with = "objects::required")]
     pub related: ObjectGroups,
     /// True only when the finalize hook is called.
     #[serde(default)]
@@ -500,12 +502,48 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn sync_request_tolerates_unknown_fields_and_null_groups() {
-        let body = br#"{"controller":{},"parent":{"a":1},"children":null,"extra":true}"#;
+    fn sync_request_tolerates_unknown_fields() {
+        let body = br#"{"controller":{},"parent":{"a":1},"children":{},"related":{},"extra":true}"#;
         let req: SyncRequest = decode_body(body).unwrap();
         assert_eq!(req.parent.get(), r#"{"a":1}"#);
         assert_eq!(req.children.len(), 0);
         assert!(!req.finalizing);
+    }
+
+    /// Issue 18: a missing or null `related` was taken as empty, so a
+    /// Database's finalize answered `finalized: true` while its volumes
+    /// were still there, and Backup suspended its CronJob. Absent input
+    /// never means that nothing exists.
+    #[test]
+    fn regression_absent_or_null_groups_are_refused() {
+        for (reason, body, field) in [
+            (
+                "children null",
+                r#"{"parent":{},"children":null,"related":{}}"#,
+                "children",
+            ),
+            (
+                "related null",
+                r#"{"parent":{},"children":{},"related":null}"#,
+                "related",
+            ),
+            (
+                "related missing",
+                r#"{"parent":{},"children":{}}"#,
+                "related",
+            ),
+            (
+                "children missing",
+                r#"{"parent":{},"related":{}}"#,
+                "children",
+            ),
+        ] {
+            let err = decode_body::<SyncRequest>(body.as_bytes()).unwrap_err();
+            let DecodeError::Malformed(text) = &err else {
+                panic!("{reason}: {err:?}");
+            };
+            assert!(text.contains(field), "{reason}: {text}");
+        }
     }
 
     #[test]

@@ -68,7 +68,8 @@ impl ObjectGroups {
                 let object: K =
                     decode_text(raw.get().as_bytes(), || format!("observed {key} {path:?}"))
                         .map_err(DecodeError::Malformed)?;
-                check_path(&key, path, object.metadata())?;
+                let meta = object.metadata();
+                check_path(&key, path, meta.name.as_deref(), meta.namespace.as_deref())?;
                 Ok(object)
             })
             .collect::<Result<Vec<K>, _>>()?;
@@ -77,6 +78,24 @@ impl ObjectGroups {
             (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
         });
         Ok(objects)
+    }
+
+    /// Checks that every observed object, of every group, carries the name
+    /// (and namespace) its path key says, reading nothing else of it. An
+    /// operator leaves the groups it does not read out of its answer
+    /// untouched only in appearance: Metacontroller would delete a
+    /// mis-keyed object that the answer rebuilds under its real name.
+    pub fn check_keys(&self) -> Result<(), DecodeError> {
+        for (key, group) in &self.0 {
+            for (path, raw) in group {
+                let head: Head =
+                    decode_text(raw.get().as_bytes(), || format!("observed {key} {path:?}"))
+                        .map_err(DecodeError::Malformed)?;
+                let meta = head.metadata.unwrap_or_default();
+                check_path(key, path, meta.name.as_deref(), meta.namespace.as_deref())?;
+            }
+        }
+        Ok(())
     }
 
     /// How many objects there are across all groups.
@@ -111,39 +130,67 @@ impl ObjectGroups {
 
 /// An observed object must carry the name (and namespace, when the key has
 /// one) its path key says.
-fn check_path(key: &str, path: &str, meta: &ObjectMeta) -> Result<(), DecodeError> {
+fn check_path(
+    key: &str,
+    path: &str,
+    name: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<(), DecodeError> {
     let fail = |what: String| {
         Err(DecodeError::Malformed(format!(
             "observed {key} {path:?}: {what}; every observed object is keyed by its own name"
         )))
     };
-    let Some(name) = meta.name.as_deref().filter(|n| !n.is_empty()) else {
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
         return fail("metadata.name is missing".into());
     };
-    let (namespace, key_name) = match path.split_once('/') {
+    let (namespace_in_key, key_name) = match path.split_once('/') {
         Some((ns, n)) => (Some(ns), n),
         None => (None, path),
     };
     if key_name != name {
         return fail(format!("metadata.name is {name:?}"));
     }
-    if let Some(ns) = namespace
-        && meta.namespace.as_deref() != Some(ns)
+    if let Some(ns) = namespace_in_key
+        && namespace != Some(ns)
     {
         return fail(format!(
             "metadata.namespace is {:?}",
-            meta.namespace.as_deref().unwrap_or_default()
+            namespace.unwrap_or_default()
         ));
     }
     Ok(())
 }
 
-/// Metacontroller may send `null` for an empty map; treat it as empty.
-pub(super) fn null_as_empty<'de, D>(deserializer: D) -> Result<ObjectGroups, D::Error>
+/// An observed object's name and namespace; the rest is skipped unread.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    metadata: Option<HeadMeta>,
+}
+
+#[derive(Default, Deserialize)]
+struct HeadMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+/// A group map that must be there: Metacontroller always sends one (an
+/// empty object when nothing is observed; its request builders turn a nil
+/// map into `{}`), so `null` is a broken request. Taking it as empty would
+/// answer as if nothing existed, and Metacontroller deletes what an answer
+/// leaves out. (An absent field is refused by serde as a missing field.)
+pub(super) fn required<'de, D>(deserializer: D) -> Result<ObjectGroups, D::Error>
 where
     D: Deserializer<'de>,
 {
-    Ok(Option::<ObjectGroups>::deserialize(deserializer)?.unwrap_or_default())
+    Option::<ObjectGroups>::deserialize(deserializer)?.ok_or_else(|| {
+        serde::de::Error::custom(
+            "is null; send an object keyed by <Kind>.<apiVersion> ({} when nothing is observed)",
+        )
+    })
 }
 
 #[cfg(test)]

@@ -50,6 +50,8 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             call.parent = parent_ref(&head);
             check_served(op, hook, &head)?;
             call.children_in = req.children.len() + req.related.len();
+            req.children.check_keys()?;
+            req.related.check_keys()?;
             // The route decides which hook this is, whatever the body says.
             req.finalizing = hook == Hook::Finalize;
             let answer = f(req, ctx)?;
@@ -193,7 +195,7 @@ mod tests {
             ),
         ] {
             let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-                "metadata": meta, "spec": {"replicas": 1000}}, "children": {"Pod.v1": {}}});
+                "metadata": meta, "spec": {"replicas": 1000}}, "children": {"Pod.v1": {}}, "related": {}});
             let call = call_slice(
                 &webserver,
                 Hook::Sync,

@@ -67,6 +67,7 @@ fn request(
                    "metadata": {"name": name, "namespace": "ns", "generation": 1},
                    "spec": {"replicas": replicas}},
         "children": {"Pod.v1": children},
+        "related": {},
     })
 }
 
@@ -116,7 +117,7 @@ proptest! {
     #[test]
     fn any_json_parent_is_answered_or_refused_never_a_panic(spec in arbitrary_json(), name in any::<Option<String>>()) {
         let op = webserver();
-        let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer", "metadata": {"name": name}, "spec": spec}, "children": {"Pod.v1": {}}}).to_string();
+        let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer", "metadata": {"name": name}, "spec": spec}, "children": {"Pod.v1": {}}, "related": {}}).to_string();
         let call = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap();
         if let Ok(answer) = call.result {
             let response: Value = serde_json::from_slice(&answer.body).unwrap();

@@ -176,7 +176,7 @@ async fn invalid_spec_is_422_naming_the_field_and_fix() {
         "spec.replicas: -1 is out of range; use a whole number from 0 to 1000"
     );
 
-    let wrong_type = r#"{"parent":{"apiVersion":"opshooks.io/v1alpha1","kind":"WebServer","metadata":{"name":"x"},"spec":{"replicas":"three"}}}"#;
+    let wrong_type = r#"{"parent":{"apiVersion":"opshooks.io/v1alpha1","kind":"WebServer","metadata":{"name":"x"},"spec":{"replicas":"three"}},"children":{},"related":{}}"#;
     let reply = send(post("/webserver/sync", "application/json", wrong_type)).await;
     assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
