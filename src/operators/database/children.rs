@@ -1,7 +1,7 @@
 //! The objects of a Database, one builder each, from the spec, the
 //! observed state and the [`Plan`]. Only fields we own are set.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use k8s_openapi::ByteString;
@@ -62,13 +62,28 @@ pub fn build(
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, plan)));
     }
+    let mut jobs = Vec::new();
     if plan.init_job {
-        out.push(Child::new(&init_job(db, plan)));
+        jobs.push(init_job(db, plan));
     }
-    out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
+    jobs.extend(upgrade_jobs(db, plan));
     if plan.snapshot_job {
-        out.extend(snapshot_job(db, plan).as_ref().map(Child::new));
+        jobs.extend(snapshot_job(db, plan));
     }
+    if plan.keep_observed_jobs {
+        let built: BTreeSet<String> = jobs
+            .iter()
+            .filter_map(|j| j.metadata.name.clone())
+            .collect();
+        let others: Vec<Job> = seen
+            .jobs
+            .keys()
+            .filter(|n| !built.contains(*n))
+            .map(|n| kept_job(db, n))
+            .collect();
+        jobs.extend(others);
+    }
+    out.extend(jobs.iter().map(Child::new));
     if let Some(cron) = backup_cron_job(db, plan) {
         out.push(Child::new(&cron));
     }
@@ -560,6 +575,18 @@ fn app_env(db: &Database) -> Vec<EnvVar> {
         secret_env("APP_PASSWORD", credentials_secret_name(db), "password"),
         value_env("APP_DATABASE", database_name(db)),
     ]
+}
+
+/// An observed Job that no builder makes (an older snapshot, a Job of a
+/// version the spec moved past), kept while the Database is deleted. Jobs
+/// are `OnDelete` children: Metacontroller never updates an existing one, so
+/// its name is all the answer needs to keep it.
+fn kept_job(db: &Database, job_name: &str) -> Job {
+    Job {
+        metadata: meta(db, job_name.to_string()),
+        spec: None,
+        status: None,
+    }
 }
 
 /// The initial configuration: the application user and database.

@@ -100,6 +100,8 @@ pub struct Plan {
     pub delete_volumes: bool,
     /// Whether the snapshot Job should exist.
     pub snapshot_job: bool,
+    /// Whether every observed Job is kept, built or not (while deleting).
+    pub keep_observed_jobs: bool,
 }
 
 /// Decides the StatefulSet's version and size and which Jobs exist.
@@ -160,6 +162,7 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
         keep_statefulset: true,
         delete_volumes: false,
         snapshot_job: false,
+        keep_observed_jobs: false,
     };
     // A restore that is still running holds the primary's volume, whatever
     // the spec says now (a newer version asked for, the destination
@@ -261,10 +264,9 @@ impl Deletion {
 /// Deletion only moves forward. Nothing the Database had is created again:
 /// no StatefulSet (it would bring fresh, empty volumes), no Job but the
 /// snapshot (and that only while the data is still served and no snapshot
-/// succeeded). The Jobs observed are kept until the Database is gone (a
-/// pre-upgrade or restore Job only while the spec still has the destination
-/// it is built with), so the snapshot Job a later call reads never
-/// disappears with an answer.
+/// succeeded). Every Job observed is kept until the Database is gone, built
+/// again where a builder makes it and by name otherwise, so the snapshot
+/// Job a later call reads never disappears with an answer.
 pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut plan: Plan) -> Plan {
     let snapshot_name = jobs::snapshot(db);
     let has = |job: &str| seen.jobs.contains_key(job);
@@ -280,6 +282,7 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     plan.init_job = has(&jobs::init(db));
     plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
     plan.restore_job = has(&jobs::upgrade(db, to));
+    plan.keep_observed_jobs = true;
     let exists = seen
         .statefulset
         .as_ref()
