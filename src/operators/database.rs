@@ -60,6 +60,9 @@ pub const ANNOTATION_VERSION: &str = "opshooks.io/postgres-version";
 pub const MAX_NAME: usize = 40;
 /// The PostgreSQL port.
 pub const PORT: i32 = 5432;
+/// The StatefulSet's volume claim template: instance `i`'s volume is the
+/// claim `data-<name>-<i>`.
+pub const VOLUME: &str = "data";
 /// How often to look again while waiting on something that does not
 /// trigger a sync by itself.
 pub const WAIT_SECONDS: f64 = 15.0;
@@ -379,6 +382,12 @@ fn namespace(db: &Database) -> &str {
     db.metadata.namespace.as_deref().unwrap_or("default")
 }
 
+/// The claim holding instance `ordinal`'s volume, as the StatefulSet
+/// controller names it; [`Observed::claims`] reads the name back.
+pub fn claim_name(db: &Database, ordinal: u32) -> String {
+    format!("{VOLUME}-{}-{ordinal}", name(db))
+}
+
 /// The application database's name.
 pub fn database_name(db: &Database) -> String {
     db.spec
@@ -392,8 +401,10 @@ pub fn endpoint(db: &Database) -> String {
     format!("{}.{}.svc.cluster.local:{PORT}", name(db), namespace(db))
 }
 
-/// Asks for this Database's Pods and, unless its volumes are to be
-/// retained, its PersistentVolumeClaims.
+/// Asks for this Database's Pods and PersistentVolumeClaims. The claims are
+/// asked for under every deletion policy: whether the StatefulSet holds
+/// them decides when it may go, and retained claims of an earlier Database
+/// of the same name must be seen before a new one starts beside them.
 pub fn customize(
     req: &CustomizeRequest<Database>,
     _ctx: &Context,
@@ -401,23 +412,11 @@ pub fn customize(
     let db = &req.parent;
     let labels = BTreeMap::from([(LABEL_DATABASE.to_string(), name(db).to_string())]);
     let ns = db.metadata.namespace.clone();
-    let mut rules = vec![RelatedResourceRule::labelled(
-        "v1",
-        "pods",
-        labels.clone(),
-        ns.clone(),
-    )];
-    // Retained volumes are released from the Database: it never waits on them.
-    if db.spec.deletion_policy != DeletionPolicy::Retain {
-        rules.push(RelatedResourceRule::labelled(
-            "v1",
-            "persistentvolumeclaims",
-            labels,
-            ns,
-        ));
-    }
     Ok(CustomizeResponse {
-        related_resources: rules,
+        related_resources: vec![
+            RelatedResourceRule::labelled("v1", "pods", labels.clone(), ns.clone()),
+            RelatedResourceRule::labelled("v1", "persistentvolumeclaims", labels, ns),
+        ],
     })
 }
 
@@ -486,7 +485,7 @@ pub struct Observed {
     pub cron_job: Option<CronJob>,
     /// The instances' pods.
     pub pods: Vec<ObservedPod>,
-    /// The instances' volumes (not asked for under Retain).
+    /// The claims labelled as this Database's.
     pub volumes: Vec<PersistentVolumeClaim>,
 }
 
@@ -592,6 +591,46 @@ impl Observed {
         })
     }
 
+    /// The instances' volumes, `data-<name>-<ordinal>`, with their
+    /// ordinals: also those of ordinals the StatefulSet no longer runs.
+    pub fn claims<'a>(
+        &'a self,
+        db: &'a Database,
+    ) -> impl Iterator<Item = (u32, &'a PersistentVolumeClaim)> + 'a {
+        self.volumes.iter().filter_map(move |c| {
+            let ordinal = c
+                .metadata
+                .name
+                .as_deref()?
+                .strip_prefix(VOLUME)?
+                .strip_prefix('-')?
+                .strip_prefix(name(db))?
+                .strip_prefix('-')?
+                .parse::<u32>()
+                .ok()?;
+            Some((ordinal, c))
+        })
+    }
+
+    /// True when the observed StatefulSet holds `claim`: the claim carries
+    /// an owner reference to it (by uid), so deleting the StatefulSet
+    /// deletes the claim.
+    pub fn is_held(&self, claim: &PersistentVolumeClaim) -> bool {
+        let Some(uid) = self
+            .statefulset
+            .as_ref()
+            .and_then(|s| s.metadata.uid.as_deref())
+        else {
+            return false;
+        };
+        claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == uid)
+    }
+
     /// True when the StatefulSet (if any) is scaled to zero and its
     /// controller has seen that and reports no replica left.
     pub fn is_stopped(&self) -> bool {
@@ -678,7 +717,7 @@ fn answer(
     let finalizing = deletion.is_some();
     let built = children::build(db, seen, &plan, ctx)?;
     let status = status(db, seen, &plan, deletion, ctx);
-    let finalized = finalizing && plan.is_finalized(seen);
+    let finalized = finalizing && plan.is_finalized(db, seen);
     let waiting = finalizing && !finalized || plan.upgrade.in_progress();
     Ok(SyncResponse {
         status,

@@ -330,50 +330,50 @@ impl Cluster {
             .pointer("/spec/persistentVolumeClaimRetentionPolicy/whenDeleted")
             .and_then(Value::as_str)
             == Some("Delete");
+        let ordered = sts
+            .pointer("/spec/podManagementPolicy")
+            .and_then(Value::as_str)
+            != Some("Parallel");
         for index in 0..replicas {
-            for claim in &claims {
-                let claim_name = format!(
-                    "{}-{}-{index}",
-                    claim
+            let claim_keys: Vec<Key> = claims
+                .iter()
+                .map(|claim| {
+                    let template = claim
                         .pointer("/metadata/name")
                         .and_then(Value::as_str)
-                        .unwrap_or("data"),
-                    key.name
-                );
-                let claim_key =
-                    Key::new("v1", "PersistentVolumeClaim", &key.namespace, &claim_name);
-                if !self.objects.contains_key(&claim_key) {
+                        .unwrap_or("data");
+                    let name = format!("{template}-{}-{index}", key.name);
+                    Key::new("v1", "PersistentVolumeClaim", &key.namespace, &name)
+                })
+                .collect();
+            for (claim, claim_key) in claims.iter().zip(&claim_keys) {
+                if !self.objects.contains_key(claim_key) {
                     let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": claim_name, "namespace": key.namespace,
+                        "metadata": {"name": claim_key.name, "namespace": key.namespace,
                                      "labels": claim.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
                         "spec": claim.get("spec").cloned().unwrap_or(json!({})),
                         "status": {"phase": "Bound"}});
                     self.create(pvc, Actor::Controllers);
                 }
             }
-            self.ensure_pod(&pod_key(key, index), &template, &sts);
-        }
-        self.remove_extra_pods(key, &sts, replicas);
-        // The claims this StatefulSet made: owned by it exactly while its
-        // policy says they go with it.
-        let prefixes: Vec<String> = claims
-            .iter()
-            .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
-            .map(|n| format!("{n}-{}-", key.name))
-            .collect();
-        for (claim_key, pvc) in self.objects.iter_mut() {
-            let is_ours = claim_key.kind == "PersistentVolumeClaim"
-                && claim_key.namespace == key.namespace
-                && prefixes.iter().any(|p| {
-                    claim_key
-                        .name
-                        .strip_prefix(p.as_str())
-                        .is_some_and(|i| i.parse::<u32>().is_ok())
-                });
-            if is_ours {
-                set_owned(pvc, &sts, delete_claims);
+            let pod = pod_key(key, index);
+            self.ensure_pod(&pod, &template, &sts);
+            // As the real controller: a pod's claims follow the retention
+            // policy only once that pod runs and is ready, and under
+            // OrderedReady nothing past the first pod that is not goes on.
+            // Claims of ordinals past `replicas` are never touched.
+            let ready = self.objects.get(&pod).is_some_and(is_ready);
+            if ready {
+                for claim_key in &claim_keys {
+                    if let Some(pvc) = self.objects.get_mut(claim_key) {
+                        set_owned(pvc, &sts, delete_claims);
+                    }
+                }
+            } else if ordered {
+                break;
             }
         }
+        self.remove_extra_pods(key, &sts, replicas);
         self.set_workload_status(key, &sts);
     }
 
@@ -662,8 +662,10 @@ mod tests {
         for (policy, claims_after) in [("Retain", 2), ("Delete", 0)] {
             let mut cluster = Cluster::new(at());
             let sts = cluster.create(statefulset(2, policy), Actor::User).unwrap();
-            cluster.reconcile();
-            cluster.reconcile();
+            // OrderedReady: one pod a round, each once the one before is ready.
+            for _ in 0..4 {
+                cluster.reconcile();
+            }
             assert_eq!(count(&cluster, "Pod"), 2, "{policy}");
             assert_eq!(count(&cluster, "PersistentVolumeClaim"), 2, "{policy}");
             let ready = cluster.get(&sts).unwrap()["status"]["readyReplicas"].clone();
@@ -679,13 +681,53 @@ mod tests {
         }
     }
 
-    #[test]
-    fn scale_down_keeps_claims_and_jobs_finish_as_scripted() {
+    /// A StatefulSet of three, its pods all started (one a round, in order).
+    fn three_running() -> (Cluster, Key) {
         let mut cluster = Cluster::new(at());
         let sts = cluster
             .create(statefulset(3, "Retain"), Actor::User)
             .unwrap();
-        cluster.reconcile();
+        for _ in 0..6 {
+            cluster.reconcile();
+        }
+        (cluster, sts)
+    }
+
+    /// Issue 18: the real StatefulSet controller hands a claim to the
+    /// StatefulSet only for a pod it runs and finds ready, in order, and
+    /// never for an ordinal left over from a scale-down.
+    #[test]
+    fn claims_are_handed_over_pod_by_pod_and_never_for_leftover_ordinals() {
+        let (mut cluster, sts) = three_running();
+        assert_eq!(count(&cluster, "Pod"), 3);
+        let template = statefulset(2, "Delete")["spec"].clone();
+        cluster.update(&sts, &json!({"spec": template}), Actor::User);
+        cluster.not_ready_pods.insert("db-1".into());
+        for _ in 0..3 {
+            cluster.reconcile();
+        }
+        let uid = cluster.get(&sts).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let held = |cluster: &Cluster, i: usize| {
+            let claim = Key::new("v1", "PersistentVolumeClaim", "ns", &format!("data-db-{i}"));
+            is_owned_by(cluster.get(&claim).unwrap(), &uid)
+        };
+        assert!(held(&cluster, 0), "a ready pod's claim is handed over");
+        assert!(!held(&cluster, 1), "not while its pod is not ready");
+        assert!(!held(&cluster, 2), "never for an ordinal scaled away");
+        cluster.not_ready_pods.clear();
+        for _ in 0..3 {
+            cluster.reconcile();
+        }
+        assert!(held(&cluster, 1));
+        assert!(!held(&cluster, 2), "still never for an ordinal scaled away");
+    }
+
+    #[test]
+    fn scale_down_keeps_claims_and_jobs_finish_as_scripted() {
+        let (mut cluster, sts) = three_running();
         cluster.update(&sts, &json!({"spec": {"replicas": 1, "template": statefulset(1, "Retain")["spec"]["template"],
             "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}}), Actor::User);
         cluster.reconcile();

@@ -33,6 +33,8 @@ enum Scripted {
     DeleteTarget,
     RecreateTarget,
     RunCronJob,
+    /// Anyone sets the Database StatefulSet's `whenDeleted` to `Delete`.
+    ReleaseVolumes,
 }
 
 fn start() -> k8s_openapi::jiff::Timestamp {
@@ -61,6 +63,12 @@ fn live(
     let mut sim = Simulation::new(op, parent, start(), seed)?;
     setup(&mut sim);
     let broken = RefCell::new(None::<String>);
+    // The parent as last seen, and the volumes when its deletion began.
+    let last = RefCell::new(Value::Null);
+    let mut claims_at_delete: Option<Vec<String>> = None;
+    // Whether the user deleted a StatefulSet by hand: the one case where
+    // the README says a deletion waits for a person.
+    let mut statefulset_deleted_by_hand = false;
     let settle = |sim: &mut Simulation<'_>, what: &str| -> Result<(), String> {
         let mut before = sim.parent().cloned().unwrap_or(Value::Null);
         let mut before_cluster = sim.cluster.clone();
@@ -82,6 +90,9 @@ fn live(
             }
             before = sim.parent().cloned().unwrap_or(Value::Null);
             before_cluster = sim.cluster.clone();
+            if !before.is_null() {
+                *last.borrow_mut() = before.clone();
+            }
         });
         if let Some(why) = broken.borrow_mut().take() {
             return Err(why);
@@ -133,12 +144,26 @@ fn live(
                 sim.cluster.create(target(), Actor::User);
                 None
             }
+            Scripted::ReleaseVolumes => {
+                let key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
+                if let Some(mut spec) = sim.cluster.get(&key).map(|s| s["spec"].clone()) {
+                    spec["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] = json!("Delete");
+                    sim.cluster
+                        .update(&key, &json!({"spec": spec}), Actor::User);
+                }
+                None
+            }
             Scripted::RunCronJob => children
                 .iter()
                 .find(|k| k.kind == "CronJob")
                 .map(|k| Event::RunCronJob(k.name.clone())),
         };
         if let Some(event) = event {
+            statefulset_deleted_by_hand |=
+                matches!(&event, Event::Delete { kind, .. } if kind == "StatefulSet");
+            if matches!(event, Event::DeleteParent) && claims_at_delete.is_none() {
+                claims_at_delete = Some(claims(&sim.cluster));
+            }
             // An event that names something gone is a no-op, as in a cluster.
             let _ = sim.apply(&event);
         }
@@ -158,30 +183,65 @@ fn live(
         sim.apply(&Event::Delete { kind, name })?;
     }
     if !sim.is_deleting() {
+        claims_at_delete.get_or_insert_with(|| claims(&sim.cluster));
         sim.apply(&Event::DeleteParent)?;
     }
     settle(&mut sim, "deletion")?;
-    if sim.parent().is_some() {
-        // Volumes a StatefulSet deleted by hand left behind: the status asks
-        // the user to delete them; then the deletion must finish.
-        let left: Vec<Key> = sim
-            .cluster
-            .objects()
-            .filter(|(k, _)| k.kind == "PersistentVolumeClaim")
-            .map(|(k, _)| k.clone())
+    let last = last.into_inner();
+    let claims_before = claims_at_delete.unwrap_or_default();
+    // The deletion finishes by itself: nothing is removed for it by hand,
+    // except where the README says a person must act: volumes a StatefulSet
+    // deleted by hand left behind, which the status names. Then the loop
+    // has settled: nothing else moves while it waits.
+    if let Some(p) = sim.parent() {
+        return match statefulset_deleted_by_hand && person_must_act(p) {
+            true => Ok(()),
+            false => Err(format!("the parent was never finalized: {}", p["status"])),
+        };
+    }
+    if last.pointer("/spec/deletionPolicy") != Some(&json!("Retain"))
+        && !claims(&sim.cluster).is_empty()
+    {
+        return Err(format!(
+            "finalized with volumes {:?} left",
+            claims(&sim.cluster)
+        ));
+    }
+    // Under Retain, every volume outlives its Database.
+    if last.pointer("/spec/deletionPolicy") == Some(&json!("Retain")) {
+        let gone: Vec<&String> = claims_before
+            .iter()
+            .filter(|c| !claims(&sim.cluster).contains(c))
             .collect();
-        for key in left {
-            sim.apply(&Event::Delete {
-                kind: key.kind,
-                name: key.name,
-            })?;
+        if !gone.is_empty() {
+            return Err(format!("volumes {gone:?} deleted under Retain"));
         }
-        settle(&mut sim, "deletion after the user removed leftover volumes")?;
     }
-    match sim.parent() {
-        None => Ok(()),
-        Some(p) => Err(format!("the parent was never finalized: {}", p["status"])),
-    }
+    Ok(())
+}
+
+/// True when a parent's deletion waits for a person, and its status says
+/// what to do (the Database's volumes that no StatefulSet holds any more).
+fn person_must_act(parent: &Value) -> bool {
+    let conditions = parent
+        .pointer("/status/conditions")
+        .and_then(Value::as_array);
+    conditions.into_iter().flatten().any(|c| {
+        c["type"] == "Ready"
+            && c["reason"] == "WaitingForVolumes"
+            && c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("deleted by hand"))
+    })
+}
+
+/// The names of the volume claims in a cluster.
+fn claims(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .objects()
+        .filter(|(k, _)| k.kind == "PersistentVolumeClaim")
+        .map(|(k, _)| k.name.clone())
+        .collect()
 }
 
 fn failed_jobs(sim: &Simulation<'_>) -> Vec<(String, String)> {
@@ -360,6 +420,7 @@ proptest! {
             prop::sample::select(vec!["orders-snapshot", "orders-init", "orders-pre-upgrade-17", "orders-upgrade-17",
                                       "orders-pre-upgrade-16", "orders-upgrade-16"])
                 .prop_map(|j| Scripted::FailJob(j.to_string())),
+            Just(Scripted::ReleaseVolumes),
             common_events(),
         ], 0..7),
     ) {
@@ -395,13 +456,13 @@ fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
             .is_some_and(|j| j.pointer("/status/conditions/0/type") == Some(&json!("Complete")))
     });
     // Volumes are released to the StatefulSet only while deleting, and under
-    // Snapshot only once the snapshot succeeded.
-    let released_now = seen
-        .step
-        .changes
-        .iter()
-        .any(|c| c.key == sts_key && c.verb == Verb::Updated)
-        && sts.is_some_and(released);
+    // Snapshot only once the snapshot succeeded: whether the StatefulSet
+    // was updated to release them or created released.
+    let released_now = seen.step.changes.iter().any(|c| {
+        c.key == sts_key
+            && c.actor != Actor::User
+            && matches!(c.verb, Verb::Updated | Verb::Created)
+    }) && sts.is_some_and(released);
     if released_now {
         let allowed = is_deleting(seen.before)
             && (policy == "Delete" || (policy == "Snapshot" && snapshotted));
@@ -414,10 +475,13 @@ fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
     }
     // A volume goes only with a StatefulSet that was released while
     // deleting (checked above), never otherwise.
-    if let Some(pvc) = deleted_by_the_loop(seen.step, "PersistentVolumeClaim").next()
-        && !is_deleting(seen.before)
-    {
-        return Err(format!("{pvc} deleted while the Database lives"));
+    if let Some(pvc) = deleted_by_the_loop(seen.step, "PersistentVolumeClaim").next() {
+        if !is_deleting(seen.before) {
+            return Err(format!("{pvc} deleted while the Database lives"));
+        }
+        if policy == "Retain" {
+            return Err(format!("{pvc} deleted while deleting under Retain"));
+        }
     }
     // The StatefulSet and the Secrets go only while deleting.
     for kind in ["StatefulSet", "Secret"] {

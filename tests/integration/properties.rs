@@ -337,7 +337,7 @@ prop_compose! {
         ),
         secret_data in prop::option::of("[a-zA-Z0-9]{1,30}"),
         pods in prop::collection::btree_map(0u32..4, any::<bool>(), 0..4),
-        volumes in 0u32..4,
+        volumes in prop::collection::vec(any::<bool>(), 0..4),
         finalizing in any::<bool>(),
     ) -> (Value, bool) {
         let name = "db";
@@ -356,7 +356,7 @@ prop_compose! {
         };
         if let Some(running) = running {
             group("StatefulSet.apps/v1", json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                "metadata": {"name": name, "namespace": "ns", "generation": 2, "annotations": {"opshooks.io/postgres-version": running.to_string()}},
+                "metadata": {"name": name, "namespace": "ns", "uid": "sts-uid", "generation": 2, "annotations": {"opshooks.io/postgres-version": running.to_string()}},
                 "spec": {"selector": {}, "template": {}, "persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted}},
                 "status": {"replicas": 1, "observedGeneration": if sts_synced { 2 } else { 1 }}}));
         }
@@ -375,8 +375,14 @@ prop_compose! {
             (format!("db-{i}"), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("db-{i}"), "namespace": "ns", "labels": {"app.kubernetes.io/name": "postgresql"}},
                 "status": {"podIP": format!("10.0.0.{i}"), "conditions": [{"type": "Ready", "status": if *ready {"True"} else {"False"}}]}}))
         }).collect();
-        let related_volumes: serde_json::Map<String, Value> = (0..volumes).map(|i| {
-            (format!("data-db-{i}"), json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": format!("data-db-{i}"), "namespace": "ns"}}))
+        // Each volume held by the StatefulSet (an owner reference to its
+        // uid) or not, as its controller left it.
+        let related_volumes: serde_json::Map<String, Value> = volumes.iter().enumerate().map(|(i, held)| {
+            let mut claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": format!("data-db-{i}"), "namespace": "ns"}});
+            if *held {
+                claim["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": "sts-uid"}]);
+            }
+            (format!("data-db-{i}"), claim)
         }).collect();
         let mut spec = json!({"version": desired.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy});
         if has_backup {
@@ -435,34 +441,30 @@ proptest! {
             }
         }
         // 2. Volumes may be deleted only when finalizing under Delete, or
-        //    under Snapshot after the snapshot succeeded; once finalizing
-        //    has handed them to the StatefulSet, it does not take them back
-        //    half-way (some may already be owned by it).
+        //    under Snapshot after the snapshot succeeded, whatever the
+        //    observed StatefulSet says (anyone can edit it).
         let sts = find("StatefulSet", "db");
-        let already_released = finalizing
-            && observed(&request, "StatefulSet.apps/v1", "db").is_some_and(|s| {
-                s["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
-            });
         if let Some(sts) = sts {
             let when_deleted = &sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"];
-            prop_assert!(
-                when_deleted == "Retain" || may_delete_volumes || already_released,
-                "volumes released: {}",
-                when_deleted
-            );
+            prop_assert!(when_deleted == "Retain" || may_delete_volumes, "volumes released: {}", when_deleted);
         }
-        // 3. An observed StatefulSet is dropped only when finalizing, and
-        //    under Snapshot only after the snapshot succeeded.
+        // 3. An observed StatefulSet is dropped only when finalizing, under
+        //    Snapshot only after the snapshot succeeded, and only once every
+        //    volume is as deleting it needs: held by it when the volumes go
+        //    with it, held by nothing when they stay.
+        let volumes = request["related"]["PersistentVolumeClaim.v1"].as_object().unwrap();
         if observed(&request, "StatefulSet.apps/v1", "db").is_some() && sts.is_none() {
-            prop_assert!(
-                finalizing && (policy != "Snapshot" || snapshot_done || already_released),
-                "StatefulSet dropped"
-            );
+            prop_assert!(finalizing && (policy != "Snapshot" || snapshot_done), "StatefulSet dropped");
+            for (name, claim) in volumes {
+                let held = claim["metadata"].get("ownerReferences").is_some();
+                prop_assert_eq!(held, may_delete_volumes, "StatefulSet dropped while {} is held: {}", name, held);
+            }
         }
-        // 4. finalized only when no StatefulSet and no volume is observed.
+        // 4. finalized only when no StatefulSet is observed, and no volume
+        //    unless the volumes are retained.
         if response["finalized"] == true {
             prop_assert!(observed(&request, "StatefulSet.apps/v1", "db").is_none());
-            prop_assert!(request["related"]["PersistentVolumeClaim.v1"].as_object().unwrap().is_empty());
+            prop_assert!(policy == "Retain" || volumes.is_empty(), "finalized with volumes left");
         }
         // 5. The image moves to a new major only after the upgrade Job succeeded.
         if let (Some(sts), Some(seen)) = (sts, observed(&request, "StatefulSet.apps/v1", "db")) {

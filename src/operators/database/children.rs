@@ -401,7 +401,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
         ),
     ];
     let image = plan.version.image();
-    let mounts = vec![mount("data", DATA_DIR, false)];
+    let mounts = vec![mount(super::VOLUME, DATA_DIR, false)];
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
     StatefulSet {
@@ -506,7 +506,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
             },
             volume_claim_templates: Some(vec![PersistentVolumeClaim {
                 metadata: ObjectMeta {
-                    name: Some("data".to_string()),
+                    name: Some(super::VOLUME.to_string()),
                     labels: Some(BTreeMap::from([(
                         LABEL_DATABASE.to_string(),
                         name(db).to_string(),
@@ -762,7 +762,7 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Job {
             Volume {
                 name: "data".to_string(),
                 persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: format!("data-{}-0", name(db)),
+                    claim_name: super::claim_name(db, 0),
                     read_only: None,
                 }),
                 ..Volume::default()

@@ -102,6 +102,11 @@ pub struct Plan {
     pub snapshot_job: bool,
     /// Whether every observed Job is kept, built or not (while deleting).
     pub keep_observed_jobs: bool,
+    /// While deleting: the volumes the StatefulSet controller has not yet
+    /// handed to the StatefulSet (when they are to go with it) or taken
+    /// back from it (when they are to stay). The StatefulSet is kept until
+    /// there is none.
+    pub volumes_pending: Vec<String>,
 }
 
 /// Decides the StatefulSet's version and size and which Jobs exist.
@@ -163,6 +168,7 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
         delete_volumes: false,
         snapshot_job: false,
         keep_observed_jobs: false,
+        volumes_pending: Vec::new(),
     };
     // A restore that is still running holds the primary's volume, whatever
     // the spec says now (a newer version asked for, the destination
@@ -291,41 +297,65 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // the volume (no instance runs), nor before the primary is ready.
     let serving = exists && plan.replicas > 0 && seen.is_instance_ready(db, 0);
     let snapshotted = deletion.snapshot_time.is_some();
-    // Once the StatefulSet was told to delete its volumes, the StatefulSet
-    // controller may already have handed some of them to it: switching back
-    // half-way could leave a few owned and deleted with it. Stay the course.
-    let committed = seen
-        .statefulset
-        .as_ref()
-        .and_then(|s| {
-            s.spec
-                .as_ref()?
-                .persistent_volume_claim_retention_policy
-                .as_ref()
-        })
-        .and_then(|p| p.when_deleted.as_deref())
-        == Some("Delete");
-    let volumes_may_go = committed
-        || match db.spec.deletion_policy {
-            DeletionPolicy::Retain => false,
-            DeletionPolicy::Delete => true,
-            DeletionPolicy::Snapshot => snapshotted,
-        };
+    // Only the policy and a recorded snapshot let volumes go: a
+    // `whenDeleted: Delete` seen on the StatefulSet (written by anyone)
+    // does not. Switching it back is safe, because the StatefulSet is kept
+    // until the claims are seen released (below).
+    let volumes_may_go = match db.spec.deletion_policy {
+        DeletionPolicy::Retain => false,
+        DeletionPolicy::Delete => true,
+        DeletionPolicy::Snapshot => snapshotted,
+    };
     plan.snapshot_job = has(&snapshot_name)
         || (db.spec.deletion_policy == DeletionPolicy::Snapshot
             && db.spec.backup.is_some()
             && !snapshotted
             && serving);
+    plan.delete_volumes = volumes_may_go;
+    plan.volumes_pending = if exists {
+        volumes_pending(db, seen, volumes_may_go)
+    } else {
+        Vec::new()
+    };
+    // The StatefulSet controller hands a claim over (or takes it back) only
+    // for an instance it runs and finds ready, in order: a claim of an
+    // ordinal left over from a scale-down is never touched. Such an
+    // instance runs again until its claim is as the policy says. Not while
+    // a restore holds the primary's volume (no instance runs then).
+    if plan.replicas > 0
+        && let Some(highest) = seen
+            .claims(db)
+            .filter(|(_, c)| {
+                plan.volumes_pending
+                    .iter()
+                    .any(|p| c.metadata.name.as_ref() == Some(p))
+            })
+            .map(|(i, _)| i)
+            .max()
+    {
+        let needed = i32::try_from(highest).map_or(i32::MAX, |h| h.saturating_add(1));
+        plan.replicas = plan.replicas.max(needed);
+    }
     // Under Snapshot the data must stay until the snapshot succeeded.
     let may_remove = db.spec.deletion_policy == DeletionPolicy::Retain || volumes_may_go;
-    plan.delete_volumes = volumes_may_go;
-    plan.keep_statefulset = exists && (!may_remove || !retention_applied(seen, volumes_may_go));
+    plan.keep_statefulset = exists
+        && (!may_remove
+            || !retention_applied(seen, volumes_may_go)
+            || !plan.volumes_pending.is_empty());
     plan
 }
 
+/// The volumes not yet as deleting the StatefulSet needs them: not held by
+/// it when they are to go with it, or still held when they are to stay.
+fn volumes_pending(db: &Database, seen: &Observed, delete_volumes: bool) -> Vec<String> {
+    seen.claims(db)
+        .filter(|(_, c)| seen.is_held(c) != delete_volumes)
+        .filter_map(|(_, c)| c.metadata.name.clone())
+        .collect()
+}
+
 /// True when the observed StatefulSet already carries the PVC retention
-/// policy we want on deletion and its controller has seen it, so deleting
-/// it now lets the volumes go (or keeps them) as intended.
+/// policy we want on deletion and its controller has seen it.
 pub(super) fn retention_applied(seen: &Observed, delete_volumes: bool) -> bool {
     let Some(sts) = &seen.statefulset else {
         return true;
@@ -359,10 +389,14 @@ pub fn plan_finalize(
 }
 
 impl Plan {
-    /// A deletion is done once the StatefulSet is no longer kept and
-    /// neither it nor any volume is observed.
-    pub fn is_finalized(&self, seen: &Observed) -> bool {
-        !self.keep_statefulset && seen.statefulset.is_none() && seen.volumes.is_empty()
+    /// A deletion is done once the StatefulSet is no longer kept and is
+    /// gone, and with it every volume that was to go: under Retain the
+    /// volumes stay, owned by nothing; otherwise none may be left.
+    pub fn is_finalized(&self, db: &Database, seen: &Observed) -> bool {
+        let volumes_stay = db.spec.deletion_policy == DeletionPolicy::Retain;
+        !self.keep_statefulset
+            && seen.statefulset.is_none()
+            && (volumes_stay || seen.claims(db).next().is_none())
     }
 }
 

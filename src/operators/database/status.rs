@@ -19,7 +19,12 @@ pub fn status(
     let initialized = initialized(db, init);
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
     let ready = phase == Phase::Running;
-    let ready_condition = ready_condition(seen, phase, finalizing, ready_replicas, instances);
+    let ready_condition = if finalizing {
+        deleting_condition(db, seen, plan)
+    } else {
+        None
+    }
+    .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
     let backup_scheduled = backup_scheduled(db, seen);
     let upgrading_condition = upgrading_condition(db, plan);
     let mut observations = vec![
@@ -160,31 +165,46 @@ fn initialized(db: &Database, init: Option<RunStatus>) -> Observation {
     }
 }
 
-/// `Ready`: whether every instance serves, or what it waits for.
-fn ready_condition(
-    seen: &Observed,
-    phase: Phase,
-    finalizing: bool,
-    ready_replicas: i32,
-    instances: i32,
-) -> Observation {
-    let ready = phase == Phase::Running;
-    let leftover: Vec<String> = seen
-        .volumes
-        .iter()
-        .filter_map(|v| v.metadata.name.clone())
-        .collect();
-    if finalizing && seen.statefulset.is_none() && !leftover.is_empty() {
-        Observation::new(
+/// `Ready` while deleting, when the deletion waits on the volumes: the
+/// StatefulSet controller has not yet handed them over (or back), or they
+/// outlived the StatefulSet although they were to go.
+fn deleting_condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<Observation> {
+    let waiting = |message: String| {
+        Some(Observation::new(
             "Ready",
             false,
             "WaitingForVolumes",
-            format!(
-                "waiting for volumes {} to be deleted; a volume the StatefulSet never owned (scaled away, never ready) must be deleted by hand",
-                leftover.join(", ")
-            ),
-        )
-    } else if ready {
+            message,
+        ))
+    };
+    if !plan.volumes_pending.is_empty() {
+        let (verb, outcome) = if plan.delete_volumes {
+            ("holds", "they go with it")
+        } else {
+            ("has released", "they stay when it goes")
+        };
+        return waiting(format!(
+            "deleting: the StatefulSet is kept until it {verb} volumes {}, so {outcome}; its controller does that only for an instance it runs and finds ready, so an instance scaled away earlier runs again meanwhile",
+            plan.volumes_pending.join(", ")
+        ));
+    }
+    let leftover: Vec<&str> = seen
+        .claims(db)
+        .filter_map(|(_, c)| c.metadata.name.as_deref())
+        .collect();
+    let volumes_stay = db.spec.deletion_policy == DeletionPolicy::Retain;
+    if seen.statefulset.is_some() || leftover.is_empty() || volumes_stay {
+        return None;
+    }
+    waiting(format!(
+        "waiting for volumes {} to be deleted; the StatefulSet is gone, so a volume it did not hold must be deleted by hand (after copying its data, if no snapshot was taken)",
+        leftover.join(", ")
+    ))
+}
+
+/// `Ready`: whether every instance serves, or what it waits for.
+fn ready_condition(phase: Phase, ready_replicas: i32, instances: i32) -> Observation {
+    if phase == Phase::Running {
         Observation::new(
             "Ready",
             true,
