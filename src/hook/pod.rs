@@ -59,6 +59,49 @@ pub struct ObservedPodStatus {
     /// The pod's IP address, once it has one.
     #[serde(rename = "podIP", default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
+    /// How its init containers ran.
+    #[serde(
+        rename = "initContainerStatuses",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub init_container_statuses: Option<Vec<ObservedContainerStatus>>,
+}
+
+/// How one container of an observed pod ran: its name and, when it
+/// stopped, the message it left (`terminationMessagePath`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedContainerStatus {
+    /// The container's name.
+    #[serde(default)]
+    pub name: String,
+    /// Its state now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ObservedContainerState>,
+    /// Its state before its last restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_state: Option<ObservedContainerState>,
+}
+
+/// A container's state, as far as operators read it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct ObservedContainerState {
+    /// Set once the container stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<ObservedTermination>,
+}
+
+/// How a container stopped.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedTermination {
+    /// Its exit code.
+    #[serde(default)]
+    pub exit_code: i32,
+    /// The message it wrote to its termination log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl ObservedPod {
@@ -82,6 +125,21 @@ impl ObservedPod {
         serde_json::to_value(pod)
             .and_then(serde_json::from_value)
             .expect("a Pod decodes as its view")
+    }
+
+    /// The message the named init container left when it last stopped.
+    pub fn init_container_message(&self, container: &str) -> Option<&str> {
+        let status = self
+            .status
+            .as_ref()?
+            .init_container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == container)?;
+        [&status.state, &status.last_state]
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.terminated.as_ref()?.message.as_deref())
     }
 
     /// The pod's phase, if reported.

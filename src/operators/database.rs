@@ -24,7 +24,8 @@ mod status;
 
 use plan::reported_version;
 pub use plan::{
-    Deletion, Plan, Upgrade, has_generated_credentials, jobs, plan, plan_deletion, plan_finalize,
+    Deletion, Plan, Upgrade, check_volumes, has_generated_credentials, jobs, plan, plan_deletion,
+    plan_finalize,
 };
 pub use status::status;
 
@@ -63,6 +64,9 @@ pub const PORT: i32 = 5432;
 /// The StatefulSet's volume claim template: instance `i`'s volume is the
 /// claim `data-<name>-<i>`.
 pub const VOLUME: &str = "data";
+/// How `clone.sh` begins the termination message of an instance 0 that
+/// refuses to start on its volume.
+pub const REFUSAL: &str = "opshooks: ";
 /// How often to look again while waiting on something that does not
 /// trigger a sync by itself.
 pub const WAIT_SECONDS: f64 = 15.0;
@@ -612,6 +616,14 @@ impl Observed {
         })
     }
 
+    /// Why instance 0 refuses to start on its volume, as its `clone` init
+    /// container left it: the volume holds another major's data.
+    pub fn volume_refusal<'a>(&'a self, db: &'a Database) -> Option<&'a str> {
+        let (_, pod) = self.instances(db).find(|(i, _)| *i == 0)?;
+        let message = pod.init_container_message("clone")?;
+        Some(message.strip_prefix(REFUSAL)?.trim())
+    }
+
     /// True when the observed StatefulSet holds `claim`: the claim carries
     /// an owner reference to it (by uid), so deleting the StatefulSet
     /// deletes the claim.
@@ -660,6 +672,7 @@ pub fn sync(
     let db = &req.parent;
     validate(db)?;
     let seen = Observed::from_request(req)?;
+    check_volumes(db, &seen)?;
     let plan = plan(db, &seen)?;
     answer(db, &seen, plan, None, ctx)
 }

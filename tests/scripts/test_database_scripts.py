@@ -504,6 +504,39 @@ def test_clone_instance_zero_does_nothing(shell):
     assert list(empty.iterdir()) == []
 
 
+# Issue 18: a Database re-created over retained volumes with a higher
+# spec.version started an empty cluster beside the old data. The volume's
+# layout is what instance 0 judges by: pg<major> directories, PG_VERSION,
+# and the marker a finished upgrade leaves.
+@pytest.mark.parametrize("shell", list(SHELLS))
+@pytest.mark.parametrize("mine, layout, refused", [
+    ("17", {"16": False}, "holds PostgreSQL 16 data (pg16), not 17"),
+    ("16", {"16": False, "17": True}, "holds PostgreSQL 17 data (pg17), not 16"),
+    ("16", {"16": False, "17": False}, None),  # 17 is a failed upgrade's
+    ("17", {"16": False, "17": True}, None),
+    ("17", {"17": False}, None),
+    ("17", {}, None),
+])
+def test_clone_instance_zero_never_starts_beside_other_data(shell, mine, layout, refused):
+    volume = pg_dir(fresh_path("vol"))
+    for major, upgraded in layout.items():
+        data = pg_dir(volume / f"pg{major}")
+        (data / "PG_VERSION").write_text(major + "\n")
+        if upgraded:
+            (data / ".opshooks-upgrade-complete").touch()
+    log = volume / "termination-log"
+    env = {**clone_env(volume / f"pg{mine}", "orders-0", free_port()), "TERMINATION_LOG": str(log)}
+    r = run_script("clone.sh", env, shell=shell, timeout=20)
+    if refused:
+        assert r.rc != 0, str(r)
+        assert refused in r.err, str(r)
+        assert log.read_text() == f"opshooks: volume {refused}: nothing is initialized or served beside it\n"
+    else:
+        assert r.rc == 0, str(r)
+        assert "nothing to clone" in r.out
+        assert not log.exists()
+
+
 @pytest.mark.parametrize("hostname", ["db", "db-", "db-x", "db-1a", "db-1 "])
 def test_clone_rejects_a_hostname_without_ordinal(hostname):
     pgdata = fresh_path("cbad") / "data"

@@ -127,6 +127,21 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
     Ok(upgrade_plan(db, seen, running))
 }
 
+/// Refuses (409) while instance 0 refuses to start on its volume because
+/// the volume holds another major's data: a Database created again over
+/// the retained volumes of an earlier one, at another version. Nothing is
+/// initialized beside that data; what to do is a person's choice.
+pub fn check_volumes(db: &Database, seen: &Observed) -> Result<(), HookError> {
+    let Some(why) = seen.volume_refusal(db) else {
+        return Ok(());
+    };
+    Err(HookError::Unsafe(format!(
+        "instance 0 of Database {name} refuses to start: its {why}; to serve that data, set deletionPolicy Retain, delete this Database and create it again with that spec.version (raise it afterwards to upgrade); to start empty instead, delete the volumes {volume}-{name}-* first",
+        name = name(db),
+        volume = VOLUME,
+    )))
+}
+
 /// The major the data is in. From the StatefulSet when there is one; without
 /// it (deleted by hand, or a Database re-created over retained volumes) the
 /// version last reported in the status, never the one asked for, which
