@@ -9,6 +9,7 @@
 pub mod conditions;
 mod objects;
 mod pod;
+pub mod quote;
 mod unique;
 
 pub use objects::{ObjectGroups, group_key};
@@ -168,7 +169,7 @@ pub(crate) fn describe<E: std::fmt::Display>(
     what: &str,
     err: serde_path_to_error::Error<E>,
 ) -> String {
-    let path = err.path().to_string();
+    let path = path_text(err.path());
     let inner = err.into_inner().to_string();
     // serde appends " at line 1 column 9": keep it for syntax errors (path
     // "?"), where it is all the user has, and drop it elsewhere.
@@ -186,6 +187,29 @@ pub(crate) fn describe<E: std::fmt::Display>(
             inner
         },
     )
+}
+
+/// A path as serde_path_to_error writes it, with each key (a user's, in a
+/// map) cut to [`quote::QUOTE_CHARS`] characters.
+fn path_text(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    if path.iter().next().is_none() {
+        return ".".into();
+    }
+    let mut text = String::new();
+    for segment in path {
+        match segment {
+            Segment::Seq { index } => text.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(&quote::cut(key));
+            }
+            Segment::Unknown => text.push_str(if text.is_empty() { "?" } else { ".?" }),
+        }
+    }
+    text
 }
 
 /// The body of a CompositeController `sync` or `finalize` call.

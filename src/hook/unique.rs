@@ -327,7 +327,8 @@ impl<'de> Visitor<'de> for Walk<'_> {
                     "{at}the key {key:?} appears twice; send each key once"
                 )));
             }
-            map.next_value_seed(self.enter(key.to_string()))?;
+            // The path names the key in a message: a user's key, so cut.
+            map.next_value_seed(self.enter(super::quote::cut(&key).into_owned()))?;
             self.leave();
             seen.insert(key);
         }

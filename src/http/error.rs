@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::hook::DecodeError;
+use crate::hook::quote::{cut, cut_quoted};
 use crate::operator::HookError;
 
 /// The media type of every error body.
@@ -133,7 +134,10 @@ impl Problem {
     /// [`MAX_DETAIL_CHARS`]. Only [`Refusal`] picks the status.
     fn new(status: StatusCode, detail: impl Into<String>) -> Self {
         // A newline would break the one-line event message users read.
-        let mut detail = detail.into().replace(['\n', '\r'], " ");
+        let detail = detail.into().replace(['\n', '\r'], " ");
+        // Whatever formatted a user's value into the message, quote at most
+        // 64 characters of it.
+        let mut detail = cut_quoted(&detail).into_owned();
         // Metacontroller copies the body into an event; keep it an event's
         // size whatever a message quoted.
         if let Some((cut, _)) = detail.char_indices().nth(MAX_DETAIL_CHARS) {
@@ -241,7 +245,11 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
     {
         Ok(())
     } else {
-        let given = if given.is_empty() { "none" } else { given };
+        let given = if given.is_empty() {
+            "none".into()
+        } else {
+            cut(given)
+        };
         Err(Problem::from(Refusal::NotJson(format!(
             "Content-Type is {given}; send the hook request as JSON with Content-Type: application/json"
         ))))

@@ -5,6 +5,7 @@
 //! are the second line for objects stored before a schema change, for rules
 //! a schema cannot express, and for hand-made requests.
 
+pub use crate::hook::quote::{QUOTE_CHARS, quote};
 pub use crate::operator::InvalidSpec;
 
 /// The longest label value Kubernetes accepts; names that go into labels
@@ -71,18 +72,6 @@ pub fn dns_label(field: &str, value: &str, max: usize) -> Result<(), InvalidSpec
         ));
     }
     Ok(())
-}
-
-/// The longest prefix of a user's value an error message quotes: enough to
-/// recognise it, never enough to turn an error into a large answer or log.
-pub const QUOTE_CHARS: usize = 64;
-
-/// A user's value quoted for a message, cut to [`QUOTE_CHARS`] characters.
-pub fn quote(value: &str) -> String {
-    match value.char_indices().nth(QUOTE_CHARS) {
-        Some((cut, _)) => format!("{:?}…", &value[..cut]),
-        None => format!("{value:?}"),
-    }
 }
 
 /// The cron macros Kubernetes CronJobs accept besides five fields.

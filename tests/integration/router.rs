@@ -7,6 +7,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use opshooks::http::{Limits, router};
+use opshooks::operators::validate::QUOTE_CHARS;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -651,4 +652,98 @@ async fn a_panicking_operator_is_500_and_a_slow_one_503() {
             assert!(text.contains(&series), "{series} in {text}");
         }
     }
+}
+
+/// Issue 18: a detail quoted 974 characters of a user's value, where the
+/// README promises at most 64, whichever path (our checks, serde's
+/// messages, a key in a field path, a header) put it there.
+#[tokio::test]
+async fn details_quote_at_most_64_characters_of_a_users_value() {
+    let value: String = ('a'..='z').cycle().take(1000).collect();
+    let huge = Value::from(value.as_str());
+    let ticked = Value::from(format!("`{value}`{value}"));
+    let cases: [(&str, &str, &str, Value); 9] = [
+        ("enum", "database", "/parent/spec/size", huge.clone()),
+        (
+            "enum with backticks",
+            "database",
+            "/parent/spec/deletionPolicy",
+            ticked,
+        ),
+        (
+            "string for a number",
+            "database",
+            "/parent/spec/backup/retentionDays",
+            huge.clone(),
+        ),
+        ("name", "database", "/parent/metadata/name", huge.clone()),
+        (
+            "storage size",
+            "database",
+            "/parent/spec/storage/size",
+            huge.clone(),
+        ),
+        (
+            "schedule",
+            "database",
+            "/parent/spec/backup/schedule",
+            huge.clone(),
+        ),
+        (
+            "image",
+            "webserver",
+            "/parent/spec/image",
+            Value::from(format!("{value} x")),
+        ),
+        (
+            "key in a path",
+            "webserver",
+            "/parent/metadata/labels",
+            serde_json::json!({ value.as_str(): 5 }),
+        ),
+        (
+            "repeated key under a long key",
+            "webserver",
+            "/parent/spec/extra",
+            serde_json::json!({ value.as_str(): {"a": 1} }),
+        ),
+    ];
+    let mut requests: Vec<(&str, Request<Body>)> = cases
+        .into_iter()
+        .map(|(reason, operator, pointer, bad)| {
+            let mut body = request_of(operator, "v1-first-sync");
+            let (parent, field) = pointer.rsplit_once('/').unwrap();
+            body.pointer_mut(parent).unwrap()[field] = bad;
+            let mut text = body.to_string();
+            if reason.starts_with("repeated key") {
+                text = text.replace(r#"{"a":1}"#, r#"{"a":1,"a":2}"#);
+            }
+            (
+                reason,
+                post(&format!("/{operator}/sync"), "application/json", text),
+            )
+        })
+        .collect();
+    requests.push((
+        "content type",
+        post("/webserver/sync", &value, fixture("v1-first-sync")),
+    ));
+    for (reason, request) in requests {
+        let reply = send(request).await;
+        assert!(reply.status.is_client_error(), "{reason}: {}", reply.status);
+        let detail = reply.detail();
+        let quoted = (0..value.len() - QUOTE_CHARS)
+            .find(|&at| detail.contains(&value[at..=at + QUOTE_CHARS]));
+        assert_eq!(quoted, None, "{reason}: {detail}");
+    }
+}
+
+/// The request of a fixture case of any operator, to edit.
+fn request_of(operator: &str, case: &str) -> Value {
+    let path = root()
+        .join("tests/fixtures")
+        .join(operator)
+        .join(case)
+        .join("request.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
