@@ -248,10 +248,14 @@ async fn not_found(State(state): State<AppState>, uri: Uri) -> Problem {
                 .join(", ")
         ),
     };
+    state.metrics.refused_unrouted(StatusCode::NOT_FOUND);
     Problem::from(Refusal::NotFound(detail))
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+async fn method_not_allowed(State(state): State<AppState>, method: Method, uri: Uri) -> Response {
+    state
+        .metrics
+        .refused_unrouted(StatusCode::METHOD_NOT_ALLOWED);
     // Hook routes are /<operator>/<hook>; every other route is a GET.
     let allowed = if uri.path().matches('/').count() == 2 {
         "POST"

@@ -210,10 +210,24 @@ pub const OUTCOMES: [&str; 12] = [
     "other",
 ];
 
+/// The outcomes of a refusal made before any route is known, counted with
+/// empty `operator` and `hook` labels: hyper's own answers to a request
+/// that does not parse (400) or whose head is over its limit (431, or 414
+/// for a URI; hyper does not say which), and the router's 404 and 405.
+pub const UNROUTED_OUTCOMES: [&str; 4] = [
+    "bad_request",
+    "head_too_large",
+    "not_found",
+    "method_not_allowed",
+];
+
 /// The metrics label for a response status.
 pub fn outcome(status: StatusCode) -> &'static str {
     match status {
         StatusCode::OK => "ok",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE | StatusCode::URI_TOO_LONG => "head_too_large",
         StatusCode::UNAUTHORIZED => "unauthorized",
         StatusCode::TOO_MANY_REQUESTS => "overloaded",
         StatusCode::BAD_REQUEST => "bad_request",

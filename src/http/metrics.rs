@@ -57,6 +57,9 @@ impl Metrics {
                 duration.with_label_values(&labels);
             }
         }
+        for outcome in super::error::UNROUTED_OUTCOMES {
+            requests.with_label_values(&["", "", outcome]);
+        }
         Metrics {
             registry,
             requests,
@@ -69,6 +72,13 @@ impl Metrics {
         let labels = [operator, hook, outcome];
         self.requests.with_label_values(&labels).inc();
         self.duration.with_label_values(&labels).observe(seconds);
+    }
+
+    /// Counts one refusal made before a route was known (`operator` and
+    /// `hook` empty). Only the counter: hyper's refusals are not timed.
+    pub fn refused_unrouted(&self, status: axum::http::StatusCode) {
+        let outcome = super::error::outcome(status);
+        self.requests.with_label_values(&["", "", outcome]).inc();
     }
 
     /// The metrics in Prometheus text format.

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
+use axum::http::StatusCode;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -33,6 +34,7 @@ use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
 use super::AppState;
+use super::metrics::Metrics;
 use super::tls::Tls;
 
 /// How the listener treats connections.
@@ -97,8 +99,9 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let (app, options, stop) = (app.clone(), Arc::clone(&options), stop_rx.clone());
+        let metrics = state.metrics.clone();
         tasks.spawn(async move {
-            connection(stream, app, &options, stop).await;
+            connection(stream, app, &options, stop, &metrics).await;
             drop(slot);
         });
     }
@@ -124,6 +127,7 @@ async fn connection(
     app: Router,
     options: &ServeOptions,
     stop: watch::Receiver<bool>,
+    metrics: &Metrics,
 ) {
     let _ = stream.set_nodelay(true);
     let activity = Arc::new(Activity::new());
@@ -132,11 +136,11 @@ async fn connection(
         activity: Arc::clone(&activity),
     };
     match &options.tls {
-        None => http(io, app, options, activity, stop).await,
+        None => http(io, app, options, activity, stop, metrics).await,
         Some(tls) => {
             let acceptor = TlsAcceptor::from(Arc::clone(&*tls.current()));
             match tokio::time::timeout(options.header_read_timeout, acceptor.accept(io)).await {
-                Ok(Ok(io)) => http(io, app, options, activity, stop).await,
+                Ok(Ok(io)) => http(io, app, options, activity, stop, metrics).await,
                 Ok(Err(err)) => debug!(error = %err, "TLS handshake failed"),
                 Err(_) => debug!("TLS handshake timed out"),
             }
@@ -150,6 +154,7 @@ async fn http<I>(
     options: &ServeOptions,
     activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
+    metrics: &Metrics,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -184,6 +189,9 @@ async fn http<I>(
             result = conn.as_mut() => {
                 if let Err(err) = result {
                     debug!(error = %err, "connection ended with an error");
+                    if let Some(status) = hyper_refusal(&*err) {
+                        metrics.refused_unrouted(status);
+                    }
                 }
                 return;
             }
@@ -204,6 +212,22 @@ async fn http<I>(
                 }
             }
         }
+    }
+}
+
+/// The status hyper answered a connection's error with, if it answered:
+/// an HTTP/1 request it could not parse gets 400, a head over its limit
+/// 431 or 414 (see `on_error` in hyper's `proto/h1/role.rs`). Hyper offers
+/// no hook of its own, so this reads the error the connection ended with;
+/// an HTTP/2 protocol error is a reset or GOAWAY, not an answer.
+fn hyper_refusal(err: &(dyn std::error::Error + 'static)) -> Option<StatusCode> {
+    let err = err.downcast_ref::<hyper::Error>()?;
+    if err.is_parse_too_large() {
+        Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+    } else if err.is_parse() && !err.is_parse_version_h2() && !err.is_parse_status() {
+        Some(StatusCode::BAD_REQUEST)
+    } else {
+        None
     }
 }
 

@@ -346,3 +346,56 @@ async fn shutdown_does_not_wait_on_idle_or_half_sent_connections() {
     let took = server.stop().await;
     assert!(took < Duration::from_secs(2), "shutdown took {took:?}");
 }
+
+/// Sends `request` on a fresh connection and reads until the server closes it.
+async fn raw_exchange(address: SocketAddr, request: &str) -> String {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply).await;
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// Issue 18: refusals made before a route is known (hyper's own 400 and
+/// 431, the router's 404 and 405) were missing from `/metrics`. Each
+/// request here closes its connection before the next one, and the test
+/// runtime has one thread, so a count is in before `/metrics` is asked.
+#[tokio::test]
+async fn refusals_before_a_route_is_known_are_counted() {
+    let server = Server::start(quick()).await;
+    let many_headers: String = (0..200).map(|i| format!("X-Header-{i}: x\r\n")).collect();
+    let close = "Host: x\r\nConnection: close\r\n\r\n";
+    let cases = [
+        (
+            "431",
+            format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n"),
+        ),
+        ("400", "GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n".into()),
+        (
+            "400",
+            "POST /webserver/sync HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx".into(),
+        ),
+        ("404", format!("GET /nosuch HTTP/1.1\r\n{close}")),
+        ("405", format!("DELETE /healthz HTTP/1.1\r\n{close}")),
+    ];
+    for (status, request) in cases {
+        let reply = raw_exchange(server.address, &request).await;
+        assert!(
+            reply.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request:?}: {reply}"
+        );
+    }
+    let metrics = raw_exchange(server.address, &format!("GET /metrics HTTP/1.1\r\n{close}")).await;
+    for (outcome, count) in [
+        ("bad_request", 2),
+        ("head_too_large", 1),
+        ("not_found", 1),
+        ("method_not_allowed", 1),
+    ] {
+        let series = format!(
+            r#"opshooks_hook_requests_total{{hook="",operator="",outcome="{outcome}"}} {count}"#
+        );
+        assert!(metrics.contains(&series), "{series} missing:\n{metrics}");
+    }
+    server.stop().await;
+}
