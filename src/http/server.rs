@@ -4,8 +4,8 @@
 //!
 //! - the TLS handshake and an HTTP/1.1 request's headers must arrive within
 //!   the header read timeout;
-//! - a connection with no call in flight and no byte moving for the idle
-//!   timeout is closed;
+//! - a connection with no call in flight for the idle timeout is closed,
+//!   whether bytes move (HTTP/2 pings, a trickle) or not;
 //! - bodies and answers have the request deadline (in the hook adapter).
 //!
 //! On shutdown it stops accepting, closes every connection with no call in
@@ -14,10 +14,8 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -26,7 +24,7 @@ use axum::http::StatusCode;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
@@ -130,17 +128,12 @@ async fn connection(
     metrics: &Metrics,
 ) {
     let _ = stream.set_nodelay(true);
-    let activity = Arc::new(Activity::new());
-    let io = Watched {
-        inner: stream,
-        activity: Arc::clone(&activity),
-    };
     match &options.tls {
-        None => http(io, app, options, activity, stop, metrics).await,
+        None => http(stream, app, options, stop, metrics).await,
         Some(tls) => {
             let acceptor = TlsAcceptor::from(Arc::clone(&*tls.current()));
-            match tokio::time::timeout(options.header_read_timeout, acceptor.accept(io)).await {
-                Ok(Ok(io)) => http(io, app, options, activity, stop, metrics).await,
+            match tokio::time::timeout(options.header_read_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(io)) => http(io, app, options, stop, metrics).await,
                 Ok(Err(err)) => debug!(error = %err, "TLS handshake failed"),
                 Err(_) => debug!("TLS handshake timed out"),
             }
@@ -152,12 +145,13 @@ async fn http<I>(
     io: I,
     app: Router,
     options: &ServeOptions,
-    activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
     metrics: &Metrics,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // The idle clock starts when HTTP does, after any TLS handshake.
+    let activity = Arc::new(Activity::new());
     let calls = Arc::clone(&activity);
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let in_flight = InFlight::new(Arc::clone(&calls));
@@ -200,12 +194,13 @@ async fn http<I>(
                 conn.as_mut().graceful_shutdown();
             }
             _ = tick.tick() => {
-                // Idle: nothing in flight and no byte for the idle timeout;
-                // or bytes that never make a call (HTTP/2 pings, a trickle)
-                // for that long plus the time a request's headers may take.
-                let idle = activity.in_flight() == 0
-                    && (activity.quiet_for() >= options.idle_timeout
-                        || activity.since_call() >= options.idle_timeout + options.header_read_timeout);
+                // Idle: nothing in flight since the last call ended (or HTTP
+                // began), however many bytes moved meanwhile: HTTP/2 pings
+                // or a trickle that never makes a call must not keep a
+                // connection open past the idle timeout the README states.
+                // An HTTP/1.1 request's headers are bounded by hyper's
+                // header read timeout, shorter by default.
+                let idle = activity.since_call() >= options.idle_timeout;
                 if activity.in_flight() == 0 && (draining || idle) {
                     debug!(draining, "closing a connection with nothing in flight");
                     return;
@@ -231,11 +226,11 @@ fn hyper_refusal(err: &(dyn std::error::Error + 'static)) -> Option<StatusCode> 
     }
 }
 
-/// What a connection is doing: calls in flight, when a byte last moved and
-/// when the last call ended (in milliseconds since the connection opened).
+/// What a connection is doing: calls in flight and when the last call ended
+/// (in milliseconds since HTTP began on the connection). Bytes moving are not
+/// activity: only a call is.
 struct Activity {
     started: Instant,
-    last_byte_ms: AtomicU64,
     last_call_ms: AtomicU64,
     in_flight: AtomicUsize,
 }
@@ -244,7 +239,6 @@ impl Activity {
     fn new() -> Self {
         Activity {
             started: Instant::now(),
-            last_byte_ms: AtomicU64::new(0),
             last_call_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
         }
@@ -254,21 +248,13 @@ impl Activity {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn touch(&self) {
-        self.last_byte_ms.store(self.now_ms(), Ordering::Relaxed);
-    }
-
-    fn since(&self, mark: &AtomicU64) -> Duration {
-        let last = Duration::from_millis(mark.load(Ordering::Relaxed));
+    fn since_call(&self) -> Duration {
+        let last = Duration::from_millis(self.last_call_ms.load(Ordering::Relaxed));
         self.started.elapsed().saturating_sub(last)
     }
 
-    fn quiet_for(&self) -> Duration {
-        self.since(&self.last_byte_ms)
-    }
-
-    fn since_call(&self) -> Duration {
-        self.since(&self.last_call_ms)
+    fn call_ended(&self) {
+        self.last_call_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
     fn in_flight(&self) -> usize {
@@ -288,69 +274,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0
-            .last_call_ms
-            .store(self.0.now_ms(), Ordering::Relaxed);
+        self.0.call_ended();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A stream that notes in its [`Activity`] every time bytes move.
-struct Watched<S> {
-    inner: S,
-    activity: Arc<Activity>,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.touch();
-        }
-        poll
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        poll
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        poll
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -399,3 +399,76 @@ async fn refusals_before_a_route_is_known_are_counted() {
     }
     server.stop().await;
 }
+
+/// HTTP/2 by hand (prior knowledge over plain TCP): only the frames these
+/// tests send, since hyper's client cannot send a ping or a reset when a
+/// test asks.
+mod h2_frames {
+    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
+        let mut frame = length[1..].to_vec();
+        frame.extend([kind, flags]);
+        frame.extend(stream.to_be_bytes());
+        frame.extend(payload);
+        frame
+    }
+
+    /// An empty SETTINGS frame: every setting at its default.
+    pub fn settings() -> Vec<u8> {
+        frame(0x4, 0, 0, &[])
+    }
+
+    pub fn ping(n: u64) -> Vec<u8> {
+        frame(0x6, 0, 0, &n.to_be_bytes())
+    }
+}
+
+/// Issue 18: an HTTP/2 connection that only pings stayed open for the idle
+/// timeout plus the header timeout (12.5 s by default), not the idle
+/// timeout the README states. With 1 s and 10 s it must close after 1 s
+/// and long before 11 s.
+#[tokio::test]
+async fn an_http2_connection_that_only_pings_is_closed_at_the_idle_timeout() {
+    let server = Server::start(ServeOptions {
+        idle_timeout: Duration::from_secs(1),
+        header_read_timeout: Duration::from_secs(10),
+        ..quick()
+    })
+    .await;
+    let (mut read, mut write) = TcpStream::connect(server.address)
+        .await
+        .unwrap()
+        .into_split();
+    let started = Instant::now();
+    write
+        .write_all(&[h2_frames::PREFACE, &h2_frames::settings()].concat())
+        .await
+        .unwrap();
+    let pinging = async {
+        let mut every = tokio::time::interval(Duration::from_millis(200));
+        for n in 0u64.. {
+            every.tick().await;
+            if write.write_all(&h2_frames::ping(n)).await.is_err() {
+                break;
+            }
+        }
+    };
+    let closed = async {
+        let mut sink = vec![0; 4096];
+        while read.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+    };
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            () = closed => {}
+            () = pinging => {}
+        }
+    })
+    .await;
+    let open_for = started.elapsed();
+    assert!(ended.is_ok(), "still open after {open_for:?}");
+    assert!(open_for >= Duration::from_secs(1), "{open_for:?}");
+    assert!(open_for < Duration::from_secs(6), "{open_for:?}");
+    server.stop().await;
+}
