@@ -324,7 +324,23 @@ pub async fn read_body(
         Ok(Err(err)) => Err(Problem::from(Refusal::Malformed(format!(
             "the request body could not be read: {err}"
         )))),
-        Ok(Ok(Some(bytes))) => Ok(bytes),
+        Ok(Ok(Some(bytes))) => whole(bytes, declared),
+    }
+}
+
+/// A body is used only when it is as long as its `Content-Length` says: an
+/// HTTP/2 stream reset with NO_ERROR ends the body early without an error
+/// (hyper reads that reset as the end), and a cut body can still be valid
+/// JSON that forgets children.
+fn whole(bytes: Bytes, declared: Option<u64>) -> Result<Bytes, Problem> {
+    match declared {
+        Some(length) if length != bytes.len() as u64 => {
+            Err(Problem::from(Refusal::Malformed(format!(
+                "the request body ended after {} of the {length} bytes its Content-Length declares; send the whole body",
+                bytes.len()
+            ))))
+        }
+        _ => Ok(bytes),
     }
 }
 

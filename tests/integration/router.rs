@@ -747,3 +747,22 @@ fn request_of(operator: &str, case: &str) -> Value {
         .join("request.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
+
+/// Issue 18: a body that ends before its Content-Length (an HTTP/2 stream
+/// reset with NO_ERROR ends it so, without an error) was computed as if
+/// whole. Here the part that arrives is a whole fixture, valid JSON.
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_is_never_computed() {
+    let body = fixture("v1-first-sync");
+    let mut request = post("/webserver/sync", "application/json", body.clone());
+    request
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, (body.len() + 10).into());
+    let reply = send(request).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(
+        reply.detail().contains("declares; send the whole body"),
+        "{}",
+        reply.detail()
+    );
+}
