@@ -300,21 +300,43 @@ pub async fn read_body(
     // One buffer of the declared size: collecting chunks and joining them
     // would hold the body twice at the end.
     let capacity = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
+    // The most the buffer held, known even when the deadline drops it.
+    let mut held = 0;
     let read = async {
         use http_body_util::BodyExt;
         let mut body = body;
         let mut buffer = Vec::with_capacity(capacity);
+        held = buffer.capacity();
         while let Some(frame) = body.frame().await {
             if let Some(data) = frame?.data_ref() {
                 if buffer.len() + data.len() > max {
                     return Ok(None);
                 }
                 buffer.extend_from_slice(data);
+                held = buffer.capacity();
             }
         }
         Ok::<_, axum::Error>(Some(Bytes::from(buffer)))
     };
-    match tokio::time::timeout(deadline, read).await {
+    let read = tokio::time::timeout(deadline, read).await;
+    let result = refused_or_read(read, declared, deadline, too_large);
+    if result.is_err() && held >= super::LARGE_BODY {
+        // The refused body is freed by now, on this thread: hand its pages
+        // back as after a large call, rather than when this thread next
+        // allocates.
+        super::release_memory();
+    }
+    result
+}
+
+/// What reading a body came to: the body, or why it is refused.
+fn refused_or_read(
+    read: Result<Result<Option<Bytes>, axum::Error>, tokio::time::error::Elapsed>,
+    declared: Option<u64>,
+    deadline: Duration,
+    too_large: impl Fn(Option<u64>) -> Problem,
+) -> Result<Bytes, Problem> {
+    match read {
         Err(_) => Err(Problem::from(Refusal::BodyTimeout(format!(
             "the request body did not arrive within {} s",
             deadline.as_secs_f64()
