@@ -239,7 +239,8 @@ async fn not_found(State(state): State<AppState>, uri: Uri) -> Problem {
                 .join(", ")
         ),
         _ => format!(
-            "no route {path}; hooks are POST /<operator>/<hook> with operator one of: {}",
+            "no route {}; hooks are POST /<operator>/<hook> with operator one of: {}",
+            crate::hook::quote::cut(path),
             state
                 .operators
                 .iter()

@@ -728,6 +728,8 @@ async fn details_quote_at_most_64_characters_of_a_users_value() {
         "content type",
         post("/webserver/sync", &value, fixture("v1-first-sync")),
     ));
+    requests.push(("unknown route", get(&format!("/{value}"))));
+    requests.push(("unknown hook", get(&format!("/webserver/{value}"))));
     for (reason, request) in requests {
         let reply = send(request).await;
         assert!(reply.status.is_client_error(), "{reason}: {}", reply.status);
