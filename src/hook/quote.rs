@@ -26,7 +26,12 @@ pub fn quote(value: &str) -> String {
 /// A user's value (a map key in a path) cut to [`QUOTE_CHARS`] characters,
 /// unquoted.
 pub fn cut(value: &str) -> Cow<'_, str> {
-    match value.char_indices().nth(QUOTE_CHARS) {
+    cut_to(value, QUOTE_CHARS)
+}
+
+/// `value` cut to `max` characters, marked as cut when it was.
+pub fn cut_to(value: &str, max: usize) -> Cow<'_, str> {
+    match value.char_indices().nth(max) {
         Some((at, _)) => Cow::Owned(format!("{}{ELLIPSIS}", &value[..at])),
         None => Cow::Borrowed(value),
     }

@@ -8,6 +8,7 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::hook::quote::cut_to;
 use crate::hook::{CustomizeRequest, DecodeError, Hook, ParentHead, SyncRequest, decode_body};
 use crate::operator::{Context, Erased, HookError, Operator};
 use crate::operators::validate;
@@ -155,14 +156,10 @@ fn to_body<T: Serialize>(answer: &T) -> Vec<u8> {
 fn parent_ref(parent: &ParentHead) -> Option<String> {
     // Cut to Kubernetes' limits: this goes into every log line of the call,
     // before the parent is validated.
-    let cut = |text: &str, max: usize| match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    };
-    let name = cut(parent.name()?, MAX_NAME);
+    let name = cut_to(parent.name()?, MAX_NAME);
     Some(match parent.namespace() {
-        Some(ns) => format!("{}/{name}", cut(ns, validate::MAX_LABEL_VALUE)),
-        None => name,
+        Some(ns) => format!("{}/{name}", cut_to(ns, validate::MAX_LABEL_VALUE)),
+        None => name.into_owned(),
     })
 }
 
