@@ -342,6 +342,16 @@ impl Child {
         }
     }
 
+    /// The group key Metacontroller files this child under
+    /// (`<Kind>.<apiVersion>`) and its name.
+    pub fn group_and_name(&self) -> (String, &str) {
+        let key = &self.key;
+        (
+            format!("{}.{}", key.kind, key.api_version),
+            &key.metadata.name,
+        )
+    }
+
     /// The child's JSON text, as answered.
     pub fn json(&self) -> &str {
         self.json.get()

@@ -98,6 +98,17 @@ impl ObjectGroups {
         Ok(())
     }
 
+    /// Every object as its group key and name (read from its path key,
+    /// which [`ObjectGroups::check_keys`] holds to the object's name).
+    pub fn names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().flat_map(|(key, group)| {
+            group.keys().map(move |path| {
+                let name = path.rsplit_once('/').map_or(path.as_str(), |(_, n)| n);
+                (key.as_str(), name)
+            })
+        })
+    }
+
     /// How many objects there are across all groups.
     pub fn len(&self) -> usize {
         self.0.values().map(BTreeMap::len).sum()

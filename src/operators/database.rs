@@ -29,7 +29,7 @@ pub use plan::{
 };
 pub use status::status;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -491,6 +491,8 @@ pub struct Observed {
     pub pods: Vec<ObservedPod>,
     /// The claims labelled as this Database's.
     pub volumes: Vec<PersistentVolumeClaim>,
+    /// Every observed child, as its group key and name.
+    pub children: BTreeSet<(String, String)>,
 }
 
 impl Observed {
@@ -528,6 +530,11 @@ impl Observed {
             cron_job: req.children.of::<CronJob>()?.into_iter().next(),
             pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
+            children: req
+                .children
+                .names()
+                .map(|(group, name)| (group.to_string(), name.to_string()))
+                .collect(),
         })
     }
 

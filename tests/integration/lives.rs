@@ -519,3 +519,29 @@ fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Found by a helper's run of the lives: a user deleted the read-only
+/// Service's EndpointSlice while the Database was being deleted (its
+/// snapshot failing), and the finalize answer created it again. Deletion
+/// only moves forward: what is gone stays gone.
+#[test]
+fn regression_nothing_deleted_is_created_again_while_deleting() {
+    let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Database",
+        "metadata": {"name": "orders", "namespace": "ns"},
+        "spec": {"version": "14", "size": "small", "storage": {"size": "1Gi"}, "deletionPolicy": "Snapshot",
+                 "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}});
+    let script = [
+        Scripted::FailJob("orders-snapshot".into()),
+        Scripted::DeleteParent,
+        Scripted::DeleteChild(4),
+    ];
+    let result = live(
+        &operator("database"),
+        parent,
+        0,
+        &script,
+        |_| {},
+        database_rule,
+    );
+    assert!(result.is_ok(), "{}", result.unwrap_err());
+}

@@ -489,6 +489,12 @@ proptest! {
             for name in seen_jobs.keys() {
                 prop_assert!(find("Job", name).is_some(), "observed Job {} dropped while deleting", name);
             }
+            for child in children {
+                let (kind, name) = (child["kind"].as_str().unwrap(), child["metadata"]["name"].as_str().unwrap());
+                let group = format!("{kind}.{}", child["apiVersion"].as_str().unwrap());
+                let was_observed = observed(&request, &group, name).is_some();
+                prop_assert!(was_observed || (kind == "Job" && name == "db-snapshot"), "{} {} created while deleting", kind, name);
+            }
             for job in children.iter().filter(|c| c["kind"] == "Job") {
                 let name = job["metadata"]["name"].as_str().unwrap();
                 if !seen_jobs.contains_key(name) {

@@ -25,6 +25,7 @@ use super::{
     has_generated_credentials, jobs, name, namespace,
 };
 use crate::hook::Child;
+use crate::hook::group_key;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, Credential, Schedule, Source};
 use crate::operators::common::{
@@ -70,7 +71,7 @@ pub fn build(
     if plan.snapshot_job {
         jobs.extend(snapshot_job(db, plan));
     }
-    if plan.keep_observed_jobs {
+    if plan.deleting {
         let built: BTreeSet<String> = jobs
             .iter()
             .filter_map(|j| j.metadata.name.clone())
@@ -86,6 +87,16 @@ pub fn build(
     out.extend(jobs.iter().map(Child::new));
     if let Some(cron) = backup_cron_job(db, plan) {
         out.push(Child::new(&cron));
+    }
+    if plan.deleting {
+        // Deletion only moves forward: what is gone (deleted by anyone)
+        // stays gone, but a snapshot still to take.
+        let snapshot = (group_key::<Job>(), jobs::snapshot(db));
+        out.retain(|child| {
+            let (group, name) = child.group_and_name();
+            let key = (group, name.to_string());
+            seen.children.contains(&key) || key == snapshot
+        });
     }
     Ok(out)
 }

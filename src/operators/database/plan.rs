@@ -100,8 +100,9 @@ pub struct Plan {
     pub delete_volumes: bool,
     /// Whether the snapshot Job should exist.
     pub snapshot_job: bool,
-    /// Whether every observed Job is kept, built or not (while deleting).
-    pub keep_observed_jobs: bool,
+    /// While deleting: every observed Job is kept, built or not, and
+    /// nothing that is not observed is created, but the snapshot Job.
+    pub deleting: bool,
     /// While deleting: the volumes the StatefulSet controller has not yet
     /// handed to the StatefulSet (when they are to go with it) or taken
     /// back from it (when they are to stay). The StatefulSet is kept until
@@ -182,7 +183,7 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
         keep_statefulset: true,
         delete_volumes: false,
         snapshot_job: false,
-        keep_observed_jobs: false,
+        deleting: false,
         volumes_pending: Vec::new(),
     };
     // A restore that is still running holds the primary's volume, whatever
@@ -303,7 +304,7 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     plan.init_job = has(&jobs::init(db));
     plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
     plan.restore_job = has(&jobs::upgrade(db, to));
-    plan.keep_observed_jobs = true;
+    plan.deleting = true;
     let exists = seen
         .statefulset
         .as_ref()
