@@ -4,13 +4,16 @@
 //!
 //! Every life ends the same way: failing Jobs heal, failed Jobs are deleted
 //! (the documented retry), the parent is deleted, and the deletion must
-//! finish within a bounded number of steps. `PROPTEST_CASES` runs more lives.
+//! finish within a bounded number of steps. Before the deletion, each
+//! life must have reached what its spec asks (progress, not only safety),
+//! and only an invalid spec may be refused. `PROPTEST_CASES` runs more
+//! lives.
 
 use std::cell::RefCell;
 
 use opshooks::operator::Operator;
 use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
-use opshooks::simulate::{Event, Simulation, Step};
+use opshooks::simulate::{Event, Outcome, Simulation, Step};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -51,7 +54,10 @@ struct Seen<'a> {
     before_cluster: &'a Cluster,
 }
 
-/// Runs one life and returns the first broken rule, if any.
+/// Runs one life and returns the first broken rule, if any. After the
+/// script's last event (and the healing every life ends with), the loop
+/// must have reached what the spec asks (`reached`), unless the spec
+/// itself is refused; then the parent is deleted and must be finalized.
 fn live(
     op: &Operator,
     parent: Value,
@@ -59,10 +65,13 @@ fn live(
     script: &[Scripted],
     setup: impl Fn(&mut Simulation<'_>),
     rule: impl Fn(&Seen<'_>) -> Result<(), String>,
+    reached: impl Fn(&Simulation<'_>) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut sim = Simulation::new(op, parent, start(), seed)?;
     setup(&mut sim);
     let broken = RefCell::new(None::<String>);
+    // The last refusal of the spec itself, cleared by every answer.
+    let spec_refused = RefCell::new(None::<String>);
     // The parent as last seen, and the volumes when its deletion began.
     let last = RefCell::new(Value::Null);
     let mut claims_at_delete: Option<Vec<String>> = None;
@@ -74,6 +83,18 @@ fn live(
         let mut before_cluster = sim.cluster.clone();
         let (_, settled) = sim.settle_checked(SETTLE, |sim, step| {
             let mut found = step.violations.first().cloned();
+            match &step.outcome {
+                // Only an invalid spec may be refused; anything else
+                // refused is a hook that does not do its work.
+                Outcome::Refused { reason, .. } if reason.starts_with("spec.") => {
+                    *spec_refused.borrow_mut() = Some(reason.clone());
+                }
+                Outcome::Refused { hook, reason } => {
+                    found = found.or_else(|| Some(format!("{hook} refused: {reason}")));
+                }
+                Outcome::Answered { .. } => *spec_refused.borrow_mut() = None,
+                Outcome::HookDown | Outcome::Gone => {}
+            }
             if found.is_none() {
                 let seen = Seen {
                     sim,
@@ -182,6 +203,11 @@ fn live(
     for (kind, name) in failed_jobs(&sim) {
         sim.apply(&Event::Delete { kind, name })?;
     }
+    settle(&mut sim, "healing")?;
+    // Progress: what the spec asks is reached, unless the spec is refused.
+    if !sim.is_deleting() && spec_refused.borrow().is_none() {
+        reached(&sim).map_err(|why| format!("the spec was never reached: {why}"))?;
+    }
     if !sim.is_deleting() {
         claims_at_delete.get_or_insert_with(|| claims(&sim.cluster));
         sim.apply(&Event::DeleteParent)?;
@@ -286,11 +312,12 @@ fn common_events() -> impl Strategy<Value = Scripted> {
     ]
 }
 
+/// 256 lives of each operator; a failing one is saved (with its seed) to
+/// lives.proptest-regressions beside this file and replayed first on every
+/// later run, so a failure found in CI can be replayed here from the
+/// minimal input it prints.
 fn config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: None,
-        ..ProptestConfig::with_cases(256)
-    }
+    ProptestConfig::with_cases(256)
 }
 
 proptest! {
@@ -339,7 +366,7 @@ proptest! {
             }
             Ok(())
         };
-        let result = live(&op, parent, seed, &script, |_| {}, rule);
+        let result = live(&op, parent, seed, &script, |_| {}, rule, webserver_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 
@@ -366,7 +393,7 @@ proptest! {
             }
             Ok(())
         };
-        let result = live(&op, parent, seed, &script, |_| {}, rule);
+        let result = live(&op, parent, seed, &script, |_| {}, rule, memcached_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 
@@ -403,7 +430,7 @@ proptest! {
             }
             Ok(())
         };
-        let result = live(&op, parent, seed, &script, setup, rule);
+        let result = live(&op, parent, seed, &script, setup, rule, backup_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 
@@ -430,9 +457,160 @@ proptest! {
             "spec": {"version": version.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy,
                      "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}});
         let rule = |seen: &Seen<'_>| database_rule(seen);
-        let result = live(&op, parent, seed, &script, |_| {}, rule);
+        let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
+}
+
+/// The parent's spec value at `path`, or `default`.
+fn spec<'a>(sim: &'a Simulation<'_>, path: &str, default: &'a Value) -> &'a Value {
+    sim.parent()
+        .and_then(|p| p.pointer(&format!("/spec/{path}")))
+        .unwrap_or(default)
+}
+
+/// The parent's condition `kind` is True.
+fn condition_true(sim: &Simulation<'_>, kind: &str) -> Result<(), String> {
+    let status = sim
+        .parent()
+        .map(|p| p["status"].clone())
+        .unwrap_or_default();
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    match conditions
+        .iter()
+        .any(|c| c["type"] == kind && c["status"] == "True")
+    {
+        true => Ok(()),
+        false => Err(format!("{kind} is not True: {status}")),
+    }
+}
+
+fn object<'a>(
+    sim: &'a Simulation<'_>,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+) -> Result<&'a Value, String> {
+    sim.cluster
+        .get(&Key::new(api_version, kind, "ns", name))
+        .ok_or_else(|| format!("{kind}/{name} does not exist"))
+}
+
+fn is_ready_pod(pod: &Value) -> bool {
+    pod.pointer("/status/conditions/0/status") == Some(&json!("True"))
+}
+
+/// WebServer: `replicas` ready pods of the spec's image, and Ready.
+fn webserver_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let replicas = spec(sim, "replicas", &json!(0)).as_u64().unwrap_or(0);
+    let image = spec(sim, "image", &json!("nginxdemos/hello")).clone();
+    let pods: Vec<&Value> = sim
+        .cluster
+        .objects()
+        .filter(|(k, _)| k.kind == "Pod")
+        .map(|(_, o)| o)
+        .collect();
+    if pods.len() as u64 != replicas {
+        return Err(format!("{} pods for {replicas} replicas", pods.len()));
+    }
+    for i in 0..replicas {
+        let pod = object(sim, "v1", "Pod", &format!("web-{i}"))?;
+        if !is_ready_pod(pod) || pod.pointer("/spec/containers/0/image") != Some(&image) {
+            return Err(format!("web-{i} is not ready with image {image}: {pod}"));
+        }
+    }
+    condition_true(sim, "Ready")
+}
+
+/// Memcached: its Deployment at `size`, and `status.nodes` its pods.
+fn memcached_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let size = spec(sim, "size", &json!(0)).clone();
+    let deployment = object(sim, "apps/v1", "Deployment", "cache")?;
+    if deployment.pointer("/spec/replicas") != Some(&size) {
+        return Err(format!(
+            "the Deployment runs {} replicas, not {size}",
+            deployment["spec"]["replicas"]
+        ));
+    }
+    let pods: Vec<String> = sim
+        .cluster
+        .objects()
+        .filter(|(k, _)| k.kind == "Pod")
+        .map(|(k, _)| k.name.clone())
+        .collect();
+    let nodes = sim
+        .parent()
+        .map(|p| p["status"]["nodes"].clone())
+        .unwrap_or_default();
+    if nodes != json!(pods) {
+        return Err(format!("status.nodes is {nodes}, the pods are {pods:?}"));
+    }
+    condition_true(sim, "Ready")
+}
+
+/// Backup: a CronJob with the spec's schedule, suspended exactly when
+/// asked or while the target is gone.
+fn backup_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let target_gone = sim
+        .cluster
+        .get(&Key::new("apps/v1", "StatefulSet", "ns", "db"))
+        .is_none();
+    let Ok(cron) = object(sim, "batch/v1", "CronJob", "nightly-backup") else {
+        // A target never seen leaves nothing to build the job from: the
+        // status must say the target is missing.
+        let status = sim
+            .parent()
+            .map(|p| p["status"].clone())
+            .unwrap_or_default();
+        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+        let says_so = conditions
+            .iter()
+            .any(|c| c["type"] == "TargetFound" && c["status"] == "False");
+        return match target_gone && says_so {
+            true => Ok(()),
+            false => Err(format!("no CronJob: {status}")),
+        };
+    };
+    let schedule = spec(sim, "schedule", &Value::Null);
+    if &cron["spec"]["schedule"] != schedule {
+        return Err(format!(
+            "the CronJob runs on {}, the spec says {schedule}",
+            cron["spec"]["schedule"]
+        ));
+    }
+    let target_gone = sim
+        .cluster
+        .get(&Key::new("apps/v1", "StatefulSet", "ns", "db"))
+        .is_none();
+    let suspend = spec(sim, "suspend", &json!(false)) == &json!(true) || target_gone;
+    if cron["spec"]["suspend"] != json!(suspend) {
+        return Err(format!(
+            "the CronJob's suspend is {}, not {suspend}",
+            cron["spec"]["suspend"]
+        ));
+    }
+    Ok(())
+}
+
+/// Database: Running at `spec.version`, its Services there and the
+/// initial configuration done.
+fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let status = sim
+        .parent()
+        .map(|p| p["status"].clone())
+        .unwrap_or_default();
+    let version = spec(sim, "version", &Value::Null);
+    if status["phase"] != "Running" || &status["version"] != version {
+        return Err(format!(
+            "phase {} at version {}, asked {version}",
+            status["phase"], status["version"]
+        ));
+    }
+    for service in ["orders", "orders-headless", "orders-ro"] {
+        object(sim, "v1", "Service", service)?;
+    }
+    condition_true(sim, "Initialized")?;
+    condition_true(sim, "Ready")
 }
 
 /// The Database's data-safety rules, for one step.
@@ -542,6 +720,7 @@ fn regression_nothing_deleted_is_created_again_while_deleting() {
         &script,
         |_| {},
         database_rule,
+        database_reached,
     );
     assert!(result.is_ok(), "{}", result.unwrap_err());
 }
