@@ -188,6 +188,9 @@ pub struct Step {
     pub violations: Vec<String>,
     /// The answer's bytes, to tell when the loop has settled.
     pub answer: Option<Vec<u8>>,
+    /// The Jobs still running when the hook was called (after the
+    /// controllers' round), as the hook saw them.
+    pub running_jobs: Vec<String>,
 }
 
 impl fmt::Display for Step {
@@ -451,6 +454,7 @@ impl<'a> Simulation<'a> {
             .checked_add(SignedDuration::from_secs(STEP_SECONDS))
             .unwrap_or(self.cluster.now);
         self.cluster.reconcile();
+        let running_jobs = self.cluster.running_jobs();
         let mut violations = Vec::new();
         let (outcome, answer) = if self.parent().is_none() {
             (Outcome::Gone, None)
@@ -473,6 +477,7 @@ impl<'a> Simulation<'a> {
             number: self.steps,
             outcome,
             changes,
+            running_jobs,
             phase: status
                 .and_then(|s| s.get("phase"))
                 .and_then(Value::as_str)
@@ -770,7 +775,8 @@ impl<'a> Simulation<'a> {
                 last.answer == step.answer && last.conditions == step.conditions
             });
             let gone = step.outcome == Outcome::Gone;
-            quiet = if step.changes.is_empty() && same && self.hook_down == 0 {
+            let idle = self.hook_down == 0 && self.cluster.running_jobs().is_empty();
+            quiet = if step.changes.is_empty() && same && idle {
                 quiet + 1
             } else {
                 0

@@ -253,6 +253,21 @@ impl Cluster {
         }
     }
 
+    /// The Jobs that have not finished: while there is one, the controllers
+    /// will change something by themselves, so the loop has not settled.
+    pub fn running_jobs(&self) -> Vec<String> {
+        self.objects
+            .iter()
+            .filter(|(k, o)| {
+                k.kind == "Job"
+                    && o.pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_none_or(Vec::is_empty)
+            })
+            .map(|(k, _)| k.name.clone())
+            .collect()
+    }
+
     /// One round of every modelled controller, then garbage collection.
     pub fn reconcile(&mut self) {
         for age in self.age.values_mut() {

@@ -38,6 +38,9 @@ enum Scripted {
     RunCronJob,
     /// Anyone sets the Database StatefulSet's `whenDeleted` to `Delete`.
     ReleaseVolumes,
+    /// The event after this one arrives mid-flight: after only this many
+    /// steps, not once the loop has settled.
+    Soon(u32),
 }
 
 fn start() -> k8s_openapi::jiff::Timestamp {
@@ -78,10 +81,12 @@ fn live(
     // Whether the user deleted a StatefulSet by hand: the one case where
     // the README says a deletion waits for a person.
     let mut statefulset_deleted_by_hand = false;
-    let settle = |sim: &mut Simulation<'_>, what: &str| -> Result<(), String> {
+    // Runs the loop until it settles, or for `steps` steps only (an event
+    // then arrives mid-flight), checking the rules after every step.
+    let run = |sim: &mut Simulation<'_>, what: &str, steps: Option<u32>| -> Result<(), String> {
         let mut before = sim.parent().cloned().unwrap_or(Value::Null);
         let mut before_cluster = sim.cluster.clone();
-        let (_, settled) = sim.settle_checked(SETTLE, |sim, step| {
+        let (_, settled) = sim.settle_checked(steps.unwrap_or(SETTLE), |sim, step| {
             let mut found = step.violations.first().cloned();
             match &step.outcome {
                 // Only an invalid spec may be refused; anything else
@@ -118,13 +123,14 @@ fn live(
         if let Some(why) = broken.borrow_mut().take() {
             return Err(why);
         }
-        if !settled {
+        if !settled && steps.is_none() {
             return Err(format!("{what}: the loop did not settle in {SETTLE} steps"));
         }
         Ok(())
     };
+    let settle = |sim: &mut Simulation<'_>, what: &str| run(sim, what, None);
     settle(&mut sim, "creation")?;
-    for scripted in script {
+    for (index, scripted) in script.iter().enumerate() {
         let children = sim.children();
         let child = |i: &usize| children.get(i % children.len().max(1)).cloned();
         let event = match scripted {
@@ -165,6 +171,7 @@ fn live(
                 sim.cluster.create(target(), Actor::User);
                 None
             }
+            Scripted::Soon(_) => None,
             Scripted::ReleaseVolumes => {
                 let key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
                 if let Some(mut spec) = sim.cluster.get(&key).map(|s| s["spec"].clone()) {
@@ -185,10 +192,28 @@ fn live(
             if matches!(event, Event::DeleteParent) && claims_at_delete.is_none() {
                 claims_at_delete = Some(claims(&sim.cluster));
             }
-            // An event that names something gone is a no-op, as in a cluster.
-            let _ = sim.apply(&event);
+            // Only an event that names something really gone may fail.
+            if let Err(why) = sim.apply(&event) {
+                let gone = match &event {
+                    Event::Delete { kind, name } => !sim
+                        .cluster
+                        .objects()
+                        .any(|(k, _)| &k.kind == kind && &k.name == name),
+                    Event::SetSpec { .. } | Event::DeleteParent => sim.parent().is_none(),
+                    _ => false,
+                };
+                if !gone {
+                    return Err(format!("{scripted:?} could not be applied: {why}"));
+                }
+            }
         }
-        settle(&mut sim, &format!("after {scripted:?}"))?;
+        let soon = match script.get(index + 1) {
+            Some(Scripted::Soon(steps)) => Some(*steps),
+            _ => None,
+        };
+        if !matches!(scripted, Scripted::Soon(_)) {
+            run(&mut sim, &format!("after {scripted:?}"), soon)?;
+        }
     }
     // The end of every life: Jobs heal, failed ones are deleted to retry,
     // the parent is deleted, and the deletion finishes.
@@ -309,6 +334,7 @@ fn common_events() -> impl Strategy<Value = Scripted> {
         (1u32..5).prop_map(Scripted::HookDown),
         (0usize..6).prop_map(Scripted::NotReady),
         Just(Scripted::DeleteParent),
+        (1u32..4).prop_map(Scripted::Soon),
     ]
 }
 
@@ -669,6 +695,29 @@ fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
             return Err(format!("{key} deleted while the Database lives"));
         }
     }
+    // A restore holds the primary's volume: while one runs, no instance is
+    // asked for, and its Job is never deleted by the loop.
+    let running_restore = |cluster: &Cluster| {
+        cluster.objects().find_map(|(k, o)| {
+            let running = o.pointer("/status/conditions/0").is_none();
+            (k.kind == "Job" && k.name.starts_with("orders-upgrade-") && running)
+                .then(|| k.name.clone())
+        })
+    };
+    if let Some(job) = running_restore(&seen.sim.cluster)
+        && let Some(sts) = sts
+        && sts.pointer("/spec/replicas") != Some(&json!(0))
+    {
+        return Err(format!(
+            "instances asked for while {job} restores: {}",
+            sts["spec"]["replicas"]
+        ));
+    }
+    if let Some(job) = deleted_by_the_loop(seen.step, "Job")
+        .find(|k| k.name.starts_with("orders-upgrade-") && seen.step.running_jobs.contains(&k.name))
+    {
+        return Err(format!("{job} deleted while it restored"));
+    }
     // The data directory moves to a new major only after that major's
     // restore Job succeeded.
     let pgdata = |cluster: &Cluster| {
@@ -723,4 +772,75 @@ fn regression_nothing_deleted_is_created_again_while_deleting() {
         database_reached,
     );
     assert!(result.is_ok(), "{}", result.unwrap_err());
+}
+
+/// Events in the middle of a change, named in issue 18, each run as a
+/// whole life: the rules after every step, progress, a finished deletion.
+#[test]
+fn events_mid_flight() {
+    let db = |version: &str| {
+        json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "ns"},
+            "spec": {"version": version, "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Snapshot",
+                     "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}})
+    };
+    // Jobs run for three steps, so each step of an upgrade (backup, stop,
+    // restore, start) is in flight for a while; the event arrives after
+    // 1 to 12 steps of it.
+    let slow_jobs = |sim: &mut Simulation<'_>| sim.cluster.job_steps = 3;
+    let events: [(&str, Scripted); 3] = [
+        ("a delete during an upgrade", Scripted::DeleteParent),
+        (
+            "a spec change while a Job runs",
+            Scripted::Spec("version", json!("17")),
+        ),
+        (
+            "a size change during an upgrade",
+            Scripted::Spec("size", json!("large")),
+        ),
+    ];
+    for (reason, event) in events {
+        for soon in 1..=12 {
+            let script = [
+                Scripted::Spec("version", json!("16")),
+                Scripted::Soon(soon),
+                event.clone(),
+            ];
+            let result = live(
+                &operator("database"),
+                db("15"),
+                0,
+                &script,
+                slow_jobs,
+                database_rule,
+                database_reached,
+            );
+            assert!(
+                result.is_ok(),
+                "{reason}, after {soon} steps: {}",
+                result.unwrap_err()
+            );
+        }
+    }
+    let web = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
+        "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3}});
+    let rollout = [
+        Scripted::Spec("image", json!("nginx:1.28")),
+        Scripted::Soon(2),
+        Scripted::HookDown(3),
+    ];
+    let result = live(
+        &operator("webserver"),
+        web,
+        0,
+        &rollout,
+        |_| {},
+        |_| Ok(()),
+        webserver_reached,
+    );
+    assert!(
+        result.is_ok(),
+        "a hook outage in the middle of a rollout: {}",
+        result.unwrap_err()
+    );
 }
