@@ -14,7 +14,8 @@ pub const FIXED_NOW: &str = "2026-01-02T03:04:05Z";
 /// The random bytes every golden fixture is answered with.
 pub const FIXED_ENTROPY: [u8; opshooks::operator::ENTROPY] = [7; opshooks::operator::ENTROPY];
 
-/// Set to rewrite golden files and generated artifacts on purpose.
+/// Set to exactly `1` to rewrite golden files and generated artifacts on
+/// purpose.
 pub const BLESS: &str = "OPSHOOKS_BLESS";
 
 pub fn now() -> Timestamp {
@@ -32,8 +33,14 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Whether this run rewrites files. Only `1` blesses: `OPSHOOKS_BLESS=0` or
+/// an empty value once blessed too, so a run meant to check rewrote instead.
 pub fn blessing() -> bool {
-    std::env::var_os(BLESS).is_some()
+    match std::env::var_os(BLESS) {
+        None => false,
+        Some(value) if value == "1" => true,
+        Some(value) => panic!("{BLESS}={value:?}: only {BLESS}=1 blesses; unset it to check"),
+    }
 }
 
 /// Router state with the fixed clock.
@@ -53,7 +60,8 @@ pub fn cases(operator: &str) -> Vec<PathBuf> {
     cases
 }
 
-/// Compares `got` with the file at `path`, or rewrites the file when blessing.
+/// Compares `got` with the file at `path`, or rewrites the file when blessing
+/// (a bless run passes; CI refuses OPSHOOKS_BLESS and fails on a changed tree).
 pub fn assert_matches_file(path: &Path, got: &str) {
     if blessing() {
         std::fs::write(path, got).unwrap();
