@@ -21,7 +21,11 @@ def go_fields(source: str, struct: str) -> set[str]:
     body = re.search(r"type %s struct \{(.*?)\n\}" % struct, source, re.S)
     if not body:
         sys.exit(f"FAIL: struct {struct} not found in Metacontroller's source")
-    return set(re.findall(r'json:"([^",]+)', body.group(1)))
+    fields = set(re.findall(r'json:"([^",]+)', body.group(1)))
+    # Two empty sets are equal: a parse that finds no tags would pass.
+    if not fields:
+        sys.exit(f"FAIL: no JSON tags read from Metacontroller's {struct}")
+    return fields
 
 
 def main() -> None:
@@ -33,15 +37,21 @@ def main() -> None:
         hooks = (src / "pkg/controller/composite/api" / version / "hooks.go").read_text()
         for struct, suffix in (("CompositeHookRequest", "SyncRequest"), ("CompositeHookResponse", "SyncResponse")):
             theirs = go_fields(hooks, struct)
+            compared = 0
             for name, schema in schemas.items():
                 if not name.endswith(suffix):
                     continue
+                compared += 1
                 ours = set(schema["properties"])
                 if ours != theirs:
                     failures += 1
                     print(f"FAIL: {name} has {sorted(ours)}; Metacontroller {version} {struct} has {sorted(theirs)}")
                 else:
                     print(f"ok: {name} = Metacontroller {version} {struct}: {sorted(ours)}")
+            # A renamed schema would otherwise leave nothing compared, and pass.
+            if not compared:
+                failures += 1
+                print(f"FAIL: no schema named *{suffix} to compare with Metacontroller {version} {struct}")
     sys.exit(1 if failures else 0)
 
 
