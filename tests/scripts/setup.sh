@@ -1,8 +1,8 @@
 #!/bin/sh
 # Installs what tests/scripts needs on a fresh Debian (bookworm) machine:
-# a PostgreSQL server and client, shellcheck and busybox (when the archive
-# has them), and the pinned Python packages. Safe to run again: apt-get runs
-# only for a missing package, and pip leaves satisfied pins alone.
+# a PostgreSQL server and client, shellcheck, dash and busybox, and the
+# pinned Python packages. Safe to run again: apt-get runs only for a
+# missing package, and pip leaves satisfied pins alone.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python}"
@@ -17,31 +17,20 @@ installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
+# Besides PostgreSQL: shellcheck to lint the scripts, dash and busybox to
+# run them under the /bin/sh of the images. None is optional: under CI a
+# check skipped for a missing tool fails (conftest.py).
 missing=""
-for pkg in postgresql postgresql-client; do
+for pkg in postgresql postgresql-client shellcheck dash busybox; do
     installed "$pkg" || missing="$missing $pkg"
 done
-# Optional: shellcheck lints the scripts, busybox runs them under a third sh.
-optional=""
-for pkg in shellcheck busybox; do
-    installed "$pkg" || optional="$optional $pkg"
-done
 
-if [ -n "$missing$optional" ]; then
-    echo "setup: installing$missing$optional" >&2
+if [ -n "$missing" ]; then
+    echo "setup: installing$missing" >&2
     $sudo apt-get update -qq
     export DEBIAN_FRONTEND=noninteractive
-    if [ -n "$missing" ]; then
-        # shellcheck disable=SC2086 # word splitting of the package list is wanted
-        $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
-    fi
-    for pkg in $optional; do
-        if apt-cache show "$pkg" >/dev/null 2>&1; then
-            $sudo apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
-        else
-            echo "setup: $pkg is not available here; its checks will be skipped" >&2
-        fi
-    done
+    # shellcheck disable=SC2086 # word splitting of the package list is wanted
+    $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 # Debian's postgresql package creates and starts a cluster on port 5432; the
 # tests start their own server on a free port and do not use it.

@@ -849,6 +849,6 @@ def test_scripts_parse(script, shell):
 def test_scripts_pass_shellcheck(script):
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
-        pytest.skip("shellcheck is not installed (tests/scripts/setup.sh installs it when available)")
+        pytest.skip("shellcheck is not installed (tests/scripts/setup.sh installs it)")
     out = subprocess.run([shellcheck, "-s", "sh", str(script)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -1176,6 +1176,6 @@ def test_syntax(script, shell):
 @pytest.mark.parametrize("script", SCRIPT_NAMES)
 def test_shellcheck(script):
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+        pytest.skip("shellcheck is not installed (tests/scripts/setup.sh installs it)")
     r = run(["shellcheck", "-s", "sh", str(SCRIPTS / script)], {"PATH": SYSTEM_PATH}, timeout=60)
     assert r.rc == 0, str(r)
