@@ -12,10 +12,12 @@
 #   3. two runs, "TLS + token" then "mutual TLS + token", each:
 #      - helm upgrade --install the chart with values naming those Secrets,
 #        and check the CompositeControllers carry them;
-#      - opshooks on loopback with its TLS and token flags, probed with curl:
-#        no token 401, a wrong token 401, the token 200; under mutual TLS a
-#        client without a certificate, or with the stranger's, is refused at
-#        the handshake;
+#      - opshooks on loopback with its TLS and token flags, probed with curl
+#        on every hook route the manifests declare: no token 401, a wrong
+#        token 401, the token 200; plain HTTP is refused, and under mutual
+#        TLS a client without a certificate, or with the stranger's, is
+#        refused at the handshake, each refusal between two accepted calls
+#        (a dead server refuses nothing);
 #      - loop.py's web-brief scenario: a WebServer created through the real
 #        Metacontroller gets its pods and its status, and is deleted; every
 #        hook call answered 200.
@@ -34,6 +36,10 @@ need_openssl
 loop_up
 NS=opshooks
 REQUEST=$REPO/tests/fixtures/webserver/v2-scale-up/request.json
+# Every hook route the manifests declare ("webserver/sync", ...): each one
+# must be configured in the chart's controllers and refuse without the token.
+mapfile -t ROUTES < <(sed -nE 's|^ *url: http://[^/]+/(.+)$|\1|p' "$REPO"/metacontroller/*-controller.yaml)
+((${#ROUTES[@]} > 0)) || fail "no hook routes found in metacontroller/*-controller.yaml"
 
 step "certificates and Secrets"
 PKI=$dir/hooks-pki
@@ -67,21 +73,55 @@ stop_server() {
 }
 on_loop_down() { stop_server; }
 
-# hook_status ARGS...: the HTTP status curl got for a hook call (000: no answer).
+# answer URL ARGS...: what came back for one call: "HTTP <status>", or
+# "curl <exit code>" when no HTTP answer did (curl.err says why). A dead
+# server and a refusing one differ here: 7 is a refused connection, 35 and
+# 56 a TLS handshake or connection the server broke off, 52 an empty reply,
+# 1 a reply that is not HTTP.
 # HTTP/1.1: over HTTP/2 a refusal comes before the request body is read, and
 # this curl (7.88) reports the stream's reset instead of the answer (Go's
 # client, Metacontroller's, reads the answer).
-hook_status() {
-  curl -sS -o "$dir/body" -w '%{http_code}' --max-time 10 --http1.1 --cacert "$PKI/ca.crt" \
-    -H 'Content-Type: application/json' --data "@$REQUEST" "$@" "$url/webserver/sync" 2>"$dir/curl.err" || true
+answer() {
+  local target=$1 code rc=0
+  shift
+  code=$(curl -sS -o "$dir/body" -w '%{http_code}' --max-time 10 --http1.1 --cacert "$PKI/ca.crt" \
+    "$@" "$target" 2>"$dir/curl.err") || rc=$?
+  if ((rc == 0)); then echo "HTTP $code"; else echo "curl $rc"; fi
 }
-expect() { # want what status
-  [[ $3 == "$1" ]] || fail "$2: got HTTP $3, want $1 ($(cat "$dir/curl.err" "$dir/body" 2>/dev/null | head -c 400))"
+# hook ROUTE ARGS...: a hook call on ROUTE with a request it answers 200.
+hook() {
+  local route=$1
+  shift
+  answer "$url/$route" -H 'Content-Type: application/json' --data "@$(fixture "$route")" "$@"
+}
+# fixture OPERATOR/HOOK: a golden request that hook answers (response.json).
+fixture() {
+  local op=${1%/*} hook=${1#*/} case
+  for case in "$REPO/tests/fixtures/$op/$([[ $hook == sync ]] && echo v2 || echo "$hook")"-*/; do
+    [[ -f $case/response.json ]] && { echo "$case/request.json"; return; }
+  done
+  fail "no fixture answers $1"
+}
+expect() { # want what got
+  [[ $3 == "$1" ]] || fail "$2: got $3, want $1 ($(cat "$dir/curl.err" "$dir/body" 2>/dev/null | head -c 400))"
   echo "ok: $2 -> $1"
 }
-refused() { # what status: no answer at all (000), or an error
-  [[ $2 != 200 ]] || fail "$1: answered 200"
-  echo "ok: $1 -> refused ($2$([[ $2 == 000 ]] && echo ", $(head -c 120 "$dir/curl.err")"))"
+# alive WHEN: opshooks is running and answers /readyz with the client's own
+# credentials (the caller's client array), so a refusal next to it is real.
+alive() {
+  kill -0 "$server_pid" 2>/dev/null || fail "opshooks exited $1: $(tail -5 "$dir/opshooks-curl.log")"
+  expect "HTTP 200" "/readyz $1" "$(answer "$url/readyz" "${client[@]}")"
+}
+# refused WHAT WANT ARGS...: a call (answer ARGS...) that the live server
+# refuses with one of WANT ("curl 35|curl 56"), checked alive before and after.
+refused() {
+  local what=$1 want=$2 got
+  shift 2
+  alive "before: $what"
+  got=$(answer "$@")
+  [[ $got =~ ^($want)$ ]] || fail "$what: got $got, want $want ($(head -c 300 "$dir/curl.err"))"
+  echo "ok: $what -> refused, $got: $(head -c 120 "$dir/curl.err")"
+  alive "after: $what"
 }
 
 # secured NAME MTLS: one run, with client certificates when MTLS is 1.
@@ -102,16 +142,17 @@ secured() {
   step "$name: the chart"
   loop_chart https "${helm[@]}"
   kubectl get compositecontrollers -o json >"$dir/controllers.json"
-  python3 - "$dir/controllers.json" "$NS" "$mtls" <<'EOF'
+  python3 - "$dir/controllers.json" "$NS" "$mtls" "${ROUTES[@]}" <<'EOF'
 import json, sys
-ns, mtls = sys.argv[2], sys.argv[3] == "1"
+from urllib.parse import urlparse
+ns, mtls, routes = sys.argv[2], sys.argv[3] == "1", set(sys.argv[4:])
 want = {
     "caBundle": {"secretRef": {"name": "hooks-tls", "namespace": ns, "key": "ca.crt"}},
     "authorization": {"type": "Bearer", "secretRef": {"name": "hooks-token", "namespace": ns, "key": "token"}},
 }
 if mtls:
     want["clientTLS"] = {"secretRef": {"name": "metacontroller-client", "namespace": ns}, "certKey": "tls.crt", "privateKeyKey": "tls.key"}
-hooks = 0
+checked = set()
 with open(sys.argv[1]) as f:
     controllers = json.load(f)["items"]
 for cc in controllers:
@@ -119,8 +160,11 @@ for cc in controllers:
         got = {k: v for k, v in spec["webhook"].items() if k in ("caBundle", "authorization", "clientTLS")}
         if got != want:
             sys.exit(f"{cc['metadata']['name']} {hook}: {got}, want {want}")
-        hooks += 1
-print(f"ok: all {hooks} hooks carry", ", ".join(want))
+        checked.add(urlparse(spec["webhook"]["url"]).path.lstrip("/"))
+# No controllers would check nothing and pass: every declared route must be seen.
+if checked != routes:
+    sys.exit(f"hooks checked {sorted(checked)}, the manifests declare {sorted(routes)}")
+print(f"ok: all {len(checked)} hooks carry", ", ".join(want))
 EOF
 
   step "$name: opshooks refuses strangers (curl)"
@@ -135,19 +179,26 @@ EOF
   [[ $(curl -fsS -o /dev/null -w '%{http_version}' --cacert "$PKI/ca.crt" "${client[@]}" "$url/readyz") == 2 ]] ||
     fail "opshooks did not answer over HTTPS with HTTP/2"
   echo "ok: /readyz over HTTPS, HTTP/2"
-  expect 401 "no token" "$(hook_status "${client[@]}")"
-  grep -q '"status":401' "$dir/body" || fail "the 401 is not a problem document: $(cat "$dir/body")"
+  local route routes=0
+  for route in "${ROUTES[@]}"; do
+    expect "HTTP 401" "$route, no token" "$(hook "$route" "${client[@]}")"
+    grep -q '"status":401' "$dir/body" || fail "the 401 is not a problem document: $(cat "$dir/body")"
+    expect "HTTP 401" "$route, a wrong token" "$(hook "$route" "${client[@]}" -H 'Authorization: Bearer not-the-token')"
+    expect "HTTP 200" "$route, the token" "$(hook "$route" "${client[@]}" -H "Authorization: Bearer $token")"
+    routes=$((routes + 1))
+  done
+  ((routes == ${#ROUTES[@]})) || fail "$routes of ${#ROUTES[@]} hook routes checked"
   curl -sS -o /dev/null -D "$dir/headers" --http1.1 --cacert "$PKI/ca.crt" "${client[@]}" -H 'Content-Type: application/json' \
     --data "@$REQUEST" "$url/webserver/sync"
   grep -qi '^www-authenticate: Bearer' "$dir/headers" || fail "no WWW-Authenticate: Bearer on the 401: $(cat "$dir/headers")"
-  expect 401 "a wrong token" "$(hook_status "${client[@]}" -H 'Authorization: Bearer not-the-token')"
-  expect 200 "the token" "$(hook_status "${client[@]}" -H "Authorization: Bearer $token")"
-  refused "plain HTTP on the HTTPS port" \
-    "$(curl -sS -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$port/readyz" 2>"$dir/curl.err" || true)"
+  # The TLS server answers plain bytes with a TLS alert, which curl reads as
+  # an HTTP/0.9 reply it does not accept (exit 1), or closes (52, 56).
+  refused "plain HTTP on the HTTPS port" "curl 1|curl 52|curl 56" "http://127.0.0.1:$port/readyz"
   if [[ $mtls == 1 ]]; then
-    expect 000 "no client certificate (refused at the handshake)" "$(hook_status -H "Authorization: Bearer $token")"
-    expect 000 "a client certificate from another CA" \
-      "$(hook_status --cert "$PKI/stranger.crt" --key "$PKI/stranger.key" -H "Authorization: Bearer $token")"
+    refused "no client certificate (refused at the handshake)" "curl 35|curl 56" \
+      "$url/webserver/sync" -H "Authorization: Bearer $token"
+    refused "a client certificate from another CA" "curl 35|curl 56" \
+      "$url/webserver/sync" --cert "$PKI/stranger.crt" --key "$PKI/stranger.key" -H "Authorization: Bearer $token"
   fi
   stop_server
 
