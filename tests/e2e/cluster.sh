@@ -13,7 +13,7 @@
 #   tests/e2e/cluster.sh nodes DIR  # add kube-scheduler, kwok and a fake node to a cluster that is up
 #   tests/e2e/cluster.sh down DIR   # stop it and delete DIR; idempotent, safe on a half-started DIR
 #   tests/e2e/cluster.sh logs DIR   # print the tail of every process log (for failure reports)
-#   tests/e2e/cluster.sh cert-manager-crds DIR  # install cert-manager's CRDs (no cert-manager)
+#   tests/e2e/cluster.sh chart-crds DIR  # install the CRDs of the chart's optional objects (no controllers)
 #
 # Typical caller:
 #
@@ -39,8 +39,9 @@ SERVICE_IP=10.0.0.1
 # A file that marks DIR as ours, so `down` never deletes a directory that
 # some other caller happened to pass by mistake.
 MARKER=.opshooks-e2e-cluster
-# The cert-manager whose CRDs `cert-manager-crds` installs.
+# The cert-manager and Prometheus Operator whose CRDs `chart-crds` installs.
 CERT_MANAGER_VERSION=v1.21.2
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() {
@@ -359,21 +360,23 @@ kwok_stage_crd() {
   echo "$dir/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml"
 }
 
-# cert-manager's CRDs (Certificate, Issuer, ...) from its Go module, so the
-# chart's cert-manager objects are validated by their real schemas. Only the
-# CRDs: nothing issues certificates in this cluster.
-cmd_cert_manager_crds() {
+# The CRDs of the chart's optional objects, from their projects' Go modules,
+# so those objects are validated by their real schemas: cert-manager's
+# (Certificate, Issuer, ...) and the Prometheus Operator's ServiceMonitor.
+# Only the CRDs: nothing issues certificates or scrapes in this cluster.
+cmd_chart_crds() {
   [[ -f $DIR/$MARKER && -f $DIR/env ]] || die "$DIR holds no cluster that is up; run 'up' first"
-  local dir
-  dir=$(module_dir "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION")
-  [[ -f $dir/deploy/crds/cert-manager.io_certificates.yaml ]] || die "cert-manager $CERT_MANAGER_VERSION's CRDs not found (module dir '$dir')"
+  local cm po crds=() f
+  cm=$(module_dir "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION")/deploy/crds/cert-manager.io
+  po=$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")/example/prometheus-operator-crd/monitoring.coreos.com
+  for f in "${cm}_certificates" "${cm}_issuers" "${cm}_clusterissuers" "${cm}_certificaterequests" "${po}_servicemonitors"; do
+    [[ -f $f.yaml ]] || die "$f.yaml not found (cert-manager $CERT_MANAGER_VERSION, prometheus-operator $PROMETHEUS_OPERATOR_VERSION)"
+    crds+=(-f "$f.yaml")
+  done
   BIN=$("$HERE/build-tools.sh" | tail -n 1)
-  "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" apply --server-side --field-manager=opshooks-e2e \
-    -f "$dir/deploy/crds/cert-manager.io_certificates.yaml" -f "$dir/deploy/crds/cert-manager.io_issuers.yaml" \
-    -f "$dir/deploy/crds/cert-manager.io_clusterissuers.yaml" -f "$dir/deploy/crds/cert-manager.io_certificaterequests.yaml" >/dev/null
-  "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" wait --for=condition=Established --timeout=60s \
-    crd/certificates.cert-manager.io crd/issuers.cert-manager.io crd/clusterissuers.cert-manager.io >/dev/null
-  log "cert-manager $CERT_MANAGER_VERSION CRDs installed"
+  "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" apply --server-side --field-manager=opshooks-e2e "${crds[@]}" >/dev/null
+  "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" wait --for=condition=Established --timeout=60s "${crds[@]}" >/dev/null
+  log "cert-manager $CERT_MANAGER_VERSION and ServiceMonitor ($PROMETHEUS_OPERATOR_VERSION) CRDs installed"
 }
 
 # Nodes without a kubelet (../shared/kwok/README.md): the real kube-scheduler
@@ -449,7 +452,7 @@ up) cmd_up ;;
 nodes) cmd_nodes ;;
 down) cmd_down ;;
 logs) cmd_logs ;;
-cert-manager-crds) cmd_cert_manager_crds ;;
+chart-crds) cmd_chart_crds ;;
 *)
   usage
   exit 2
