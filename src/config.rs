@@ -93,7 +93,7 @@ pub struct SimulateArgs {
     /// An event to apply once the loop has settled, in order: spec.PATH=VALUE,
     /// delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE,
     /// unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME,
-    /// not-ready POD, ready POD, run-cronjob NAME.
+    /// not-ready POD, ready POD, run-cronjob NAME, restart-metacontroller N.
     #[arg(long = "then", value_name = "EVENT")]
     pub then: Vec<String>,
     /// Objects that exist before the parent (YAML or JSON, one per file),

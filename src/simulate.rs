@@ -78,13 +78,17 @@ pub enum Event {
     NotReady(String, bool),
     /// The CronJob's schedule fires: one Job from its template.
     RunCronJob(String),
+    /// Metacontroller is killed in the middle of its next sync, after this
+    /// many writes of the answer (deletions, creations, updates; the status
+    /// is the last), and starts again: what it had not written is lost.
+    RestartMetacontroller(usize),
 }
 
 impl Event {
     /// Parses the words of `--then`: `spec.PATH=VALUE`, `delete`,
     /// `delete KIND/NAME`, `annotate KIND/NAME KEY=VALUE`,
     /// `unannotate KIND/NAME KEY`, `hook-down N`, `fail-job NAME`,
-    /// `heal-job NAME`, `not-ready POD`, `ready POD`, `run-cronjob NAME`.
+    /// `heal-job NAME`, `not-ready POD`, `ready POD`, `run-cronjob NAME`, `restart-metacontroller N`.
     pub fn parse(text: &str) -> Result<Event, String> {
         let words: Vec<&str> = text.split_whitespace().collect();
         let object = |word: &str| {
@@ -140,8 +144,12 @@ impl Event {
             ["not-ready", pod] => Ok(Event::NotReady(pod.to_string(), true)),
             ["ready", pod] => Ok(Event::NotReady(pod.to_string(), false)),
             ["run-cronjob", name] => Ok(Event::RunCronJob(name.to_string())),
+            ["restart-metacontroller", writes] => writes
+                .parse()
+                .map(Event::RestartMetacontroller)
+                .map_err(|_| format!("{text:?}: restart-metacontroller takes a number of writes")),
             _ => Err(format!(
-                "{text:?} is not an event; use spec.PATH=VALUE, delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE, unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME, not-ready POD, ready POD or run-cronjob NAME"
+                "{text:?} is not an event; use spec.PATH=VALUE, delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE, unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME, not-ready POD, ready POD, run-cronjob NAME or restart-metacontroller N"
             )),
         }
     }
@@ -282,6 +290,8 @@ pub struct Simulation<'a> {
     finalizer: Option<String>,
     seed: u64,
     hook_down: u32,
+    /// After a scripted restart: how many writes of the next answer happen.
+    crash_after: Option<usize>,
     steps: u32,
     /// Children and volumes that existed before the parent's deletion began.
     had: BTreeSet<Key>,
@@ -328,6 +338,7 @@ impl<'a> Simulation<'a> {
             finalizer,
             seed,
             hook_down: 0,
+            crash_after: None,
             steps: 0,
             had: BTreeSet::new(),
             deleting: false,
@@ -409,6 +420,7 @@ impl<'a> Simulation<'a> {
                 });
             }
             Event::HookDown(steps) => self.hook_down = *steps,
+            Event::RestartMetacontroller(writes) => self.crash_after = Some(*writes),
             Event::FailJob(name) => {
                 self.cluster.failing_jobs.insert(name.clone());
             }
@@ -549,8 +561,8 @@ impl<'a> Simulation<'a> {
                 let response: Value =
                     serde_json::from_slice(&answer.body).expect("answers are JSON");
                 let finalized = response["finalized"] == true;
-                self.apply_answer(&parent, &response, violations);
-                if finalizing && finalized {
+                let applied = self.apply_answer(&parent, &response, violations);
+                if finalizing && finalized && applied {
                     if let Some(finalizer) = self.finalizer.clone() {
                         self.cluster
                             .remove_finalizer(&self.parent.clone(), &finalizer);
@@ -642,14 +654,25 @@ impl<'a> Simulation<'a> {
     }
 
     /// Applies a 200 answer as Metacontroller does.
-    fn apply_answer(&mut self, parent: &Value, response: &Value, violations: &mut Vec<String>) {
+    /// Applies an answer as Metacontroller does: the observed children the
+    /// answer leaves out are deleted, then the desired ones are created or
+    /// updated by their update method, then the status is written. After a
+    /// scripted restart (`crash_after`) it stops after that many writes,
+    /// as a Metacontroller killed in the middle of a sync would: the rest,
+    /// the status included, is never written. Returns whether it finished.
+    fn apply_answer(
+        &mut self,
+        parent: &Value,
+        response: &Value,
+        violations: &mut Vec<String>,
+    ) -> bool {
         let observed: BTreeSet<Key> = self
             .cluster
             .objects()
             .filter(|(_, o)| is_owned_by(o, &self.parent_uid))
             .map(|(k, _)| k.clone())
             .collect();
-        let mut desired = BTreeSet::new();
+        let mut desired = Vec::new();
         for child in response["children"].as_array().into_iter().flatten() {
             let mut child = child.clone();
             // Metacontroller's rolling update compares the answer as given,
@@ -670,7 +693,25 @@ impl<'a> Simulation<'a> {
                 violations.push("a child without apiVersion, kind or name".into());
                 continue;
             };
-            desired.insert(key.clone());
+            desired.push((key, child, as_answered));
+        }
+        let wanted: BTreeSet<Key> = desired.iter().map(|(k, _, _)| k.clone()).collect();
+        let mut budget = self.crash_after.take();
+        let mut spend = || match &mut budget {
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+            None => true,
+        };
+        for key in observed.difference(&wanted) {
+            if !spend() {
+                return false;
+            }
+            self.cluster.delete(key, Actor::Metacontroller);
+        }
+        for (key, mut child, as_answered) in desired {
             let method = self
                 .op
                 .controller
@@ -679,6 +720,9 @@ impl<'a> Simulation<'a> {
                 .find(|c| c.api_version == key.api_version && kind_of(c) == key.kind)
                 .map(|c| c.update_method)
                 .unwrap_or("OnDelete");
+            if !spend() {
+                return false;
+            }
             if observed.contains(&key) {
                 let existing = self.cluster.get(&key).expect("observed").clone();
                 match method {
@@ -707,10 +751,11 @@ impl<'a> Simulation<'a> {
                 self.cluster.create(child, Actor::Metacontroller);
             }
         }
-        for key in observed.difference(&desired) {
-            self.cluster.delete(key, Actor::Metacontroller);
+        if !spend() {
+            return false;
         }
         self.write_status(parent, response, violations);
+        true
     }
 
     fn write_status(&mut self, parent: &Value, response: &Value, violations: &mut Vec<String>) {

@@ -38,6 +38,8 @@ enum Scripted {
     RunCronJob,
     /// Anyone sets the Database StatefulSet's `whenDeleted` to `Delete`.
     ReleaseVolumes,
+    /// Metacontroller is killed after this many writes of its next sync.
+    Restart(usize),
     /// The event after this one arrives mid-flight: after only this many
     /// steps, not once the loop has settled.
     Soon(u32),
@@ -172,6 +174,7 @@ fn live(
                 None
             }
             Scripted::Soon(_) => None,
+            Scripted::Restart(writes) => Some(Event::RestartMetacontroller(*writes)),
             Scripted::ReleaseVolumes => {
                 let key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
                 if let Some(mut spec) = sim.cluster.get(&key).map(|s| s["spec"].clone()) {
@@ -335,6 +338,7 @@ fn common_events() -> impl Strategy<Value = Scripted> {
         (0usize..6).prop_map(Scripted::NotReady),
         Just(Scripted::DeleteParent),
         (1u32..4).prop_map(Scripted::Soon),
+        (0usize..12).prop_map(Scripted::Restart),
     ]
 }
 
@@ -788,6 +792,18 @@ fn events_mid_flight() {
     // restore, start) is in flight for a while; the event arrives after
     // 1 to 12 steps of it.
     let slow_jobs = |sim: &mut Simulation<'_>| sim.cluster.job_steps = 3;
+    let database_life = |script: &[Scripted], what: &str| {
+        let result = live(
+            &operator("database"),
+            db("15"),
+            0,
+            script,
+            slow_jobs,
+            database_rule,
+            database_reached,
+        );
+        assert!(result.is_ok(), "{what}: {}", result.unwrap_err());
+    };
     let events: [(&str, Scripted); 3] = [
         ("a delete during an upgrade", Scripted::DeleteParent),
         (
@@ -806,19 +822,25 @@ fn events_mid_flight() {
                 Scripted::Soon(soon),
                 event.clone(),
             ];
-            let result = live(
-                &operator("database"),
-                db("15"),
-                0,
+            database_life(&script, &format!("{reason}, after {soon} steps"));
+        }
+    }
+    // Metacontroller killed in the middle of a sync during an upgrade and
+    // during a deletion: after each number of its writes, at each moment.
+    for (reason, first) in [
+        ("during an upgrade", Scripted::Spec("version", json!("16"))),
+        ("during a deletion", Scripted::DeleteParent),
+    ] {
+        let writes = [0, 1, 2, 3, 5, 8, 13];
+        for (soon, writes) in (1..=8).flat_map(|soon| writes.map(move |w| (soon, w))) {
+            let script = [
+                first.clone(),
+                Scripted::Soon(soon),
+                Scripted::Restart(writes),
+            ];
+            database_life(
                 &script,
-                slow_jobs,
-                database_rule,
-                database_reached,
-            );
-            assert!(
-                result.is_ok(),
-                "{reason}, after {soon} steps: {}",
-                result.unwrap_err()
+                &format!("a restart {reason}, after {soon} steps and {writes} writes"),
             );
         }
     }
@@ -843,4 +865,37 @@ fn events_mid_flight() {
         "a hook outage in the middle of a rollout: {}",
         result.unwrap_err()
     );
+}
+
+/// The restart event stops Metacontroller after that many writes of its
+/// next sync: the rest of the answer and the status are never written.
+#[test]
+fn a_restart_loses_what_metacontroller_had_not_written() {
+    let web = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
+        "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3}});
+    let op = operator("webserver");
+    let mut sim = Simulation::new(&op, web, start(), 0).unwrap();
+    sim.apply(&Event::RestartMetacontroller(1)).unwrap();
+    let step = sim.step();
+    let created: Vec<&Key> = step
+        .changes
+        .iter()
+        .filter(|c| c.verb == Verb::Created)
+        .map(|c| &c.key)
+        .collect();
+    assert_eq!(created.len(), 1, "one write, then the restart: {created:?}");
+    assert!(
+        sim.parent().unwrap().get("status").is_none(),
+        "no status written"
+    );
+    let step = sim.step();
+    assert_eq!(
+        step.changes
+            .iter()
+            .filter(|c| c.verb == Verb::Created)
+            .count(),
+        2,
+        "the next sync writes the rest"
+    );
+    assert!(sim.parent().unwrap().get("status").is_some());
 }
