@@ -20,9 +20,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{
-    Database, LABEL_DATABASE, Major, Observed, PORT, Plan, database_name,
-    has_generated_credentials, jobs, name, namespace,
+use super::observed::Observed;
+use super::plan::{
+    Plan, credentials_secret_name, generated_credentials_name, has_generated_credentials, jobs,
+    superuser_secret_name,
+};
+use super::spec::{
+    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, VOLUME, claim_name, database_name,
+    name, namespace,
 };
 use crate::hook::Child;
 use crate::hook::group_key;
@@ -123,24 +128,6 @@ pub fn job_labels(db: &Database) -> BTreeMap<String, String> {
     let mut labels = standard_labels(JOB_APP, name(db));
     labels.insert(LABEL_DATABASE.to_string(), name(db).to_string());
     labels
-}
-
-/// The superuser and replication passwords' Secret.
-pub fn superuser_secret_name(db: &Database) -> String {
-    format!("{}-superuser", name(db))
-}
-
-/// The application user's Secret: the user's own, or the generated one.
-pub fn credentials_secret_name(db: &Database) -> String {
-    db.spec
-        .credentials_secret
-        .clone()
-        .unwrap_or_else(|| generated_credentials_name(db))
-}
-
-/// The Secret opshooks generates for the application user.
-pub fn generated_credentials_name(db: &Database) -> String {
-    format!("{}-credentials", name(db))
 }
 
 fn password(bytes: &[u8]) -> ByteString {
@@ -355,7 +342,7 @@ fn value_env(var: &str, value: impl Into<String>) -> EnvVar {
 /// The data directory of a major: versioned, so an upgrade builds the new
 /// version beside the old one on the same volume.
 pub fn pgdata(version: Major) -> String {
-    format!("{DATA_DIR}/pg{}", version.as_str())
+    version.data_dir(DATA_DIR)
 }
 
 fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
@@ -412,13 +399,13 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
         ),
     ];
     let image = plan.version.image();
-    let mounts = vec![mount(super::VOLUME, DATA_DIR, false)];
+    let mounts = vec![mount(VOLUME, DATA_DIR, false)];
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
     StatefulSet {
         metadata: ObjectMeta {
             annotations: Some(BTreeMap::from([(
-                super::ANNOTATION_VERSION.to_string(),
+                ANNOTATION_VERSION.to_string(),
                 plan.version.as_str().to_string(),
             )])),
             ..meta(db, name(db).to_string())
@@ -517,7 +504,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
             },
             volume_claim_templates: Some(vec![PersistentVolumeClaim {
                 metadata: ObjectMeta {
-                    name: Some(super::VOLUME.to_string()),
+                    name: Some(VOLUME.to_string()),
                     labels: Some(BTreeMap::from([(
                         LABEL_DATABASE.to_string(),
                         name(db).to_string(),
@@ -773,7 +760,7 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Job {
             Volume {
                 name: "data".to_string(),
                 persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: super::claim_name(db, 0),
+                    claim_name: claim_name(db, 0),
                     read_only: None,
                 }),
                 ..Volume::default()

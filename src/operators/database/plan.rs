@@ -3,7 +3,12 @@
 //! what a deletion does next, and which Jobs exist for each. The builders in
 //! `children` and the conditions in `status` only read the [`Plan`].
 
-use super::*;
+use super::observed::Observed;
+use super::spec::{ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
+use crate::hook::conditions::format_time;
+use crate::operator::{Context, HookError};
+use crate::operators::backup_job::{self, RunStatus};
+use crate::operators::validate::InvalidSpec;
 
 /// Job names, one place.
 pub mod jobs {
@@ -28,6 +33,24 @@ pub mod jobs {
     pub fn snapshot(db: &Database) -> String {
         format!("{}-snapshot", name(db))
     }
+}
+
+/// The superuser and replication passwords' Secret.
+pub fn superuser_secret_name(db: &Database) -> String {
+    format!("{}-superuser", name(db))
+}
+
+/// The application user's Secret: the user's own, or the generated one.
+pub fn credentials_secret_name(db: &Database) -> String {
+    db.spec
+        .credentials_secret
+        .clone()
+        .unwrap_or_else(|| generated_credentials_name(db))
+}
+
+/// The Secret opshooks generates for the application user.
+pub fn generated_credentials_name(db: &Database) -> String {
+    format!("{}-credentials", name(db))
 }
 
 /// Where an upgrade stands.
@@ -79,6 +102,11 @@ impl Upgrade {
 pub struct Plan {
     /// The major the data is in now: what the StatefulSet runs.
     pub running: Major,
+    /// The major to report as running: what the StatefulSet runs or,
+    /// while it is missing, what the status last reported (the status is
+    /// where the major the volumes hold is remembered). Unlike `running`,
+    /// never the spec's version when nothing names one.
+    pub reported: Option<Major>,
     /// The major the StatefulSet should run.
     pub version: Major,
     /// The major the upgrade Jobs are for: the spec's, or that of a restore
@@ -162,7 +190,7 @@ pub(super) fn running(db: &Database, seen: &Observed) -> Result<Major, HookError
 }
 
 /// The major the status last reported running.
-pub(super) fn reported_version(db: &Database) -> Option<Major> {
+fn reported_version(db: &Database) -> Option<Major> {
     Major::parse(db.status.as_ref()?.version.as_deref()?)
 }
 
@@ -173,6 +201,7 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
     let init_job = seen.jobs.contains_key(&jobs::init(db)) || seen.is_instance_ready(db, 0);
     let mut plan = Plan {
         running,
+        reported: seen.running().or_else(|| reported_version(db)),
         version: running,
         target: db.spec.version,
         replicas: instances,
@@ -421,7 +450,460 @@ impl Plan {
 /// names one, since they exist nowhere else.
 pub fn has_generated_credentials(db: &Database, seen: &Observed) -> bool {
     db.spec.credentials_secret.is_none()
-        || seen
-            .secrets
-            .contains_key(&children::generated_credentials_name(db))
+        || seen.secrets.contains_key(&generated_credentials_name(db))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::database::children;
+    use crate::operators::database::spec::DatabaseStatus;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::batch::v1::Job;
+    use serde_json::json;
+
+    fn db(version: &str, policy: &str) -> Database {
+        serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "prod"},
+            "spec": {"version": version, "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": policy,
+                     "backup": {"destination": {"s3Bucket": "b"}}}
+        }))
+        .unwrap()
+    }
+
+    fn job(state: &str) -> Job {
+        let status = match state {
+            "Running" => json!({"active": 1}),
+            s => json!({"conditions": [{"type": s, "status": "True"}]}),
+        };
+        serde_json::from_value(json!({"metadata": {"name": "x"}, "status": status})).unwrap()
+    }
+
+    fn running(version: &str) -> Observed {
+        let sts: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "orders", "annotations": {ANNOTATION_VERSION: version}},
+            "spec": {"selector": {}, "template": {}}
+        }))
+        .unwrap();
+        Observed {
+            statefulset: Some(sts),
+            ..Observed::default()
+        }
+    }
+
+    /// `running`, scaled to zero, its controller reporting no replica left.
+    fn stopped(version: &str) -> Observed {
+        let mut seen = running(version);
+        let sts = seen.statefulset.as_mut().unwrap();
+        sts.metadata.generation = Some(2);
+        sts.spec.as_mut().unwrap().replicas = Some(0);
+        sts.status =
+            Some(serde_json::from_value(json!({"replicas": 0, "observedGeneration": 2})).unwrap());
+        seen
+    }
+
+    /// Review finding: a newer version (or no destination) asked for while
+    /// the restore into 17 runs dropped its Job and started the instances
+    /// again, on the volume the restore may still be using.
+    #[test]
+    fn regression_a_running_restore_holds_whatever_the_spec_says() {
+        // A restore from 15 into 16 is running.
+        let mut seen = stopped("15");
+        for (name, state) in [
+            ("orders-pre-upgrade-16", "Complete"),
+            ("orders-upgrade-16", "Running"),
+        ] {
+            seen.jobs.insert(name.into(), job(state));
+        }
+        let mut no_destination = db("16", "Delete");
+        no_destination.spec.backup = None;
+        for (reason, d) in [
+            ("17 asked for meanwhile", db("17", "Delete")),
+            ("the destination removed", no_destination),
+        ] {
+            let plan = plan(&d, &seen).unwrap();
+            assert_eq!(
+                plan.upgrade,
+                Upgrade::Restoring { to: Major::V16 },
+                "{reason}"
+            );
+            assert_eq!((plan.replicas, plan.version), (0, Major::V15), "{reason}");
+            let built = children::upgrade_jobs(&d, &plan);
+            assert!(
+                built
+                    .iter()
+                    .any(|j| j.metadata.name.as_deref() == Some("orders-upgrade-16")),
+                "{reason}: the running restore Job is kept"
+            );
+        }
+        // Stopping waits for the StatefulSet itself to report zero replicas.
+        let mut stopping = running("16");
+        stopping
+            .jobs
+            .insert("orders-pre-upgrade-17".into(), job("Complete"));
+        let plan = plan(&db("17", "Delete"), &stopping).unwrap();
+        assert_eq!(plan.upgrade, Upgrade::Stopping { to: Major::V17 });
+    }
+
+    /// `running`, with instance 0 up and ready.
+    fn serving(version: &str) -> Observed {
+        let mut seen = running(version);
+        seen.pods = vec![serde_json::from_value(json!({
+            "metadata": {"name": "orders-0", "labels": {"app.kubernetes.io/name": "postgresql"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()];
+        seen
+    }
+
+    #[test]
+    fn upgrade_steps() {
+        let d = db("17", "Delete");
+        struct Case {
+            reason: &'static str,
+            jobs: Vec<(&'static str, &'static str)>,
+            pods: usize,
+            want: Upgrade,
+            want_version: Major,
+            want_replicas: i32,
+        }
+        let to = Major::V17;
+        let cases = [
+            Case {
+                reason: "starts with the backup",
+                jobs: vec![],
+                pods: 2,
+                want: Upgrade::BackingUp { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "a failed backup keeps 16 serving",
+                jobs: vec![("orders-pre-upgrade-17", "Failed")],
+                pods: 2,
+                want: Upgrade::BackupFailed { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "stops before restoring",
+                jobs: vec![("orders-pre-upgrade-17", "Complete")],
+                pods: 2,
+                want: Upgrade::Stopping { to },
+                want_version: Major::V16,
+                want_replicas: 0,
+            },
+            Case {
+                reason: "restores once stopped",
+                jobs: vec![("orders-pre-upgrade-17", "Complete")],
+                pods: 0,
+                want: Upgrade::Restoring { to },
+                want_version: Major::V16,
+                want_replicas: 0,
+            },
+            Case {
+                reason: "a failed restore brings 16 back",
+                jobs: vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Failed"),
+                ],
+                pods: 0,
+                want: Upgrade::RestoreFailed { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "moves to 17 only after the restore",
+                jobs: vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Complete"),
+                ],
+                pods: 0,
+                want: Upgrade::Starting { to },
+                want_version: Major::V17,
+                want_replicas: 2,
+            },
+        ];
+        for case in cases {
+            // No pod left means the StatefulSet was scaled to zero and says so.
+            let mut seen = if case.pods == 0 {
+                stopped("16")
+            } else {
+                running("16")
+            };
+            seen.jobs = case
+                .jobs
+                .iter()
+                .map(|(n, s)| (n.to_string(), job(s)))
+                .collect();
+            seen.pods = (0..case.pods)
+                .map(|i| {
+                    serde_json::from_value(json!({"metadata": {"name": format!("orders-{i}"), "labels": {"app.kubernetes.io/name": "postgresql"}}}))
+                        .unwrap()
+                })
+                .collect();
+            let plan = plan(&d, &seen).unwrap();
+            assert_eq!(plan.upgrade, case.want, "{}", case.reason);
+            assert_eq!(plan.version, case.want_version, "{}", case.reason);
+            assert_eq!(plan.replicas, case.want_replicas, "{}", case.reason);
+        }
+    }
+
+    #[test]
+    fn downgrades_are_refused() {
+        let err = plan(&db("15", "Delete"), &running("16")).unwrap_err();
+        assert!(
+            matches!(&err, HookError::Invalid(e) if e.field == "spec.version"),
+            "{err:?}"
+        );
+    }
+
+    fn not_yet() -> Deletion {
+        Deletion {
+            snapshot_time: None,
+        }
+    }
+
+    #[test]
+    fn deletion_keeps_data_until_allowed() {
+        let seen = serving("16");
+        let base = plan(&db("16", "Snapshot"), &seen).unwrap();
+        let snapshot = plan_deletion(&db("16", "Snapshot"), &seen, &not_yet(), base.clone());
+        assert!(snapshot.snapshot_job && snapshot.keep_statefulset && !snapshot.delete_volumes);
+        let mut done = serving("16");
+        done.jobs.insert("orders-snapshot".into(), job("Complete"));
+        let record = Deletion::observe(&db("16", "Snapshot"), &done, &Context::fixed());
+        let after = plan_deletion(&db("16", "Snapshot"), &done, &record, base.clone());
+        assert!(
+            after.delete_volumes,
+            "after the snapshot the volumes may go"
+        );
+        assert!(
+            after.keep_statefulset,
+            "but only once the StatefulSet carries whenDeleted=Delete"
+        );
+        assert!(after.snapshot_job, "the finished snapshot Job is kept");
+        let idle = plan_deletion(
+            &db("16", "Snapshot"),
+            &running("16"),
+            &not_yet(),
+            base.clone(),
+        );
+        assert!(
+            !idle.snapshot_job && idle.keep_statefulset,
+            "no snapshot before the primary serves; nothing goes meanwhile"
+        );
+        let retain = plan_deletion(&db("16", "Retain"), &seen, &not_yet(), base);
+        assert!(!retain.delete_volumes);
+    }
+
+    /// Issue 8: once the StatefulSet and the snapshot Job were gone, the
+    /// next finalize call desired both again: new empty volumes, and a
+    /// snapshot of the empty database uploaded as the newest dump.
+    #[test]
+    fn regression_deletion_never_creates_the_statefulset_or_a_done_snapshot_again() {
+        struct Case {
+            reason: &'static str,
+            policy: &'static str,
+            statefulset: bool,
+            jobs: Vec<(&'static str, &'static str)>,
+            recorded: bool,
+            want_statefulset: bool,
+            want_snapshot_job: bool,
+        }
+        let cases = [
+            Case {
+                reason: "StatefulSet and snapshot Job gone, snapshot recorded",
+                policy: "Snapshot",
+                statefulset: false,
+                jobs: vec![],
+                recorded: true,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "StatefulSet and snapshot Job gone, nothing recorded (status lost)",
+                policy: "Snapshot",
+                statefulset: false,
+                jobs: vec![],
+                recorded: false,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "snapshot Job gone after success, StatefulSet still there",
+                policy: "Snapshot",
+                statefulset: true,
+                jobs: vec![],
+                recorded: true,
+                want_statefulset: true,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "failed snapshot Job deleted by the user: retry",
+                policy: "Snapshot",
+                statefulset: true,
+                jobs: vec![],
+                recorded: false,
+                want_statefulset: true,
+                want_snapshot_job: true,
+            },
+            Case {
+                reason: "Delete: StatefulSet gone stays gone",
+                policy: "Delete",
+                statefulset: false,
+                jobs: vec![("orders-init", "Complete")],
+                recorded: false,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+            Case {
+                reason: "Retain: StatefulSet gone stays gone",
+                policy: "Retain",
+                statefulset: false,
+                jobs: vec![],
+                recorded: false,
+                want_statefulset: false,
+                want_snapshot_job: false,
+            },
+        ];
+        for case in cases {
+            let d = db("16", case.policy);
+            let mut seen = if case.statefulset {
+                serving("16")
+            } else {
+                Observed::default()
+            };
+            seen.jobs = case
+                .jobs
+                .iter()
+                .map(|(n, s)| (n.to_string(), job(s)))
+                .collect();
+            let deletion = Deletion {
+                snapshot_time: case.recorded.then(|| "2026-01-01T00:00:00Z".to_string()),
+            };
+            let mut parent = d.clone();
+            parent.status = Some(DatabaseStatus {
+                version: Some("16".into()),
+                ..DatabaseStatus::default()
+            });
+            let base = plan(&parent, &seen).unwrap();
+            let got = plan_deletion(&parent, &seen, &deletion, base);
+            assert_eq!(
+                got.keep_statefulset, case.want_statefulset,
+                "{}",
+                case.reason
+            );
+            assert_eq!(got.snapshot_job, case.want_snapshot_job, "{}", case.reason);
+            assert!(
+                !got.init_job || seen.jobs.contains_key("orders-init"),
+                "{}",
+                case.reason
+            );
+        }
+    }
+
+    #[test]
+    fn a_recorded_snapshot_stays_recorded() {
+        let mut d = db("16", "Snapshot");
+        d.status = Some(DatabaseStatus {
+            snapshot_time: Some("2026-01-01T00:00:00Z".into()),
+            ..DatabaseStatus::default()
+        });
+        let got = Deletion::observe(&d, &Observed::default(), &Context::fixed());
+        assert_eq!(got.snapshot_time.as_deref(), Some("2026-01-01T00:00:00Z"));
+        let mut failed = Observed::default();
+        failed.jobs.insert("orders-snapshot".into(), job("Failed"));
+        let got = Deletion::observe(&db("16", "Snapshot"), &failed, &Context::fixed());
+        assert_eq!(got.snapshot_time, None, "a failed snapshot records nothing");
+    }
+
+    /// Issue 9: with the annotation gone and no reported version, a raised
+    /// spec.version moved the StatefulSet to an empty data directory.
+    #[test]
+    fn regression_running_version_comes_from_the_pod_template() {
+        let sts = |annotation: Option<&str>, pgdata: Option<&str>, image: Option<&str>| {
+            let mut env = vec![];
+            if let Some(dir) = pgdata {
+                env.push(json!({"name": "PGDATA", "value": dir}));
+            }
+            let mut container = json!({"name": "postgres", "env": env});
+            if let Some(image) = image {
+                container["image"] = json!(image);
+            }
+            let mut meta = json!({"name": "orders"});
+            if let Some(a) = annotation {
+                meta["annotations"] = json!({ANNOTATION_VERSION: a});
+            }
+            Observed {
+                statefulset: Some(
+                    serde_json::from_value(json!({"metadata": meta,
+                        "spec": {"selector": {}, "template": {"spec": {"containers": [container]}}}}))
+                    .unwrap(),
+                ),
+                ..Observed::default()
+            }
+        };
+        struct Case {
+            reason: &'static str,
+            seen: Observed,
+            want: Option<Major>,
+        }
+        let cases = [
+            Case {
+                reason: "PGDATA names the data directory",
+                seen: sts(
+                    None,
+                    Some("/var/lib/postgresql/data/pg16"),
+                    Some("postgres:17"),
+                ),
+                want: Some(Major::V16),
+            },
+            Case {
+                reason: "the image when PGDATA is absent",
+                seen: sts(None, None, Some("postgres:15.6")),
+                want: Some(Major::V15),
+            },
+            Case {
+                reason: "the template beats an edited annotation",
+                seen: sts(Some("17"), None, Some("postgres:16")),
+                want: Some(Major::V16),
+            },
+            Case {
+                reason: "the annotation as a last hint",
+                seen: sts(Some("14"), None, Some("example/pg:latest")),
+                want: Some(Major::V14),
+            },
+            Case {
+                reason: "nothing names a major",
+                seen: sts(None, None, None),
+                want: None,
+            },
+        ];
+        for case in cases {
+            assert_eq!(case.seen.running(), case.want, "{}", case.reason);
+        }
+        let err = plan(&db("17", "Delete"), &sts(None, None, None)).unwrap_err();
+        assert!(matches!(err, HookError::Unsafe(_)), "{err:?}");
+        let upgrade = plan(&db("17", "Delete"), &sts(None, None, Some("postgres:16"))).unwrap();
+        assert_eq!(upgrade.upgrade, Upgrade::BackingUp { to: Major::V17 });
+        assert_eq!(upgrade.version, Major::V16);
+    }
+
+    #[test]
+    fn passwords_are_long_and_url_safe() {
+        let d = db("16", "Delete");
+        let ctx = Context {
+            now: "2026-01-01T00:00:00Z".parse().unwrap(),
+            entropy: [0xAB; crate::operator::ENTROPY],
+        };
+        let secrets = children::secrets(&d, &Observed::default(), &ctx);
+        let password = &secrets[0].data.as_ref().unwrap()["password"].0;
+        assert_eq!(password.len(), 28);
+        assert!(
+            password
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+        );
+    }
 }

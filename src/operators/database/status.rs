@@ -1,6 +1,11 @@
 //! The Database's status from what was observed and the plan made from it.
 
-use super::*;
+use super::observed::Observed;
+use super::plan::{Deletion, Plan, Upgrade, jobs};
+use super::spec::{Database, DatabaseStatus, DeletionPolicy, Phase, database_name, endpoint};
+use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
+use crate::operator::Context;
+use crate::operators::backup_job::RunStatus;
 
 /// The status from the observed state and the plan made from it.
 pub fn status(
@@ -45,12 +50,7 @@ pub fn status(
         phase,
         ready,
         endpoint: Some(endpoint(db)),
-        // Carried over while the StatefulSet is missing: the status is where
-        // the major the volumes hold is remembered (see `running`).
-        version: seen
-            .running()
-            .or_else(|| reported_version(db))
-            .map(|m| m.as_str().to_string()),
+        version: plan.reported.map(|m| m.as_str().to_string()),
         replicas,
         ready_replicas,
         last_backup_time: seen

@@ -1,0 +1,213 @@
+//! What a Database's request shows, decoded once: the StatefulSet, Jobs,
+//! Secrets, backup CronJob, instance pods and volumes, and the facts read
+//! from them (the major the StatefulSet runs, which instance is ready,
+//! which volume the StatefulSet holds). Decides nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+
+use super::spec::{ANNOTATION_VERSION, Database, Major, VOLUME, name};
+use crate::hook::{ObservedPod, SyncRequest};
+use crate::operator::HookError;
+use crate::operators::backup_job::{self, RunStatus};
+
+/// How `clone.sh` begins the termination message of an instance 0 that
+/// refuses to start on its volume.
+pub const REFUSAL: &str = "opshooks: ";
+
+/// Everything observed about one Database, decoded once.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSet>,
+    /// Our Jobs, by name.
+    pub jobs: BTreeMap<String, Job>,
+    /// Our Secrets, by name.
+    pub secrets: BTreeMap<String, Secret>,
+    /// The backup CronJob, if it exists.
+    pub cron_job: Option<CronJob>,
+    /// The instances' pods.
+    pub pods: Vec<ObservedPod>,
+    /// The claims labelled as this Database's.
+    pub volumes: Vec<PersistentVolumeClaim>,
+    /// Every observed child, as its group key and name.
+    pub children: BTreeSet<(String, String)>,
+}
+
+impl Observed {
+    /// Decodes the request's children and related objects. A StatefulSet
+    /// of another name is refused: it holds volumes, and an answer without
+    /// it would delete it.
+    pub fn from_request(req: &SyncRequest<Database>) -> Result<Self, HookError> {
+        let db = &req.parent;
+        let mut statefulsets = req.children.of::<StatefulSet>()?;
+        if let Some(other) = statefulsets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() != Some(name(db)))
+        {
+            return Err(HookError::Unsafe(format!(
+                "statefulset {} is a child of Database {} but not one opshooks builds (that is {}); nothing is changed: remove its owner reference or delete it by hand",
+                other.metadata.name.as_deref().unwrap_or_default(),
+                name(db),
+                name(db)
+            )));
+        }
+        Ok(Observed {
+            statefulset: statefulsets.pop(),
+            jobs: req
+                .children
+                .of::<Job>()?
+                .into_iter()
+                .filter_map(|j| Some((j.metadata.name.clone()?, j)))
+                .collect(),
+            secrets: req
+                .children
+                .of::<Secret>()?
+                .into_iter()
+                .filter_map(|s| Some((s.metadata.name.clone()?, s)))
+                .collect(),
+            cron_job: req.children.of::<CronJob>()?.into_iter().next(),
+            pods: req.related.of::<ObservedPod>()?,
+            volumes: req.related.of::<PersistentVolumeClaim>()?,
+            children: req
+                .children
+                .names()
+                .map(|(group, name)| (group.to_string(), name.to_string()))
+                .collect(),
+        })
+    }
+
+    /// The major the StatefulSet runs: the data directory its postgres
+    /// container uses (`PGDATA`, `.../pg16`), else that container's image
+    /// tag, else, as a last hint, the version annotation. `None` without a
+    /// StatefulSet or when none of them names a major.
+    pub fn running(&self) -> Option<Major> {
+        let sts = self.statefulset.as_ref()?;
+        let postgres = sts
+            .spec
+            .as_ref()?
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.containers.iter().find(|c| c.name == "postgres"));
+        let from_pgdata = postgres
+            .and_then(|c| c.env.as_ref())
+            .and_then(|env| env.iter().find(|e| e.name == "PGDATA"))
+            .and_then(|e| e.value.as_deref())
+            .and_then(Major::of_data_dir);
+        let from_image = || {
+            let image = postgres?.image.as_deref()?;
+            let tag = image.strip_prefix("postgres:")?;
+            Major::parse(tag.split(['.', '-', '@']).next()?)
+        };
+        let from_annotation = || {
+            let annotations = sts.metadata.annotations.as_ref()?;
+            Major::parse(annotations.get(ANNOTATION_VERSION)?)
+        };
+        from_pgdata.or_else(from_image).or_else(from_annotation)
+    }
+
+    /// The outcome of one of our Jobs, if it exists.
+    pub fn job(&self, name: &str) -> Option<RunStatus> {
+        self.jobs.get(name).map(backup_job::run_status)
+    }
+
+    /// The pod of instance `index`, if it exists and is ready.
+    pub fn is_instance_ready(&self, db: &Database, index: u32) -> bool {
+        self.instances(db).any(|(i, p)| i == index && p.is_ready())
+    }
+
+    /// The StatefulSet's pods with their ordinals: `<name>-<n>` and
+    /// labelled as instances (Job pods share the Database label, not these).
+    pub fn instances<'a>(
+        &'a self,
+        db: &'a Database,
+    ) -> impl Iterator<Item = (u32, &'a ObservedPod)> + 'a {
+        self.pods.iter().filter_map(move |p| {
+            let labels = p.metadata.labels.as_ref();
+            let is_instance = labels
+                .and_then(|l| l.get(crate::operators::common::LABEL_NAME))
+                .is_some_and(|app| app == "postgresql");
+            let index = p
+                .metadata
+                .name
+                .as_deref()?
+                .strip_prefix(name(db))?
+                .strip_prefix('-')?
+                .parse::<u32>()
+                .ok()?;
+            is_instance.then_some((index, p))
+        })
+    }
+
+    /// The instances' volumes, `data-<name>-<ordinal>`, with their
+    /// ordinals: also those of ordinals the StatefulSet no longer runs.
+    pub fn claims<'a>(
+        &'a self,
+        db: &'a Database,
+    ) -> impl Iterator<Item = (u32, &'a PersistentVolumeClaim)> + 'a {
+        self.volumes.iter().filter_map(move |c| {
+            let ordinal = c
+                .metadata
+                .name
+                .as_deref()?
+                .strip_prefix(VOLUME)?
+                .strip_prefix('-')?
+                .strip_prefix(name(db))?
+                .strip_prefix('-')?
+                .parse::<u32>()
+                .ok()?;
+            Some((ordinal, c))
+        })
+    }
+
+    /// Why instance 0 refuses to start on its volume, as its `clone` init
+    /// container left it: the volume holds another major's data.
+    pub fn volume_refusal<'a>(&'a self, db: &'a Database) -> Option<&'a str> {
+        let (_, pod) = self.instances(db).find(|(i, _)| *i == 0)?;
+        let message = pod.init_container_message("clone")?;
+        Some(message.strip_prefix(REFUSAL)?.trim())
+    }
+
+    /// True when the observed StatefulSet holds `claim`: the claim carries
+    /// an owner reference to it (by uid), so deleting the StatefulSet
+    /// deletes the claim.
+    pub fn is_held(&self, claim: &PersistentVolumeClaim) -> bool {
+        let Some(uid) = self
+            .statefulset
+            .as_ref()
+            .and_then(|s| s.metadata.uid.as_deref())
+        else {
+            return false;
+        };
+        claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == uid)
+    }
+
+    /// True when the StatefulSet (if any) is scaled to zero and its
+    /// controller has seen that and reports no replica left.
+    pub fn is_stopped(&self) -> bool {
+        let Some(sts) = &self.statefulset else {
+            return true;
+        };
+        let asked = sts.spec.as_ref().and_then(|s| s.replicas) == Some(0);
+        let status = sts.status.as_ref();
+        let seen_generation = status.and_then(|s| s.observed_generation);
+        asked
+            && status.is_some_and(|s| s.replicas == 0)
+            && seen_generation >= sts.metadata.generation
+    }
+
+    /// Instance pods that exist at all (being deleted or not): the restore
+    /// must wait until none is left holding the primary's volume.
+    pub fn live_instances(&self, db: &Database) -> usize {
+        self.instances(db).count()
+    }
+}

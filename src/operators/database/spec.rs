@@ -1,0 +1,361 @@
+//! The Database custom resource: its spec and status types, the names
+//! derived from it, the facts it writes that others read back (the data
+//! directory of a major, the claim of an instance), and the checks the
+//! schema cannot make. The bottom of the Database's stack: it imports
+//! nothing of the Database.
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::hook::conditions::Condition;
+use crate::operators::backup_job::{Destination, validate_destination};
+use crate::operators::validate::{self, InvalidSpec};
+
+/// Label on every object of a Database, naming it; customize selects by it.
+pub const LABEL_DATABASE: &str = "opshooks.io/database";
+/// Annotation on the StatefulSet naming the PostgreSQL major it runs: a
+/// hint for people. The operator reads the major from the pod template
+/// (where the data lives and which image runs it), which anyone editing an
+/// annotation cannot change by accident.
+pub const ANNOTATION_VERSION: &str = "opshooks.io/postgres-version";
+/// The longest Database name: it prefixes Jobs (`<name>-pre-upgrade-17`)
+/// and the backup CronJob's jobs, which must fit in 63.
+pub const MAX_NAME: usize = 40;
+/// The PostgreSQL port.
+pub const PORT: i32 = 5432;
+/// The StatefulSet's volume claim template: instance `i`'s volume is the
+/// claim `data-<name>-<i>`.
+pub const VOLUME: &str = "data";
+
+/// A PostgreSQL database with its storage, credentials, backups and upgrades.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[kube(
+    group = "opshooks.io",
+    version = "v1alpha1",
+    kind = "Database",
+    namespaced,
+    status = "DatabaseStatus",
+    shortname = "pgdb",
+    category = "opshooks",
+    doc = "Database runs PostgreSQL: a primary and streaming standbys, credentials, backups, upgrades and a snapshot before deletion.",
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Running", type_ = "string", json_path = ".status.version"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters, so that job names fit in 63")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.deletionPolicy != 'Snapshot' || has(self.backup)").message("deletionPolicy Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete"),
+    validation = Rule::new("self.version >= oldSelf.version").message("spec.version cannot go down: downgrades are refused; restore a backup into a new Database instead"),
+    validation = Rule::new("has(self.credentialsSecret) == has(oldSelf.credentialsSecret) && (!has(self.credentialsSecret) || self.credentialsSecret == oldSelf.credentialsSecret)").message("spec.credentialsSecret cannot change once created: the database's user keeps the password it was created with"),
+    validation = Rule::new("has(self.databaseName) == has(oldSelf.databaseName) && (!has(self.databaseName) || self.databaseName == oldSelf.databaseName)").message("spec.databaseName cannot change once created"),
+    validation = Rule::new("has(self.user) == has(oldSelf.user) && (!has(self.user) || self.user == oldSelf.user)").message("spec.user cannot change once created")
+)]
+pub struct DatabaseSpec {
+    /// The PostgreSQL major version: 14, 15, 16 or 17. Raising it upgrades
+    /// the database (pre-upgrade backup, then restore into the new version);
+    /// lowering it is refused.
+    pub version: Major,
+    /// small: 1 instance, 500m CPU and 512Mi memory; medium: 2 instances,
+    /// 1 CPU and 1Gi; large: 3 instances, 2 CPUs and 2Gi. The first instance
+    /// is the primary, the others streaming standbys.
+    #[serde(default)]
+    pub size: Size,
+    /// The volume of each instance. Fixed once created.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.storage cannot change once created; resize the PersistentVolumeClaims directly"))]
+    pub storage: Storage,
+    /// Backups to S3: where (also used for pre-upgrade backups and the
+    /// snapshot before deletion) and, when enabled, on which schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<DatabaseBackup>,
+    /// An existing Secret with keys `username` and `password` for the
+    /// application user; one is generated (and never rotated) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: Option<String>,
+    /// What happens to the data when the Database is deleted: Snapshot (dump
+    /// to the backup destination, then delete the volumes; the default),
+    /// Retain (keep the volumes, owned by nothing) or Delete.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// The application database's name; the Database's name when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub database_name: Option<String>,
+    /// The application user's name, when the credentials are generated; the
+    /// Database's name when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub user: Option<String>,
+}
+
+/// Supported PostgreSQL majors.
+#[derive(
+    Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum Major {
+    /// PostgreSQL 14.
+    #[serde(rename = "14")]
+    V14,
+    /// PostgreSQL 15.
+    #[serde(rename = "15")]
+    V15,
+    /// PostgreSQL 16.
+    #[serde(rename = "16")]
+    V16,
+    /// PostgreSQL 17.
+    #[serde(rename = "17")]
+    V17,
+}
+
+impl Major {
+    /// Every supported major, oldest first.
+    pub const ALL: [Major; 4] = [Major::V14, Major::V15, Major::V16, Major::V17];
+
+    /// The version as written, `16`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Major::V14 => "14",
+            Major::V15 => "15",
+            Major::V16 => "16",
+            Major::V17 => "17",
+        }
+    }
+
+    /// Reads a version as written.
+    pub fn parse(text: &str) -> Option<Major> {
+        Major::ALL.into_iter().find(|m| m.as_str() == text)
+    }
+
+    /// Where this major's cluster lives on a volume mounted at `volume`:
+    /// `<volume>/pg16`, so an upgrade builds the new major beside the old.
+    pub fn data_dir(self, volume: &str) -> String {
+        format!("{volume}/pg{}", self.as_str())
+    }
+
+    /// The major whose cluster lives at `dir`, read back from
+    /// [`Major::data_dir`]'s name.
+    pub fn of_data_dir(dir: &str) -> Option<Major> {
+        Major::parse(dir.rsplit_once("/pg")?.1)
+    }
+
+    /// The official image of this major.
+    pub fn image(self) -> String {
+        format!("postgres:{}", self.as_str())
+    }
+}
+
+/// Instance count and resources.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Size {
+    /// One instance, 500m CPU, 512Mi memory.
+    #[default]
+    Small,
+    /// Two instances, 1 CPU, 1Gi memory each.
+    Medium,
+    /// Three instances, 2 CPUs, 2Gi memory each.
+    Large,
+}
+
+impl Size {
+    /// How many instances: one primary, the rest standbys.
+    pub fn instances(self) -> i32 {
+        match self {
+            Size::Small => 1,
+            Size::Medium => 2,
+            Size::Large => 3,
+        }
+    }
+
+    /// CPU and memory of each instance.
+    pub fn resources(self) -> (&'static str, &'static str) {
+        match self {
+            Size::Small => ("500m", "512Mi"),
+            Size::Medium => ("1", "1Gi"),
+            Size::Large => ("2", "2Gi"),
+        }
+    }
+}
+
+/// The volume of each instance.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Storage {
+    /// The size of each instance's volume, for example 20Gi.
+    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"))]
+    pub size: String,
+    /// The StorageClass; the cluster's default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+}
+
+/// Backups of a Database.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!self.enabled || has(self.schedule)").message("spec.backup.schedule is required when backups are enabled"))]
+pub struct DatabaseBackup {
+    /// Run scheduled backups.
+    #[serde(default)]
+    pub enabled: bool,
+    /// When, in 5-field cron syntax, for example "0 2 * * *".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 100))]
+    pub schedule: Option<String>,
+    /// Where dumps go: scheduled, pre-upgrade and the final snapshot.
+    pub destination: Destination,
+    /// Delete scheduled dumps older than this many days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub retention_days: Option<i32>,
+}
+
+/// What deleting a Database does to its data.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Dump to the backup destination, then delete the volumes.
+    #[default]
+    Snapshot,
+    /// Keep the volumes, owned by nothing.
+    Retain,
+    /// Delete the volumes.
+    Delete,
+}
+
+/// Where a Database is in its life.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the primary to start.
+    #[default]
+    Creating,
+    /// The primary is up; the initial configuration is running.
+    Initializing,
+    /// Every instance is ready.
+    Running,
+    /// Moving to a new major version.
+    Upgrading,
+    /// Configured, but not every instance is ready, or a step failed.
+    Degraded,
+    /// Being deleted.
+    Deleting,
+}
+
+/// What was observed of a Database.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DatabaseStatus {
+    /// Where the Database is in its life.
+    pub phase: Phase,
+    /// True when every instance is ready and the database is configured.
+    pub ready: bool,
+    /// host:port of the read-write Service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The major version actually running, from the StatefulSet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Instances the StatefulSet runs.
+    pub replicas: i32,
+    /// Instances that are ready.
+    pub ready_replicas: i32,
+    /// When the last scheduled backup succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_backup_time: Option<String>,
+    /// While deleting: when the final snapshot succeeded. Once recorded, the
+    /// snapshot is never taken again, whatever happens to its Job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub snapshot_time: Option<String>,
+    /// Ready, Initialized, BackupScheduled, Upgrading and, when deleting, Snapshotted.
+    pub conditions: Vec<Condition>,
+    /// The parent generation Metacontroller last synced; set by Metacontroller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The parent's name.
+pub fn name(db: &Database) -> &str {
+    db.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The parent's namespace.
+pub fn namespace(db: &Database) -> &str {
+    db.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// The claim holding instance `ordinal`'s volume, as the StatefulSet
+/// controller names it; [`Observed::claims`] reads the name back.
+pub fn claim_name(db: &Database, ordinal: u32) -> String {
+    format!("{VOLUME}-{}-{ordinal}", name(db))
+}
+
+/// The application database's name.
+pub fn database_name(db: &Database) -> String {
+    db.spec
+        .database_name
+        .clone()
+        .unwrap_or_else(|| name(db).to_string())
+}
+
+/// The read-write Service's DNS name and port.
+pub fn endpoint(db: &Database) -> String {
+    format!("{}.{}.svc.cluster.local:{PORT}", name(db), namespace(db))
+}
+
+/// Checks what the schema cannot, and names the field.
+pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
+    validate::dns_label("metadata.name", name(db), MAX_NAME)?;
+    if validate::quantity_bytes(&db.spec.storage.size).is_none_or(|b| b == 0) {
+        return Err(InvalidSpec::new(
+            "spec.storage.size",
+            format!(
+                "{:?} is not a storage size; write it like 20Gi",
+                db.spec.storage.size
+            ),
+        ));
+    }
+    // PostgreSQL cuts names at 63 bytes, not characters: a longer name is
+    // created but can never log in.
+    for (field, value) in [
+        ("spec.databaseName", &db.spec.database_name),
+        ("spec.user", &db.spec.user),
+    ] {
+        if let Some(value) = value
+            && (value.is_empty() || value.len() > 63)
+        {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{value:?} is {} bytes; PostgreSQL names hold 1 to 63 bytes",
+                    value.len()
+                ),
+            ));
+        }
+    }
+    if let Some(b) = &db.spec.backup {
+        validate_destination("spec.backup.destination", &b.destination)?;
+        match (&b.schedule, b.enabled) {
+            (Some(s), _) => validate::cron("spec.backup.schedule", s)?,
+            (None, true) => {
+                return Err(InvalidSpec::new(
+                    "spec.backup.schedule",
+                    "is required when backups are enabled; write it like \"0 2 * * *\"",
+                ));
+            }
+            (None, false) => {}
+        }
+    }
+    if db.spec.deletion_policy == DeletionPolicy::Snapshot && db.spec.backup.is_none() {
+        return Err(InvalidSpec::new(
+            "spec.deletionPolicy",
+            "Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete",
+        ));
+    }
+    Ok(())
+}
