@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use opshooks::hook::Hook;
-use opshooks::http::adapter;
+use opshooks::call as adapter;
 use opshooks::operator::Context;
 
 /// The server's allocator (so the times are the server's), counting the

@@ -10,9 +10,10 @@ use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::call as adapter;
 use crate::config::{HookArgs, ManifestArgs, SimulateArgs};
 use crate::hook::Hook;
-use crate::http::{Problem, adapter};
+use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
 use crate::operator::{Context, ENTROPY};
 use crate::operators;

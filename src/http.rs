@@ -9,7 +9,6 @@
 //! never a 200: they are `application/problem+json` with a one-line
 //! `detail` that Metacontroller shows users as an event.
 
-pub mod adapter;
 mod admission;
 pub mod auth;
 mod error;
@@ -19,7 +18,7 @@ pub mod reload;
 mod server;
 pub mod tls;
 
-pub use admission::RETRY_AFTER_SECONDS;
+pub use error::RETRY_AFTER_SECONDS;
 pub use error::{Problem, Refusal};
 pub use server::{ServeOptions, serve};
 
@@ -38,9 +37,9 @@ use serde_json::Value;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::{Level, debug, error, info, warn};
 
+use crate::call::{self as adapter, Call};
 use crate::hook::Hook;
 use crate::operator::{Context, Operator};
-use adapter::Call;
 use admission::Admission;
 use metrics::Metrics;
 

@@ -9,14 +9,18 @@
 //! - [`hook`]: Metacontroller's wire types, typed access to observed objects
 //!   (observed pods as a small view), status conditions. No axum, no I/O.
 //! - [`operator`]: what an operator is written against: `Operator`,
-//!   `ControllerSpec`, `Context`, `HookError`. Imports only `hook`.
+//!   `ControllerSpec`, `Context`, `HookError`, and Kubernetes' name rules
+//!   (`operator::names`). Imports only `hook`.
+//! - [`call`]: the one path from a request's bytes to an operator call to
+//!   the answer's bytes (decode, refuse repeated keys and mis-keyed
+//!   objects, check the parent's kind and names, run, serialize), shared
+//!   by the server, `opshooks hook` and the simulator. No HTTP in it.
 //! - [`operators`]: the registry (`all()`), `common` (shared labels,
 //!   security contexts, child helpers), `validate`, and one module per
 //!   operator with its CRD types, `sync`/`finalize`/`customize` and child
 //!   builders.
 //! - [`http`]: the listener (TLS, time limits, connection limits), the
-//!   router, `adapter` (the one path from bytes to an operator call to
-//!   bytes, shared with `opshooks hook`), admission (429), bearer-token
+//!   router around [`call`], admission (429), bearer-token
 //!   auth, errors as `application/problem+json`, metrics and the OpenAPI
 //!   document.
 //! - [`manifests`]: the CRDs and CompositeControllers generated from the code.
@@ -27,6 +31,7 @@
 //! - [`config`]: command-line flags, each also read from the environment.
 //! - [`telemetry`]: logging set-up.
 
+pub mod call;
 pub mod cli;
 pub mod config;
 pub mod hook;

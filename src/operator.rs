@@ -2,7 +2,9 @@
 //! CompositeController and its hooks), [`Context`] (time and randomness,
 //! passed in), and [`HookError`] (why a call has no answer). It knows the
 //! hook wire types of [`crate::hook`] and nothing above: no HTTP, no
-//! operator. The bytes around a call live in `http::adapter`.
+//! operator. The bytes around a call live in `call`.
+
+pub mod names;
 
 use std::collections::BTreeMap;
 

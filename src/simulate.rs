@@ -29,8 +29,8 @@ use std::fmt;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
+use crate::call as adapter;
 use crate::hook::Hook;
-use crate::http::adapter;
 use crate::operator::{ChildResource, Context, ENTROPY, Operator};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
 use schema::StatusSchema;

@@ -13,10 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::error::{Problem, Refusal};
-
-/// Seconds a refused caller is asked to wait before trying again.
-pub const RETRY_AFTER_SECONDS: u64 = 1;
+use super::error::{Problem, RETRY_AFTER_SECONDS, Refusal};
 
 /// The places for hook calls.
 #[derive(Clone, Debug)]

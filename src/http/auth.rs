@@ -31,9 +31,6 @@ pub fn load(path: PathBuf) -> Result<Token, String> {
     })
 }
 
-/// The challenge sent with every 401.
-pub const CHALLENGE: &str = r#"Bearer realm="opshooks""#;
-
 /// Checks the request's `Authorization` header against `token`: `Ok` when
 /// it carries exactly the token, a 401 problem otherwise. The comparison
 /// takes the same time wherever the first wrong byte is.

@@ -17,6 +17,11 @@ use crate::hook::DecodeError;
 use crate::hook::quote::{cut, cut_quoted};
 use crate::operator::HookError;
 
+/// Seconds a refused caller is asked to wait before trying again (429).
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+/// The challenge sent with every 401.
+pub const CHALLENGE: &str = r#"Bearer realm="opshooks""#;
+
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -164,14 +169,11 @@ impl IntoResponse for Problem {
             StatusCode::UNAUTHORIZED => {
                 headers.insert(
                     header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(super::auth::CHALLENGE),
+                    HeaderValue::from_static(CHALLENGE),
                 );
             }
             StatusCode::TOO_MANY_REQUESTS => {
-                headers.insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(super::admission::RETRY_AFTER_SECONDS),
-                );
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
             }
             _ => {}
         }

@@ -7,10 +7,7 @@
 
 pub use crate::hook::quote::{QUOTE_CHARS, quote};
 pub use crate::operator::InvalidSpec;
-
-/// The longest label value Kubernetes accepts; names that go into labels
-/// must fit.
-pub const MAX_LABEL_VALUE: usize = 63;
+pub use crate::operator::names::{MAX_LABEL_VALUE, dns_label, is_dns_label};
 
 /// An integer within an inclusive range.
 pub fn in_range(field: &str, value: i64, min: i64, max: i64) -> Result<(), InvalidSpec> {
@@ -43,31 +40,6 @@ pub fn image(field: &str, value: &str) -> Result<(), InvalidSpec> {
             format!(
                 "is {} characters long, the limit is 255; {fix}",
                 value.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A name that will be used as a label value and as the prefix of child
-/// names: a DNS-1123 label of at most `max` characters.
-pub fn dns_label(field: &str, value: &str, max: usize) -> Result<(), InvalidSpec> {
-    if value.len() > max {
-        return Err(InvalidSpec::new(
-            field,
-            format!(
-                "{} is {} characters long; use at most {max}",
-                quote(value),
-                value.len()
-            ),
-        ));
-    }
-    if !is_dns_label(value) {
-        return Err(InvalidSpec::new(
-            field,
-            format!(
-                "{} is not a DNS-1123 label; use lower-case letters, digits and '-', starting and ending with a letter or digit",
-                quote(value)
             ),
         ));
     }
@@ -202,17 +174,6 @@ pub fn quantity_bytes(quantity: &str) -> Option<u64> {
     }
     let bytes = number.parse::<f64>().ok()? * scale;
     (bytes.is_finite() && bytes < u64::MAX as f64).then_some(bytes as u64)
-}
-
-/// True for a DNS-1123 label: 1 to 63 lower-case alphanumerics or '-',
-/// starting and ending alphanumeric.
-pub fn is_dns_label(value: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !value.is_empty()
-        && value.len() <= MAX_LABEL_VALUE
-        && value.chars().all(|c| alnum(c) || c == '-')
-        && value.starts_with(alnum)
-        && value.ends_with(alnum)
 }
 
 #[cfg(test)]

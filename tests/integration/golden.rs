@@ -2,9 +2,9 @@
 //! same code path as the server, compared with the committed answers.
 //! `OPSHOOKS_BLESS=1 cargo test` rewrites the answers on purpose.
 
+use opshooks::call::call_slice;
 use opshooks::hook::Hook;
 use opshooks::http::Problem;
-use opshooks::http::adapter::call_slice;
 use opshooks::operators;
 use opshooks::simulate::schema::StatusSchema;
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! Properties over arbitrary specs and observed states: exact pod counts
 //! with valid unique names, determinism, and no input that panics.
 
-use opshooks::http::adapter::call_slice;
+use opshooks::call::call_slice;
 use std::collections::{BTreeMap, BTreeSet};
 
 use opshooks::hook::Hook;

@@ -8,10 +8,10 @@
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::hook::quote::cut_to;
+use crate::hook::quote::{cut_to, quote};
 use crate::hook::{CustomizeRequest, DecodeError, Hook, ParentHead, SyncRequest, decode_body};
+use crate::operator::names::{MAX_LABEL_VALUE, dns_label};
 use crate::operator::{Context, Erased, HookError, Operator};
-use crate::operators::validate;
 
 /// A successful answer: the exact response body.
 #[derive(Debug)]
@@ -122,8 +122,8 @@ fn check_served(op: &Operator, hook: Hook, parent: &ParentHead) -> Result<(), De
     if kind != op.kind || api_version != op.api_version() {
         return Err(DecodeError::Parent(format!(
             "parent: kind {} of apiVersion {} is not served here; /{}/{hook} serves {} of {}",
-            validate::quote(kind),
-            validate::quote(api_version),
+            quote(kind),
+            quote(api_version),
             op.name,
             op.kind,
             op.api_version()
@@ -134,13 +134,13 @@ fn check_served(op: &Operator, hook: Hook, parent: &ParentHead) -> Result<(), De
     // API server would have stored) must not multiply into the answer.
     // Each operator checks its name more strictly.
     if let Some(namespace) = parent.namespace() {
-        validate::dns_label("metadata.namespace", namespace, validate::MAX_LABEL_VALUE)
+        dns_label("metadata.namespace", namespace, MAX_LABEL_VALUE)
             .map_err(|e| DecodeError::Parent(e.to_string()))?;
     }
     if let Some(name) = parent.name().filter(|n| n.len() > MAX_NAME) {
         return Err(DecodeError::Parent(format!(
             "metadata.name: {} is {} characters long; Kubernetes names hold at most {MAX_NAME}",
-            validate::quote(name),
+            quote(name),
             name.len()
         )));
     }
@@ -158,7 +158,7 @@ fn parent_ref(parent: &ParentHead) -> Option<String> {
     // before the parent is validated.
     let name = cut_to(parent.name()?, MAX_NAME);
     Some(match parent.namespace() {
-        Some(ns) => format!("{}/{name}", cut_to(ns, validate::MAX_LABEL_VALUE)),
+        Some(ns) => format!("{}/{name}", cut_to(ns, MAX_LABEL_VALUE)),
         None => name.into_owned(),
     })
 }
