@@ -10,8 +10,8 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use opshooks::hook::Hook;
 use opshooks::call as adapter;
+use opshooks::hook::Hook;
 use opshooks::operator::Context;
 
 /// The server's allocator (so the times are the server's), counting the

@@ -1,7 +1,7 @@
 //! The subcommands that do not serve: `hook`, `openapi`, `manifests`,
 //! `simulate`.
 //!
-//! `hook` runs a request through [`crate::operators::Operator::call`], the
+//! `hook` runs a request through [`crate::call::call`], the
 //! same code path as the server, and prints the exact body the server would
 //! send; a refusal prints the same problem document and fails.
 

@@ -118,6 +118,7 @@ pub struct SimulateArgs {
     pub format: String,
 }
 
+/// The server's flags, each also read from the environment.
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// Address to listen on; the Helm chart passes 0.0.0.0:8080.

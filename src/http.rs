@@ -2,7 +2,7 @@
 //! hook, health and readiness, Prometheus metrics, the OpenAPI document, and
 //! `serve()` with graceful shutdown.
 //!
-//! Every hook route goes through [`hook_call`], the one adapter that checks
+//! Every hook route goes through `hook_call`, the one adapter that checks
 //! the content type and size, reads the body under a deadline, runs the
 //! operator's pure function (a small body where it was read, a large one in
 //! the blocking pool) and turns the result into a response. Failures are

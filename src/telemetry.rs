@@ -16,7 +16,7 @@ const QUEUED_LINES: usize = 1024;
 /// formats its line and queues it, instead of waiting for a `write` to the
 /// log file or pipe (about a tenth of a small call's time). Nothing is
 /// dropped: a full queue makes the caller wait. The queue holds
-/// [`QUEUED_LINES`] lines, far more than the writer ever falls behind; the
+/// `QUEUED_LINES` lines, far more than the writer ever falls behind; the
 /// library's default (128,000) is allocated and touched up front, 4 MiB of
 /// an idle server's memory. Keep the guard until the end; dropping it
 /// writes out what is queued.

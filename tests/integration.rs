@@ -1,3 +1,7 @@
+// The manifest's lints are for the product. Here a panic is the failure
+// report (unwrap says where), and test modules are private by nature.
+#![allow(clippy::unwrap_used, unreachable_pub, missing_docs)]
+
 //! Integration tests, one crate so they build and link once:
 //! golden fixtures, the router, properties, generated files, the binary.
 

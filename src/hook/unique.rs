@@ -17,7 +17,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 /// Every call pays for one scan of the bytes ([`scan`]); only a body the
 /// scan cannot clear (a repeated key, an escaped key, or broken JSON) is
 /// walked again by serde, keeping the path, to say where.
-pub fn check(body: &[u8]) -> Result<(), String> {
+pub(super) fn check(body: &[u8]) -> Result<(), String> {
     match scan(body) {
         Scan::Clean => return Ok(()),
         Scan::TooDeep => return Err(too_deep()),

@@ -17,7 +17,7 @@ use super::error::{Problem, RETRY_AFTER_SECONDS, Refusal};
 
 /// The places for hook calls.
 #[derive(Clone, Debug)]
-pub struct Admission {
+pub(super) struct Admission {
     /// A call holds one of these from arrival to the end of its computation.
     places: Arc<Semaphore>,
     /// A call holds one of these while it computes.
@@ -31,7 +31,7 @@ pub struct Admission {
 
 /// The places one admitted call holds; dropping it frees them.
 #[derive(Debug)]
-pub struct Ticket {
+pub(super) struct Ticket {
     _place: OwnedSemaphorePermit,
     _kib: OwnedSemaphorePermit,
     _worker: Option<OwnedSemaphorePermit>,
@@ -40,7 +40,7 @@ pub struct Ticket {
 impl Admission {
     /// Room for `concurrent` computations, `queued` waiting calls and
     /// `buffered` bytes of bodies.
-    pub fn new(concurrent: usize, queued: usize, buffered: usize) -> Self {
+    pub(super) fn new(concurrent: usize, queued: usize, buffered: usize) -> Self {
         let concurrent = concurrent.max(1);
         Admission {
             places: Arc::new(Semaphore::new(concurrent + queued)),
@@ -54,7 +54,7 @@ impl Admission {
 
     /// A place for a new call whose body is `size` bytes long (the most a
     /// body may be when it does not say), or 429.
-    pub fn enter(&self, size: u64) -> Result<Ticket, Problem> {
+    pub(super) fn enter(&self, size: u64) -> Result<Ticket, Problem> {
         let full = |what: String| {
             Problem::from(Refusal::Overloaded(format!(
                 "{what}, the most this server takes; retry after {RETRY_AFTER_SECONDS} s (Metacontroller does), or raise --max-concurrent-hooks, --max-queued-hooks or --max-buffered-bytes"
@@ -89,7 +89,11 @@ impl Admission {
 
     /// Waits for a worker until `deadline`; 503 when none frees up in time,
     /// so a call that could not start before its deadline never starts.
-    pub async fn work(&self, mut ticket: Ticket, deadline: Instant) -> Result<Ticket, Problem> {
+    pub(super) async fn work(
+        &self,
+        mut ticket: Ticket,
+        deadline: Instant,
+    ) -> Result<Ticket, Problem> {
         let wait =
             tokio::time::timeout_at(deadline.into(), Arc::clone(&self.workers).acquire_owned());
         match wait.await {

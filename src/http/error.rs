@@ -20,10 +20,10 @@ use crate::operator::HookError;
 /// Seconds a refused caller is asked to wait before trying again (429).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 /// The challenge sent with every 401.
-pub const CHALLENGE: &str = r#"Bearer realm="opshooks""#;
+pub(super) const CHALLENGE: &str = r#"Bearer realm="opshooks""#;
 
 /// The media type of every error body.
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub(super) const PROBLEM_JSON: &str = "application/problem+json";
 
 /// An error answer in RFC 9457 shape.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
@@ -42,7 +42,7 @@ pub struct Problem {
 }
 
 /// The longest `detail` a problem carries.
-pub const MAX_DETAIL_CHARS: usize = 1024;
+pub(super) const MAX_DETAIL_CHARS: usize = 1024;
 
 /// Why a request is refused: every refusal the server makes, each with its
 /// status code. This is the one place that picks status codes; a refusal
@@ -185,11 +185,11 @@ mod status_code {
     use axum::http::StatusCode;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u16(status.as_u16())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
         let code = u16::deserialize(d)?;
         StatusCode::from_u16(code).map_err(serde::de::Error::custom)
     }
@@ -197,7 +197,7 @@ mod status_code {
 
 /// Every metrics label [`outcome`] gives, so each series exists from the
 /// first scrape.
-pub const OUTCOMES: [&str; 12] = [
+pub(super) const OUTCOMES: [&str; 12] = [
     "ok",
     "bad_request",
     "unauthorized",
@@ -216,7 +216,7 @@ pub const OUTCOMES: [&str; 12] = [
 /// empty `operator` and `hook` labels: hyper's own answers to a request
 /// that does not parse (400) or whose head is over its limit (431, or 414
 /// for a URI; hyper does not say which), and the router's 404 and 405.
-pub const UNROUTED_OUTCOMES: [&str; 4] = [
+pub(super) const UNROUTED_OUTCOMES: [&str; 4] = [
     "bad_request",
     "head_too_large",
     "not_found",
@@ -224,7 +224,7 @@ pub const UNROUTED_OUTCOMES: [&str; 4] = [
 ];
 
 /// The metrics label for a response status.
-pub fn outcome(status: StatusCode) -> &'static str {
+pub(super) fn outcome(status: StatusCode) -> &'static str {
     match status {
         StatusCode::OK => "ok",
         StatusCode::NOT_FOUND => "not_found",
@@ -245,7 +245,7 @@ pub fn outcome(status: StatusCode) -> &'static str {
 }
 
 /// Hook bodies must be JSON: `application/json` or any `+json` type.
-pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
+pub(super) fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
     let given = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -273,7 +273,7 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
 }
 
 /// The body length a request declares in `Content-Length`, if any.
-pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -281,7 +281,7 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// Reads a whole body of at most `max` bytes within `deadline`.
-pub async fn read_body(
+pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
     max: usize,
@@ -371,7 +371,7 @@ fn whole(bytes: Bytes, declared: Option<u64>) -> Result<Bytes, Problem> {
 /// Reads and drops a body of at most `max` bytes within `deadline`, holding
 /// one frame at a time; gives up silently past either. Returns how many
 /// bytes it read.
-pub async fn discard_body(body: Body, max: usize, deadline: Duration) -> usize {
+pub(super) async fn discard_body(body: Body, max: usize, deadline: Duration) -> usize {
     use http_body_util::BodyExt;
     let mut body = body;
     let mut seen = 0usize;

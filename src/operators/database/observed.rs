@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 
-use super::spec::{ANNOTATION_VERSION, Database, Major, VOLUME, name};
+use super::spec::{ANNOTATION_VERSION, Database, Major, claim_ordinal, name};
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -149,19 +149,9 @@ impl Observed {
         &'a self,
         db: &'a Database,
     ) -> impl Iterator<Item = (u32, &'a PersistentVolumeClaim)> + 'a {
-        self.volumes.iter().filter_map(move |c| {
-            let ordinal = c
-                .metadata
-                .name
-                .as_deref()?
-                .strip_prefix(VOLUME)?
-                .strip_prefix('-')?
-                .strip_prefix(name(db))?
-                .strip_prefix('-')?
-                .parse::<u32>()
-                .ok()?;
-            Some((ordinal, c))
-        })
+        self.volumes
+            .iter()
+            .filter_map(move |c| Some((claim_ordinal(db, c.metadata.name.as_deref()?)?, c)))
     }
 
     /// Why instance 0 refuses to start on its volume, as its `clone` init

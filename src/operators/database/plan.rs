@@ -36,12 +36,12 @@ pub mod jobs {
 }
 
 /// The superuser and replication passwords' Secret.
-pub fn superuser_secret_name(db: &Database) -> String {
+pub(super) fn superuser_secret_name(db: &Database) -> String {
     format!("{}-superuser", name(db))
 }
 
 /// The application user's Secret: the user's own, or the generated one.
-pub fn credentials_secret_name(db: &Database) -> String {
+pub(super) fn credentials_secret_name(db: &Database) -> String {
     db.spec
         .credentials_secret
         .clone()
@@ -49,7 +49,7 @@ pub fn credentials_secret_name(db: &Database) -> String {
 }
 
 /// The Secret opshooks generates for the application user.
-pub fn generated_credentials_name(db: &Database) -> String {
+pub(super) fn generated_credentials_name(db: &Database) -> String {
     format!("{}-credentials", name(db))
 }
 
@@ -60,19 +60,40 @@ pub enum Upgrade {
     None,
     /// Asked for a newer version, but there is no destination for the
     /// pre-upgrade backup.
-    NoDestination { to: Major },
+    NoDestination {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// Taking the pre-upgrade backup.
-    BackingUp { to: Major },
+    BackingUp {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// The pre-upgrade backup failed; the old version serves.
-    BackupFailed { to: Major },
+    BackupFailed {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// Stopping the old version so the restore can use its volume.
-    Stopping { to: Major },
+    Stopping {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// Restoring into the new version.
-    Restoring { to: Major },
+    Restoring {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// The restore failed; the old version serves again.
-    RestoreFailed { to: Major },
+    RestoreFailed {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// The restore succeeded; the StatefulSet moves to the new version.
-    Starting { to: Major },
+    Starting {
+        /// The major being upgraded to.
+        to: Major,
+    },
 }
 
 impl Upgrade {

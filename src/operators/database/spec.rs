@@ -4,6 +4,10 @@
 //! schema cannot make. The bottom of the Database's stack: it imports
 //! nothing of the Database.
 
+// The CRD structs are re-exported by database.rs, but kube's KubeSchema
+// derive emits them again, and unreachable_pub then misses the re-export.
+#![allow(unreachable_pub)]
+
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -290,9 +294,20 @@ pub fn namespace(db: &Database) -> &str {
 }
 
 /// The claim holding instance `ordinal`'s volume, as the StatefulSet
-/// controller names it; [`Observed::claims`] reads the name back.
+/// controller names it; `claim_ordinal` reads the name back.
 pub fn claim_name(db: &Database, ordinal: u32) -> String {
     format!("{VOLUME}-{}-{ordinal}", name(db))
+}
+
+/// The instance whose volume a claim of this name is, if it is one.
+pub fn claim_ordinal(db: &Database, claim: &str) -> Option<u32> {
+    claim
+        .strip_prefix(VOLUME)?
+        .strip_prefix('-')?
+        .strip_prefix(name(db))?
+        .strip_prefix('-')?
+        .parse::<u32>()
+        .ok()
 }
 
 /// The application database's name.
