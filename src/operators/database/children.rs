@@ -379,29 +379,13 @@ fn pg_isready() -> Probe {
 /// stream from it. Its volumes are never deleted with it unless the plan
 /// says so (finalizing under Delete, or under Snapshot after a snapshot).
 pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
-    let data = pgdata(plan.version);
-    let (cpu, memory) = db.spec.size.resources();
-    let resources = BTreeMap::from([
-        ("cpu".to_string(), Quantity(cpu.to_string())),
-        ("memory".to_string(), Quantity(memory.to_string())),
-    ]);
-    let env = vec![
-        value_env("PGDATA", data),
-        secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
-        secret_env(
-            "REPLICATION_PASSWORD",
-            superuser_secret_name(db),
-            "replication-password",
-        ),
-        value_env(
-            "PRIMARY_HOST",
-            format!("{}-0.{}.{}.svc", name(db), headless_name(db), namespace(db)),
-        ),
-    ];
-    let image = plan.version.image();
-    let mounts = vec![mount(VOLUME, DATA_DIR, false)];
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
+    let when_deleted = if plan.delete_volumes {
+        "Delete"
+    } else {
+        "Retain"
+    };
     StatefulSet {
         metadata: ObjectMeta {
             annotations: Some(BTreeMap::from([(
@@ -420,14 +404,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
             },
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
-                    when_deleted: Some(
-                        if plan.delete_volumes {
-                            "Delete"
-                        } else {
-                            "Retain"
-                        }
-                        .to_string(),
-                    ),
+                    when_deleted: Some(when_deleted.to_string()),
                     when_scaled: Some("Retain".to_string()),
                 },
             ),
@@ -438,94 +415,138 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     security_context: Some(restricted_pod(POSTGRES_UID)),
-                    init_containers: Some(vec![Container {
-                        name: "clone".to_string(),
-                        image: Some(image.clone()),
-                        command: Some(vec!["/bin/sh".into(), "-c".into(), CLONE_SCRIPT.into()]),
-                        env: Some(env.clone()),
-                        volume_mounts: Some(mounts.clone()),
-                        security_context: Some(restricted_container()),
-                        ..Container::default()
-                    }]),
-                    containers: vec![Container {
-                        name: "postgres".to_string(),
-                        image: Some(image),
-                        args: Some(postgres_args(db)),
-                        env: Some(env),
-                        ports: Some(vec![ContainerPort {
-                            name: Some("postgresql".to_string()),
-                            container_port: PORT,
-                            protocol: Some("TCP".to_string()),
-                            ..ContainerPort::default()
-                        }]),
-                        readiness_probe: Some(Probe {
-                            period_seconds: Some(5),
-                            ..pg_isready()
-                        }),
-                        // Crash recovery after an unclean stop can take long:
-                        // liveness starts only once the server answered.
-                        startup_probe: Some(Probe {
-                            period_seconds: Some(10),
-                            failure_threshold: Some(360),
-                            ..pg_isready()
-                        }),
-                        liveness_probe: Some(Probe {
-                            period_seconds: Some(10),
-                            failure_threshold: Some(6),
-                            ..pg_isready()
-                        }),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(resources.clone()),
-                            limits: Some(resources),
-                            ..ResourceRequirements::default()
-                        }),
-                        volume_mounts: Some(
-                            mounts
-                                .into_iter()
-                                .chain([mount("initdb", "/docker-entrypoint-initdb.d", true)])
-                                .collect(),
-                        ),
-                        security_context: Some(restricted_container()),
-                        ..Container::default()
-                    }],
-                    volumes: Some(vec![Volume {
-                        name: "initdb".to_string(),
-                        config_map: Some(ConfigMapVolumeSource {
-                            name: format!("{}-initdb", name(db)),
-                            // Executable, so the entrypoint runs it in its own
-                            // shell instead of sourcing it into its own.
-                            default_mode: Some(0o555),
-                            ..ConfigMapVolumeSource::default()
-                        }),
-                        ..Volume::default()
-                    }]),
+                    init_containers: Some(vec![clone_container(db, plan)]),
+                    containers: vec![postgres_container(db, plan)],
+                    volumes: Some(vec![initdb_volume(db)]),
                     ..PodSpec::default()
                 }),
             },
-            volume_claim_templates: Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(VOLUME.to_string()),
-                    labels: Some(BTreeMap::from([(
-                        LABEL_DATABASE.to_string(),
-                        name(db).to_string(),
-                    )])),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".to_string()]),
-                    storage_class_name: db.spec.storage.storage_class_name.clone(),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "storage".to_string(),
-                            Quantity(db.spec.storage.size.clone()),
-                        )])),
-                        ..VolumeResourceRequirements::default()
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                status: None,
-            }]),
+            volume_claim_templates: Some(vec![claim_template(db)]),
             ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// What every instance's containers know: where the data is, the
+/// passwords' Secret and where the primary is.
+fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
+    vec![
+        value_env("PGDATA", pgdata(plan.version)),
+        secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
+        secret_env(
+            "REPLICATION_PASSWORD",
+            superuser_secret_name(db),
+            "replication-password",
+        ),
+        value_env(
+            "PRIMARY_HOST",
+            format!("{}-0.{}.{}.svc", name(db), headless_name(db), namespace(db)),
+        ),
+    ]
+}
+
+/// The init container of every instance (`clone.sh`): a standby clones
+/// the primary on its first start; instance 0 judges its volume.
+fn clone_container(db: &Database, plan: &Plan) -> Container {
+    Container {
+        name: "clone".to_string(),
+        image: Some(plan.version.image()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), CLONE_SCRIPT.into()]),
+        env: Some(instance_env(db, plan)),
+        volume_mounts: Some(vec![mount(VOLUME, DATA_DIR, false)]),
+        security_context: Some(restricted_container()),
+        ..Container::default()
+    }
+}
+
+/// The server: its port, probes by `pg_isready`, the size's resources, the
+/// data volume and the primary's first-start script.
+fn postgres_container(db: &Database, plan: &Plan) -> Container {
+    let (cpu, memory) = db.spec.size.resources();
+    let resources = BTreeMap::from([
+        ("cpu".to_string(), Quantity(cpu.to_string())),
+        ("memory".to_string(), Quantity(memory.to_string())),
+    ]);
+    Container {
+        name: "postgres".to_string(),
+        image: Some(plan.version.image()),
+        args: Some(postgres_args(db)),
+        env: Some(instance_env(db, plan)),
+        ports: Some(vec![ContainerPort {
+            name: Some("postgresql".to_string()),
+            container_port: PORT,
+            protocol: Some("TCP".to_string()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            period_seconds: Some(5),
+            ..pg_isready()
+        }),
+        // Crash recovery after an unclean stop can take long: liveness
+        // starts only once the server answered.
+        startup_probe: Some(Probe {
+            period_seconds: Some(10),
+            failure_threshold: Some(360),
+            ..pg_isready()
+        }),
+        liveness_probe: Some(Probe {
+            period_seconds: Some(10),
+            failure_threshold: Some(6),
+            ..pg_isready()
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(resources.clone()),
+            limits: Some(resources),
+            ..ResourceRequirements::default()
+        }),
+        volume_mounts: Some(vec![
+            mount(VOLUME, DATA_DIR, false),
+            mount("initdb", "/docker-entrypoint-initdb.d", true),
+        ]),
+        security_context: Some(restricted_container()),
+        ..Container::default()
+    }
+}
+
+/// The primary's first-start script, from the `<name>-initdb` ConfigMap.
+fn initdb_volume(db: &Database) -> Volume {
+    Volume {
+        name: "initdb".to_string(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: format!("{}-initdb", name(db)),
+            // Executable, so the entrypoint runs it in its own shell instead
+            // of sourcing it into its own.
+            default_mode: Some(0o555),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Each instance's volume, `data-<name>-<i>`, labelled as the Database's
+/// so customize finds it. Fixed once the StatefulSet exists.
+fn claim_template(db: &Database) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(VOLUME.to_string()),
+            labels: Some(BTreeMap::from([(
+                LABEL_DATABASE.to_string(),
+                name(db).to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+            storage_class_name: db.spec.storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(db.spec.storage.size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
         }),
         status: None,
     }
