@@ -5,8 +5,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::http::reload::Refresh;
+use crate::http::tls::{self, TlsFiles};
+use crate::http::{Limits, ServeOptions, auth};
 
 /// opshooks: Kubernetes operators as pure Metacontroller hooks.
 #[derive(Debug, Parser)]
@@ -203,6 +209,78 @@ pub enum LogFormat {
     Plain,
     /// One JSON object per line.
     Json,
+}
+
+/// The server's settings, resolved from its flags: every duration checked,
+/// the TLS files and the token loaded, and what to reload when it changes.
+pub struct Settings {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Bodies, deadlines and concurrency.
+    pub limits: Limits,
+    /// Connection time limits, TLS and shutdown.
+    pub options: ServeOptions,
+    /// The bearer token, when one is asked for.
+    pub token: Option<Arc<auth::Token>>,
+    /// Whether `/metrics` asks for the token too.
+    pub metrics_auth: bool,
+    /// The files to re-read, and how often.
+    pub watched: Vec<Arc<dyn Refresh>>,
+    /// How often the watched files are re-read.
+    pub reload_interval: Duration,
+}
+
+impl ServerArgs {
+    /// The settings these flags ask for, or the one-line reason they cannot
+    /// be had (a usage error: a non-positive duration, a file that does
+    /// not load).
+    pub fn settings(&self) -> Result<Settings, String> {
+        let seconds = |flag: &str, value: f64| match Duration::try_from_secs_f64(value) {
+            Ok(duration) if !duration.is_zero() => Ok(duration),
+            _ => Err(format!("{flag} {value}: use a positive number of seconds")),
+        };
+        let limits = Limits::new(
+            self.max_body_bytes,
+            seconds("--request-timeout-seconds", self.request_timeout_seconds)?,
+            self.max_concurrent_hooks,
+            self.max_queued_hooks,
+            self.max_buffered_bytes,
+        );
+        let tls = match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Some(Arc::new(tls::load(&TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca_file.clone(),
+            })?)),
+            _ => None,
+        };
+        let token = match &self.auth_token_file {
+            Some(path) => Some(Arc::new(auth::load(path.clone())?)),
+            None => None,
+        };
+        let mut watched: Vec<Arc<dyn Refresh>> = Vec::new();
+        watched.extend(tls.clone().map(|tls| tls as Arc<dyn Refresh>));
+        watched.extend(token.clone().map(|token| token as Arc<dyn Refresh>));
+        let options = ServeOptions {
+            header_read_timeout: seconds(
+                "--header-read-timeout-seconds",
+                self.header_read_timeout_seconds,
+            )?,
+            idle_timeout: seconds("--idle-timeout-seconds", self.idle_timeout_seconds)?,
+            max_connections: self.max_connections,
+            grace: seconds("--shutdown-grace-seconds", self.shutdown_grace_seconds)?,
+            tls,
+        };
+        Ok(Settings {
+            listen: self.listen,
+            limits,
+            options,
+            token,
+            metrics_auth: self.metrics_auth,
+            watched,
+            reload_interval: seconds("--reload-interval-seconds", self.reload_interval_seconds)?,
+        })
+    }
 }
 
 #[cfg(test)]

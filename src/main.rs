@@ -2,16 +2,12 @@
 //! subcommand. Errors become a line on stderr and an exit code.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use opshooks::cli::{self, Failure};
-use opshooks::config::{Command, Config, ServerArgs};
-use std::sync::Arc;
-
-use opshooks::http::reload::{self, Refresh};
-use opshooks::http::tls::{self, TlsFiles};
-use opshooks::http::{self, AppState, Limits, ServeOptions, auth};
+use opshooks::config::{Command, Config, ServerArgs, Settings};
+use opshooks::http::reload;
+use opshooks::http::{self, AppState};
 use opshooks::{operators, telemetry};
 
 #[cfg(feature = "mimalloc")]
@@ -74,75 +70,19 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: &ServerArgs) -> Result<(), Failure> {
-    let ServerArgs {
+    let Settings {
         listen,
-        max_body_bytes,
-        request_timeout_seconds,
-        shutdown_grace_seconds,
-        header_read_timeout_seconds,
-        idle_timeout_seconds,
-        max_concurrent_hooks,
-        max_queued_hooks,
-        max_buffered_bytes,
-        max_connections,
-        tls_cert_file,
-        tls_key_file,
-        tls_client_ca_file,
-        auth_token_file,
+        limits,
+        options,
+        token,
         metrics_auth,
-        reload_interval_seconds,
-    } = args;
-    let seconds = |flag: &str, value: f64| match Duration::try_from_secs_f64(value) {
-        Ok(duration) if !duration.is_zero() => Ok(duration),
-        _ => Err(usage(format!(
-            "{flag} {value}: use a positive number of seconds"
-        ))),
-    };
-    let limits = Limits::new(
-        *max_body_bytes,
-        seconds("--request-timeout-seconds", *request_timeout_seconds)?,
-        *max_concurrent_hooks,
-        *max_queued_hooks,
-        *max_buffered_bytes,
-    );
-    let tls = match (tls_cert_file, tls_key_file) {
-        (Some(cert), Some(key)) => {
-            let files = TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: tls_client_ca_file.clone(),
-            };
-            Some(Arc::new(tls::load(&files).map_err(usage)?))
-        }
-        _ => None,
-    };
-    let token = match auth_token_file {
-        Some(path) => Some(Arc::new(auth::load(path.clone()).map_err(usage)?)),
-        None => None,
-    };
-    let options = ServeOptions {
-        header_read_timeout: seconds(
-            "--header-read-timeout-seconds",
-            *header_read_timeout_seconds,
-        )?,
-        idle_timeout: seconds("--idle-timeout-seconds", *idle_timeout_seconds)?,
-        max_connections: *max_connections,
-        grace: seconds("--shutdown-grace-seconds", *shutdown_grace_seconds)?,
-        tls: tls.clone(),
-    };
-    let mut watched: Vec<Arc<dyn Refresh>> = Vec::new();
-    if let Some(tls) = tls {
-        watched.push(tls);
-    }
-    if let Some(token) = &token {
-        watched.push(Arc::clone(token) as Arc<dyn Refresh>);
-    }
-    let interval = seconds("--reload-interval-seconds", *reload_interval_seconds)?;
+        watched,
+        reload_interval,
+    } = args.settings().map_err(usage)?;
     let runtime = tokio::runtime::Runtime::new().map_err(|err| Failure {
         message: format!("cannot start the runtime: {err}"),
         code: 1,
     })?;
-    let listen = *listen;
     let scheme = if options.tls.is_some() {
         "https"
     } else {
@@ -155,12 +95,12 @@ fn serve(args: &ServerArgs) -> Result<(), Failure> {
                 message: format!("cannot listen on {listen}: {err}; pick another with --listen"),
                 code: 1,
             })?;
-        reload::spawn(watched, interval);
+        reload::spawn(watched, reload_interval);
         let ops = operators::all();
         let names: Vec<_> = ops.iter().map(|op| op.name).collect();
         let mut state = AppState::new(ops, limits, http::system_clock());
         if let Some(token) = token {
-            state = state.with_token(token, *metrics_auth);
+            state = state.with_token(token, metrics_auth);
         }
         tracing::info!(address = %listen, scheme, operators = ?names, "serving");
         http::serve(listener, state, http::shutdown_signal(), options)
