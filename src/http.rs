@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -341,6 +341,24 @@ async fn answer(
     body: Body,
     started: Instant,
 ) -> Result<Call, Problem> {
+    let (ticket, bytes) = admit(state, headers, body).await?;
+    let ctx = Context::fresh((state.clock)()).map_err(|err| {
+        Problem::from(Refusal::Bug(format!(
+            "no randomness from the operating system: {err}"
+        )))
+    })?;
+    let deadline = started + state.limits.request_timeout;
+    let ticket = state.admission.work(ticket, deadline).await?;
+    compute(state, index, hook, bytes, ctx, ticket, started).await
+}
+
+/// The token, a place for the call and its body: refused (401, 429, 415,
+/// 413, 408, 400) before anything is computed.
+async fn admit(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(admission::Ticket, Bytes), Problem> {
     if let Some(token) = &state.token {
         auth::check(token, headers)?;
     }
@@ -362,18 +380,26 @@ async fn answer(
         }
     };
     error::check_content_type(headers)?;
-    let deadline = started + limits.request_timeout;
     let bytes =
         error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout).await?;
     if tracing::enabled!(Level::DEBUG) {
         debug!(body = %redacted(&bytes), "hook request");
     }
-    let ctx = Context::fresh((state.clock)()).map_err(|err| {
-        Problem::from(Refusal::Bug(format!(
-            "no randomness from the operating system: {err}"
-        )))
-    })?;
-    let ticket = state.admission.work(ticket, deadline).await?;
+    Ok((ticket, bytes))
+}
+
+/// The operator's work on an admitted body, within the call's deadline:
+/// a small body where it was read, a large one on the blocking pool.
+async fn compute(
+    state: &AppState,
+    index: usize,
+    hook: Hook,
+    bytes: Bytes,
+    ctx: Context,
+    ticket: admission::Ticket,
+    started: Instant,
+) -> Result<Call, Problem> {
+    let limits = &state.limits;
     let too_late = || {
         Problem::from(Refusal::Deadline(format!(
             "the {hook} hook took longer than {} s; nothing was changed, Metacontroller will retry",
