@@ -85,26 +85,37 @@ class Recorder:
         self.hook_calls = defaultdict(int)  # (operator, hook, status) -> count
         self.listeners = []
         self.relists = 0
+        self.synthesized = 0  # deletions a relist found (not seen as events)
         self.threads = []
 
     # ---- lifecycle ----
     def start(self):
         for kind in WATCHED:
-            t = threading.Thread(
-                target=self.kube.watch,
-                args=(kind, lambda et, obj, k=kind: self.on_event(k, et, obj), self.stop, self.on_relist),
-                daemon=True,
-                name=f"watch-{kind}",
-            )
+            t = threading.Thread(target=self.watch, args=(kind,), daemon=True, name=f"watch-{kind}")
             t.start()
             self.threads.append(t)
         t = threading.Thread(target=self.audit_loop, daemon=True, name="audit")
         t.start()
         self.threads.append(t)
 
-    def on_relist(self, kind):
+    def watch(self, kind):
+        """One kind's watch, for the whole run. A watch that ends before the
+        run does is a violation: every rule over that kind would pass from
+        then on for want of events."""
+        try:
+            self.kube.watch(kind, lambda et, obj: self.on_event(kind, et, obj), self.stop, self.on_relist)
+        except Exception as err:
+            self.violate(("watch", kind), f"the {kind} watch died: {err!r}")
+            return
+        if not self.stop.is_set():
+            self.violate(("watch", kind), f"the {kind} watch ended before the run did")
+
+    def on_relist(self, kind, synthesized):
         with self.lock:
             self.relists += 1
+            self.synthesized += synthesized
+        if synthesized:
+            print(f".. the {kind} watch relisted: {synthesized} deletions found in the gap", flush=True)
 
     def audit_loop(self):
         while not self.stop.wait(1.0):

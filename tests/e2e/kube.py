@@ -170,20 +170,57 @@ class Kube:
     def watch(self, kind, handler, stop, on_relist=None):
         """Calls handler(type, obj) for every object (type SYNC on each
         (re)list) and every event, until stop is set. A stream that ends is
-        resumed from the last resourceVersion; an expired one relists."""
+        resumed from the last resourceVersion; an expired one relists.
+
+        A relist diffs against what the stream had shown: an object known
+        before and absent from the new list was deleted in the gap, and
+        handler gets a DELETED for it (its last known state, marked with
+        SYNTHESIZED), so no deletion is lost to a relist. on_relist(kind,
+        synthesized) is called after each relist but the first.
+
+        A handler that raises ends the watch with WatchDied: an event the
+        invariants could not take in must fail the run, not be skipped."""
         rv = None
+        known = {}  # uid -> the object as last seen, to diff a relist against
+        listed = False
+
+        def deliver(etype, obj):
+            uid = obj.get("metadata", {}).get("uid")
+            if uid:
+                if etype == "DELETED":
+                    known.pop(uid, None)
+                else:
+                    known[uid] = obj
+            try:
+                handler(etype, obj)
+            except Exception as err:
+                raise WatchDied(f"the handler of the {kind} watch failed on {etype}: {err!r}") from err
+
         while not stop.is_set():
             try:
                 if rv is None:
                     status, body = self.call("GET", path(kind))
                     if status != 200:
                         raise KubeError(status, body, f"list {kind}")
+                    list_rv = body["metadata"]["resourceVersion"]
+                    present = set()
                     for item in body["items"]:
                         item.setdefault("kind", kind)
-                        handler("SYNC", item)
-                    rv = body["metadata"]["resourceVersion"]
-                    if on_relist:
-                        on_relist(kind)
+                        present.add(item["metadata"]["uid"])
+                        deliver("SYNC", item)
+                    gone = [obj for uid, obj in known.items() if uid not in present]
+                    for obj in gone:
+                        # Its deletion happened at some point up to the list's
+                        # resourceVersion: the latest moment it can have had.
+                        obj = json.loads(json.dumps(obj))
+                        md = obj["metadata"]
+                        md.setdefault("annotations", {})[SYNTHESIZED] = md.get("resourceVersion", "")
+                        md["resourceVersion"] = list_rv
+                        deliver("DELETED", obj)
+                    rv = list_rv
+                    if listed and on_relist:
+                        on_relist(kind, len(gone))
+                    listed = True
                 conn = self._connection(timeout=40)
                 q = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "30", "allowWatchBookmarks": "true"}
                 conn.request("GET", "/" + path(kind, query=q), headers={"Accept": "application/json"})
@@ -208,7 +245,7 @@ class Kube:
                     if ev["type"] == "BOOKMARK":
                         continue
                     obj.setdefault("kind", kind)
-                    handler(ev["type"], obj)
+                    deliver(ev["type"], obj)
                 conn.close()
             except (http.client.HTTPException, OSError, ValueError):
                 # A dropped stream: resume from the last resourceVersion.
@@ -220,6 +257,16 @@ class Kube:
                 # a moment): list again.
                 rv = None
                 time.sleep(0.5)
+
+
+class WatchDied(Exception):
+    """A watch that cannot go on: its handler failed on an event."""
+
+
+# The annotation a DELETED made up by a relist carries (on a copy of the
+# object's last known state): the resourceVersion it was last seen at. Its
+# metadata.resourceVersion is the relist's, the latest its deletion can be.
+SYNTHESIZED = "e2e.opshooks.io/synthesized-deletion"
 
 
 def condition(obj, type_):
