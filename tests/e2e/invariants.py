@@ -6,7 +6,8 @@ second (and once more at the end):
 
   A. no PersistentVolumeClaim is deleted except by a Database deletion whose
      policy allows it (Delete, or Snapshot after its snapshot Job succeeded),
-     or by a scenario that says so;
+     or by a scenario that says so; judged at the moment of the deletion,
+     not of the audit (see below);
   B. no StatefulSet, volume or Job of a deleting Database is created once the
      deletion started, except the first snapshot Job (and a retry a scenario
      asks for by deleting a failed one);
@@ -20,6 +21,14 @@ second (and once more at the end):
 Timestamps are compared on one clock: the API server, the processes and the
 suite all run on this machine. Metadata timestamps have one-second
 resolution, so windows are shrunk by a second at their edges.
+
+Rule A orders events by resourceVersion instead: every kind is stored in the
+one etcd, whose revision orders all writes, while the watch streams (one per
+kind) deliver with their own delays. So "had the snapshot succeeded when the
+volume was deleted" is decided by the writes' order, not by which stream
+came first, nor by what is true seconds later when the audit runs. A fact
+first seen in a (re)list is taken as true since before anything else (its
+moment is unknown: the lenient side).
 """
 
 import json
@@ -59,6 +68,14 @@ METACONTROLLER_BAD = [
 ]
 
 
+def revision(md):
+    """An object's resourceVersion as a number: etcd's revision here."""
+    try:
+        return int(md.get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 class Recorder:
     def __init__(self, kube, opshooks_log, metacontroller_log):
         self.kube = kube
@@ -74,6 +91,7 @@ class Recorder:
         self.deletions = []  # child deletions (first sign of one)
         self.adds = defaultdict(list)  # (kind, ns, name) -> [uid, ...]
         self.deleting_seen = set()
+        self.succeeded = {}  # Job uid -> its record, rv: when it was first seen Succeeded
         self.judged = set()
         self.violations = []
         self.violation_keys = set()
@@ -175,17 +193,24 @@ class Recorder:
         if not uid:
             return
         now = time.time()
+        rv = revision(md)
+        # When what this object shows became true (0: before we looked).
+        fact_rv = 0 if etype == "SYNC" else rv
         with self.lock:
             first = (kind, uid) not in self.objects
             self.objects[(kind, uid)] = obj
             ns, name = md.get("namespace"), md.get("name")
             if kind in PARENTS:
                 rec = self.parents.setdefault(
-                    uid, {"kind": kind, "ns": ns, "name": name, "uid": uid, "deleting": None, "gone": None}
+                    uid,
+                    {"kind": kind, "ns": ns, "name": name, "uid": uid, "deleting": None, "deleting_rv": None, "gone": None, "policies": []},
                 )
                 rec["policy"] = (obj.get("spec") or {}).get("deletionPolicy", "Snapshot")
+                if not rec["policies"] or rec["policies"][-1][1] != rec["policy"]:
+                    rec["policies"].append((fact_rv, rec["policy"]))
                 if md.get("deletionTimestamp") and rec["deleting"] is None:
                     rec["deleting"] = parse_time(md["deletionTimestamp"])
+                    rec["deleting_rv"] = fact_rv
                 if etype == "DELETED":
                     rec["gone"] = now
             else:
@@ -206,7 +231,9 @@ class Recorder:
                     self.adds[(kind, ns, name)].append(uid)
                 if (etype == "DELETED" or md.get("deletionTimestamp")) and uid not in self.deleting_seen:
                     self.deleting_seen.add(uid)
-                    self.deletions.append(dict(record, at=now))
+                    self.deletions.append(dict(record, at=now, rv=rv))
+                if kind == "Job" and uid not in self.succeeded and job_outcome(obj) == "Succeeded":
+                    self.succeeded[uid] = dict(record, rv=fact_rv)
             listeners = list(self.listeners)
         for fn in listeners:
             fn(kind, etype, obj, now)
@@ -253,17 +280,29 @@ class Recorder:
                 if kind == "Job" and obj["metadata"].get("namespace") == ns and obj["metadata"].get("name") == name
             }
 
-    def snapshot_succeeded(self, ns, db_name):
-        for (kind, _), obj in self.objects.items():
-            md = obj["metadata"]
-            if (
-                kind == "Job"
-                and md.get("namespace") == ns
-                and md.get("name") == f"{db_name}-snapshot"
-                and job_outcome(obj) == "Succeeded"
-            ):
-                return True
-        return False
+    def volume_deletion_refused(self, d, p):
+        """Why the policy did not allow volume deletion d at the moment it
+        was written (None when it did), p being its Database."""
+        if p is None:
+            return "it belongs to no Database"
+        at, db = d["rv"], f"its Database {p['name']}"
+        if p["deleting_rv"] is None or p["deleting_rv"] > at:
+            return f"{db} was not being deleted then"
+        # The policy as it stood then: the latest change written before.
+        policy = next((pol for rv, pol in reversed(p["policies"]) if rv < at), p["policies"][0][1])
+        if policy == "Delete":
+            return None
+        if policy != "Snapshot":
+            return f"{db} was being deleted under {policy}"
+        snapshots = [
+            j["rv"]
+            for j in self.succeeded.values()
+            if j["owner"] == p["uid"] and j["name"] == f"{p['name']}-snapshot"
+        ]
+        if any(rv < at for rv in snapshots):
+            return None
+        later = " (it succeeded only after)" if snapshots else ""
+        return f"{db} was being deleted under Snapshot and its snapshot Job had not succeeded yet{later}"
 
     def audit(self, final):
         now = time.time()
@@ -277,22 +316,10 @@ class Recorder:
                 self.judged.add(("A", d["uid"]))
                 if (d["ns"], d["name"]) in self.allowed_pvc_deletes or (d["ns"], None) in self.allowed_pvc_deletes:
                     continue
-                p = self.parent_of(d)
-                ok = bool(
-                    p
-                    and p["deleting"]
-                    and (
-                        p["policy"] == "Delete"
-                        or (p["policy"] == "Snapshot" and self.snapshot_succeeded(p["ns"], p["name"]))
-                    )
-                )
-                if not ok:
-                    why = (
-                        f"its Database {p['name']} is not being deleted under a policy that allows it "
-                        f"(deleting={bool(p['deleting'])}, policy={p['policy']})"
-                        if p
-                        else "it belongs to no Database"
-                    )
+                # Judged only now, once every stream has had SETTLE seconds
+                # to deliver what was written before it, but as of then.
+                why = self.volume_deletion_refused(d, self.parent_of(d))
+                if why:
                     self.violate(("A", d["uid"]), f"PersistentVolumeClaim {d['ns']}/{d['name']} was deleted: {why}")
             # B: nothing of a deleting Database is created again.
             for c in self.creations:
