@@ -131,9 +131,11 @@ class Scenario:
                 raise Failed(f"timed out after {timeout}s waiting for {what}: {last}")
             time.sleep(every)
 
-    def hold(self, what, fn, seconds):
-        """fn must keep passing for this long."""
-        deadline = time.time() + seconds
+    def hold(self, what, fn):
+        """fn must keep passing for two resync periods and a second: every
+        parent is synced again at least once meanwhile, hook or no hook
+        event, so a hold does not end before the loop had its say."""
+        deadline = time.time() + 2 * self.suite.resync() + 1
         while time.time() < deadline:
             try:
                 fn()
@@ -765,6 +767,29 @@ def same_volumes(s, name, before):
     need(not lost, f"volumes replaced or deleted: {sorted(lost)}")
 
 
+# Children a client holds on to by name and reads once: a new Secret is a new
+# password, a new Service a new cluster IP, a new ConfigMap or EndpointSlice
+# lost what other writers put there. Made again, they are a failure even when
+# their content ends up the same, so they are compared by uid.
+HELD_KINDS = ("Service", "Secret", "ConfigMap", "EndpointSlice")
+
+
+def held_objects(s, owner_uids):
+    """(kind, name) -> uid of every child of HELD_KINDS these parents own."""
+    return {
+        (kind, o["metadata"]["name"]): o["metadata"]["uid"]
+        for kind in HELD_KINDS
+        for o in s.k.list(kind, s.ns)
+        if controller_uid(o) in owner_uids
+    }
+
+
+def same_held_objects(s, before, owner_uids):
+    now = held_objects(s, owner_uids)
+    changed = sorted(f"{kind} {name}" for (kind, name), uid in before.items() if now.get((kind, name)) != uid)
+    need(not changed, f"made again or deleted: {changed}")
+
+
 def upgrading_reason(s, name, reason, timeout=180):
     def check():
         db = s.parent("Database", name)
@@ -805,18 +830,23 @@ def scenario_database(s):
     db_services(s, name, 2)
     s.wait("backup CronJob", lambda: need(s.k.get("CronJob", ns, f"{name}-backup"), "missing"))
     vols = volumes(s, name)
+    owner = [s.parent("Database", name)["metadata"]["uid"]]
+    held = held_objects(s, owner)
+    s.expect(len(held) >= 7, f"Services, Secrets, ConfigMap and EndpointSlice of {name}: only {sorted(held)}")
     s.expect(sorted(vols) == [f"data-{name}-0", f"data-{name}-1"], f"volumes {sorted(vols)}")
     s.step("scale to large (3 instances)")
     k.patch("Database", ns, name, {"spec": {"size": "large"}})
     db_running(s, name, 3, "15")
     db_services(s, name, 3)
     same_volumes(s, name, vols)
+    s.wait("the same Services, Secrets, ConfigMap and EndpointSlice", lambda: same_held_objects(s, held, owner), timeout=1)
     vols = volumes(s, name)
     s.step("upgrade 15 -> 16 succeeds")
     k.patch("Database", ns, name, {"spec": {"version": "16"}})
     db_running(s, name, 3, "16", timeout=240)
     db_services(s, name, 3)
     same_volumes(s, name, vols)
+    s.wait("the same Services, Secrets, ConfigMap and EndpointSlice", lambda: same_held_objects(s, held, owner), timeout=1)
     for job in (f"{name}-pre-upgrade-16", f"{name}-upgrade-16"):
         n = len(s.rec.creations_of("Job", ns, job))
         s.expect(n == 1, f"job {job} created {n} times")
@@ -825,7 +855,7 @@ def scenario_database(s):
     k.patch("Database", ns, name, {"spec": {"version": "17"}})
     s.wait_job(f"{name}-pre-upgrade-17", "Failed", timeout=180)
     upgrading_reason(s, name, "PreUpgradeBackupFailed")
-    s.hold("the old version serving, data untouched", lambda: (old_version_serving(s, name, 3, "16"), same_volumes(s, name, vols)), 5)
+    s.hold("the old version serving, data untouched", lambda: (old_version_serving(s, name, 3, "16"), same_volumes(s, name, vols)))
     s.step("retry (delete the failed Job); now the restore fails: 16 serves again")
     s.unstage(fail_pre)
     fail_restore = s.stage(f"{name}-upgrade-17", "fail")
@@ -834,13 +864,14 @@ def scenario_database(s):
     upgrading_reason(s, name, "UpgradeFailed")
     s.wait("the old version serving again", lambda: old_version_serving(s, name, 3, "16"), timeout=120)
     same_volumes(s, name, vols)
-    s.hold("the old version serving, data untouched", lambda: (old_version_serving(s, name, 3, "16"), same_volumes(s, name, vols)), 5)
+    s.hold("the old version serving, data untouched", lambda: (old_version_serving(s, name, 3, "16"), same_volumes(s, name, vols)))
     s.step("retry the restore (delete the failed Job): 17 runs")
     s.unstage(fail_restore)
     k.delete("Job", ns, f"{name}-upgrade-17")
     db_running(s, name, 3, "17", timeout=240)
     db_services(s, name, 3)
     same_volumes(s, name, vols)
+    s.wait("the same Services, Secrets, ConfigMap and EndpointSlice", lambda: same_held_objects(s, held, owner), timeout=1)
     s.step("delete under Snapshot: one snapshot, then volumes, StatefulSet and parent gone")
     k.delete("Database", ns, name)
     s.wait_job_seen(f"{name}-snapshot", "Succeeded")
@@ -871,7 +902,7 @@ def scenario_snapshot_fails(s):
         same_volumes(s, name, vols)
         need((db.get("status") or {}).get("phase") == "Deleting", f"phase {(db.get('status') or {}).get('phase')}")
 
-    s.hold("StatefulSet, volumes and parent intact", intact, 8)
+    s.hold("StatefulSet, volumes and parent intact", intact)
     s.step("retry: delete the failed snapshot Job; the snapshot succeeds and deletion finishes")
     s.unstage(fail)
     s.rec.allow_recreation("Job", ns, f"{name}-snapshot")
@@ -890,7 +921,7 @@ def scenario_retain(s):
     s.step("delete: StatefulSet and parent go, volumes stay")
     k.delete("Database", ns, name)
     db_gone(s, name, volumes_too=False)
-    s.hold("volumes kept", lambda: same_volumes(s, name, vols), 5)
+    s.hold("volumes kept", lambda: same_volumes(s, name, vols))
     s.step("clean up the retained volumes (by hand, as a user would)")
     for v in vols:
         s.rec.allow_pvc_delete(ns, v)
@@ -966,6 +997,7 @@ def scenario_hook_outage(s):
     parents = [s.parent(kind, n) for kind, n in (("WebServer", "web"), ("Memcached", "mc"), ("Backup", "bk"), ("Database", "db"))]
     uids = [p["metadata"]["uid"] for p in parents]
     vols = volumes(s, "db")
+    held = held_objects(s, uids)
     s.step("opshooks killed; every parent changes meanwhile: nothing created or deleted")
     window = s.rec.quiet("the opshooks outage", uids)
     suite.opshooks.kill()
@@ -973,7 +1005,6 @@ def scenario_hook_outage(s):
     k.patch("Memcached", ns, "mc", {"spec": {"size": 3}})
     k.patch("Backup", ns, "bk", {"spec": {"schedule": "0 4 * * *"}})
     k.patch("Database", ns, "db", {"spec": {"size": "medium"}})
-    time.sleep(12)
 
     def untouched():
         need(len(s.children("Pod", uids[0])) == 2, "WebServer pods changed")
@@ -981,11 +1012,15 @@ def scenario_hook_outage(s):
         need(k.get("CronJob", ns, "bk-backup")["spec"]["schedule"] == "0 2 * * *", "CronJob changed")
         need(k.get("StatefulSet", ns, "db")["spec"]["replicas"] == 1, "StatefulSet changed")
         same_volumes(s, "db", vols)
+        same_held_objects(s, held, uids)
 
-    s.wait("children untouched during the outage", untouched, timeout=5)
-    s.rec.close(window)
-    s.step("opshooks back: everything converges within seconds")
-    suite.opshooks.start()
+    try:
+        s.hold("children untouched during the outage", untouched)
+    finally:
+        # Back even when the hold failed: every later scenario needs it.
+        s.rec.close(window)
+        s.step("opshooks back: everything converges within seconds")
+        suite.opshooks.start()
     back = time.time()
     webserver_converged(s, "web", 4, "nginxdemos/hello")
     memcached_converged(s, "mc", 3)
@@ -995,14 +1030,33 @@ def scenario_hook_outage(s):
     say(f"[{s.title}] converged {took:.1f}s after opshooks came back")
     s.expect(took <= 45, f"took {took:.0f}s to converge after opshooks came back (want <= 45)")
     same_volumes(s, "db", vols)
+    s.wait("the same Services, Secrets, ConfigMaps and EndpointSlice after the outage", lambda: same_held_objects(s, held, uids), timeout=1)
     s.step("clean up")
     for kind, n in (("WebServer", "web"), ("Memcached", "mc"), ("Backup", "bk"), ("Database", "db")):
         k.delete(kind, ns, n)
     db_gone(s, "db")
 
 
+def kill_while_running(s, job):
+    """Kills Metacontroller, then starts it again, while Job job runs: the
+    Job is checked right before and right after the kill, or the scenario
+    would pass having killed it before or after what it is about."""
+
+    def running(when):
+        state = job_outcome(s.job(job)) or "gone"
+        s.expect(state == "Running", f"job {job} is {state} {when} the kill, want Running")
+
+    running("before")
+    s.suite.metacontroller.kill()
+    try:
+        running("right after")
+        time.sleep(3)
+    finally:
+        s.suite.metacontroller.start(s.suite.mc_extra)
+
+
 def scenario_metacontroller_restarts(s):
-    k, ns, suite, name = s.k, s.ns, s.suite, "mig"
+    k, ns, name = s.k, s.ns, "mig"
     s.step("a Database (15, medium, Snapshot)")
     k.apply(database(ns, name, "15", "medium"))
     db_running(s, name, 2, "15")
@@ -1011,9 +1065,7 @@ def scenario_metacontroller_restarts(s):
     slow = s.stage(f"{name}-upgrade-16", "succeed", delay_ms=10000)
     k.patch("Database", ns, name, {"spec": {"version": "16"}})
     s.wait("the restore Job", lambda: need(s.job(f"{name}-upgrade-16"), "not yet"), timeout=180)
-    suite.metacontroller.kill()
-    time.sleep(3)
-    suite.metacontroller.start(suite.mc_extra)
+    kill_while_running(s, f"{name}-upgrade-16")
     db_running(s, name, 2, "16", timeout=240)
     s.unstage(slow)
     same_volumes(s, name, vols)
@@ -1024,9 +1076,7 @@ def scenario_metacontroller_restarts(s):
     slow = s.stage(f"{name}-snapshot", "succeed", delay_ms=10000)
     k.delete("Database", ns, name)
     s.wait("the snapshot Job", lambda: need(s.job(f"{name}-snapshot"), "not yet"), timeout=120)
-    suite.metacontroller.kill()
-    time.sleep(3)
-    suite.metacontroller.start(suite.mc_extra)
+    kill_while_running(s, f"{name}-snapshot")
     try:
         db_gone(s, name)
     finally:
@@ -1104,6 +1154,17 @@ class Suite:
             f"http://127.0.0.1:{args.mc_ports[1]}/readyz",
         )
         self.results = []
+        self.resync_seconds = None
+
+    def resync(self):
+        """The longest resyncPeriodSeconds of the chart's CompositeControllers
+        (loop_chart in lib.sh sets it): how long a parent can go unsynced."""
+        if self.resync_seconds is None:
+            periods = [cc["spec"].get("resyncPeriodSeconds") or 0 for cc in self.kube.list("CompositeController")]
+            if not periods or not all(periods):
+                raise Failed(f"a CompositeController without a resync period: {periods}")
+            self.resync_seconds = max(periods)
+        return self.resync_seconds
 
     def namespace(self, ns):
         if self.kube.get("Namespace", None, ns) is None:
@@ -1141,7 +1202,7 @@ class Suite:
         self.recorder.start()
         self.opshooks.start()
         total = time.time()
-        for i, strategy in enumerate(strategies):
+        for strategy in strategies:
             self.mc_extra = [f"--apply-strategy={strategy}"]
             self.metacontroller.start(self.mc_extra)
             suffix = "dyn" if strategy == "dynamic-apply" else "ssa"
@@ -1150,9 +1211,9 @@ class Suite:
             faults = [sc for sc in FAULTS if (not only or sc[1] in only)]
             say(f"##### Metacontroller --apply-strategy={strategy}: {len(lifecycle)} scenarios in parallel")
             self.run_batch(lifecycle, strategy, suffix)
-            if i == 0:
-                for sc in faults:
-                    self.run_batch([sc], strategy, suffix)
+            # One at a time: each kills a process every scenario depends on.
+            for sc in faults:
+                self.run_batch([sc], strategy, suffix)
             self.metacontroller.kill(signal.SIGTERM)
         self.recorder.finish()
         self.opshooks.kill(signal.SIGTERM)
