@@ -30,10 +30,12 @@
 //! - [`cli`]: the `hook`, `openapi` and `manifests` subcommands.
 //! - [`config`]: command-line flags, each also read from the environment.
 //! - [`telemetry`]: logging set-up.
+//! - [`fixtures`]: builders of observed objects for tests.
 
 pub mod call;
 pub mod cli;
 pub mod config;
+pub mod fixtures;
 pub mod hook;
 pub mod http;
 pub mod manifests;

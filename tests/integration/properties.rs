@@ -4,6 +4,7 @@
 use opshooks::call::call_slice;
 use std::collections::{BTreeMap, BTreeSet};
 
+use opshooks::fixtures;
 use opshooks::hook::Hook;
 use opshooks::operator::Operator;
 use opshooks::operators;
@@ -23,11 +24,10 @@ fn webserver() -> Operator {
 }
 
 fn observed_pod(name: &str, index: u32, phase: &str, ready: bool) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("{name}-{index}"), "namespace": "ns"},
-        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]},
-    })
+    let pod = fixtures::pod(&format!("{name}-{index}"))
+        .namespace("ns")
+        .phase(phase);
+    if ready { pod.ready() } else { pod }.json()
 }
 
 fn phase() -> impl Strategy<Value = &'static str> {

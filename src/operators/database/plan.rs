@@ -477,9 +477,9 @@ pub fn has_generated_credentials(db: &Database, seen: &Observed) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use crate::operators::database::children;
     use crate::operators::database::spec::DatabaseStatus;
-    use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::batch::v1::Job;
     use serde_json::json;
 
@@ -493,23 +493,21 @@ mod tests {
     }
 
     fn job(state: &str) -> Job {
-        let status = match state {
-            "Running" => json!({"active": 1}),
-            s => json!({"conditions": [{"type": s, "status": "True"}]}),
-        };
-        serde_json::from_value(json!({"metadata": {"name": "x"}, "status": status})).unwrap()
+        fixtures::job("x").finished(state).typed()
     }
 
     fn running(version: &str) -> Observed {
-        let sts: StatefulSet = serde_json::from_value(json!({
-            "metadata": {"name": "orders", "annotations": {ANNOTATION_VERSION: version}},
-            "spec": {"selector": {}, "template": {}}
-        }))
-        .unwrap();
+        let sts = fixtures::statefulset("orders").annotation(ANNOTATION_VERSION, version);
         Observed {
-            statefulset: Some(sts),
+            statefulset: Some(sts.typed()),
             ..Observed::default()
         }
+    }
+
+    /// An instance pod of `orders`, as the StatefulSet labels it.
+    fn instance(index: usize) -> fixtures::Object {
+        fixtures::pod(&format!("orders-{index}"))
+            .label(crate::operators::common::LABEL_NAME, "postgresql")
     }
 
     /// `running`, scaled to zero, its controller reporting no replica left.
@@ -569,11 +567,7 @@ mod tests {
     /// `running`, with instance 0 up and ready.
     fn serving(version: &str) -> Observed {
         let mut seen = running(version);
-        seen.pods = vec![serde_json::from_value(json!({
-            "metadata": {"name": "orders-0", "labels": {"app.kubernetes.io/name": "postgresql"}},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap()];
+        seen.pods = vec![instance(0).ready().typed()];
         seen
     }
 
@@ -657,12 +651,7 @@ mod tests {
                 .iter()
                 .map(|(n, s)| (n.to_string(), job(s)))
                 .collect();
-            seen.pods = (0..case.pods)
-                .map(|i| {
-                    serde_json::from_value(json!({"metadata": {"name": format!("orders-{i}"), "labels": {"app.kubernetes.io/name": "postgresql"}}}))
-                        .unwrap()
-                })
-                .collect();
+            seen.pods = (0..case.pods).map(|i| instance(i).typed()).collect();
             let plan = plan(&d, &seen).unwrap();
             assert_eq!(plan.upgrade, case.want, "{}", case.reason);
             assert_eq!(plan.version, case.want_version, "{}", case.reason);
