@@ -724,27 +724,7 @@ impl<'a> Simulation<'a> {
                 return false;
             }
             if observed.contains(&key) {
-                let existing = self.cluster.get(&key).expect("observed").clone();
-                match method {
-                    "OnDelete" => {}
-                    "Recreate" => {
-                        if differs(&existing, &child) {
-                            self.cluster.delete(&key, Actor::Metacontroller);
-                        }
-                    }
-                    // A rolling update decides whether a child is up to date
-                    // before Metacontroller adds `controller-uid` to the
-                    // desired children: a child answered without it never is,
-                    // and is recreated again and again (the real loop stalls).
-                    "RollingRecreate" => {
-                        if differs(&existing, &child) || differs(&existing, &as_answered) {
-                            self.cluster.delete(&key, Actor::Metacontroller);
-                        }
-                    }
-                    _ => {
-                        self.cluster.update(&key, &child, Actor::Metacontroller);
-                    }
-                }
+                self.update_child(&key, &child, &as_answered, method);
             } else if self.cluster.get(&key).is_none() {
                 object_map(&mut child, "metadata")
                     .insert("ownerReferences".into(), json!([owner_ref(parent)]));
@@ -756,6 +736,31 @@ impl<'a> Simulation<'a> {
         }
         self.write_status(parent, response, violations);
         true
+    }
+
+    /// An observed child the answer keeps, by its update method.
+    fn update_child(&mut self, key: &Key, child: &Value, as_answered: &Value, method: &str) {
+        let existing = self.cluster.get(key).expect("observed").clone();
+        match method {
+            "OnDelete" => {}
+            "Recreate" => {
+                if differs(&existing, child) {
+                    self.cluster.delete(key, Actor::Metacontroller);
+                }
+            }
+            // A rolling update decides whether a child is up to date before
+            // Metacontroller adds `controller-uid` to the desired children:
+            // a child answered without it never is, and is recreated again
+            // and again (the real loop stalls).
+            "RollingRecreate" => {
+                if differs(&existing, child) || differs(&existing, as_answered) {
+                    self.cluster.delete(key, Actor::Metacontroller);
+                }
+            }
+            _ => {
+                self.cluster.update(key, child, Actor::Metacontroller);
+            }
+        }
     }
 
     fn write_status(&mut self, parent: &Value, response: &Value, violations: &mut Vec<String>) {
