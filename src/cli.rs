@@ -195,7 +195,6 @@ fn print_text(text: &str) -> Result<(), Failure> {
 /// after each event. Fails (1) on a broken rule of the loop or a loop that
 /// does not settle.
 pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
-    use crate::simulate::{Event, Simulation};
     let ops = operators::all();
     let op = ops
         .iter()
@@ -208,6 +207,24 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
                 names.join(", ")
             ))
         })?;
+    let (mut sim, events) = simulation(op, args)?;
+    let broken = run_stages(&mut sim, &events, args)?;
+    if broken > 0 {
+        return Err(Failure {
+            message: format!("{broken} broken rule(s) of the loop; see VIOLATION above"),
+            code: 1,
+        });
+    }
+    Ok(())
+}
+
+/// The simulation the flags ask for, before its first step: the parent,
+/// the objects `--with` adds, the Jobs that fail, and the events to come.
+fn simulation<'a>(
+    op: &'a crate::operator::Operator,
+    args: &SimulateArgs,
+) -> Result<(crate::simulate::Simulation<'a>, Vec<crate::simulate::Event>), Failure> {
+    use crate::simulate::{Event, Simulation};
     let read = |path: &Path| -> Result<serde_json::Value, Failure> {
         let text = std::fs::read_to_string(path)
             .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
@@ -241,6 +258,16 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
         sim.apply(&Event::FailJob(job.clone()))
             .map_err(Failure::usage)?;
     }
+    Ok((sim, events))
+}
+
+/// Settles after the parent's creation and after each event, printing
+/// every step; the number of broken rules, or why it stopped.
+fn run_stages(
+    sim: &mut crate::simulate::Simulation<'_>,
+    events: &[crate::simulate::Event],
+    args: &SimulateArgs,
+) -> Result<usize, Failure> {
     let mut out = std::io::stdout().lock();
     let mut broken = 0;
     let stages = std::iter::once(None).chain(events.iter().map(Some));
@@ -288,11 +315,5 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
             });
         }
     }
-    if broken > 0 {
-        return Err(Failure {
-            message: format!("{broken} broken rule(s) of the loop; see VIOLATION above"),
-            code: 1,
-        });
-    }
-    Ok(())
+    Ok(broken)
 }
