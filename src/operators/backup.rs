@@ -463,9 +463,41 @@ pub fn status(
     jobs: &[Job],
     ctx: &Context,
 ) -> BackupStatus {
+    let cron_status = cron.and_then(|c| c.status.as_ref());
+    let last = latest(jobs);
+    let last_status = last.map_or(RunStatus::None, run_status);
+    let last_backup_time = jobs
+        .iter()
+        .filter(|j| run_status(j) == RunStatus::Succeeded)
+        .filter_map(|j| j.status.as_ref()?.completion_time.as_ref().map(|t| t.0))
+        .max()
+        .map(format_time)
+        .or_else(|| time(&cron_status.and_then(|s| s.last_successful_time.clone())));
+    let previous = b
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let observations = vec![
+        target_found(b, target),
+        ready(b, cron, target),
+        last_backup_succeeded(last, last_status),
+    ];
+    BackupStatus {
+        cron_job_name: cron.and_then(|c| c.metadata.name.clone()),
+        last_schedule_time: time(&cron_status.and_then(|s| s.last_schedule_time.clone())),
+        last_backup_time,
+        last_backup_status: last_status,
+        conditions: conditions::reconcile(previous, observations, b.metadata.generation, ctx.now),
+        observed_generation: None,
+    }
+}
+
+/// `TargetFound`: whether the StatefulSet to back up exists.
+fn target_found(b: &Backup, target: Option<&Result<Source, Unusable>>) -> Observation {
     let target_name = &b.spec.target.name;
     let ns = b.metadata.namespace.as_deref().unwrap_or("default");
-    let found = match target {
+    match target {
         None => Observation::new(
             "TargetFound",
             false,
@@ -480,9 +512,16 @@ pub fn status(
             "TargetFound",
             format!("statefulset {target_name} found"),
         ),
-    };
-    let cron_status = cron.and_then(|c| c.status.as_ref());
-    let ready = match (target, cron, b.spec.suspend) {
+    }
+}
+
+/// `Ready`: whether backups are scheduled, or why not.
+fn ready(
+    b: &Backup,
+    cron: Option<&CronJob>,
+    target: Option<&Result<Source, Unusable>>,
+) -> Observation {
+    match (target, cron, b.spec.suspend) {
         (Some(Err(why)), _, _) => Observation::new("Ready", false, why.reason, why.message.clone()),
         (None, _, _) => Observation::new("Ready", false, "TargetNotFound", "no target to back up"),
         (_, None, _) => Observation::new(
@@ -503,13 +542,15 @@ pub fn status(
             "Scheduled",
             format!("backups run on schedule {:?}", b.spec.schedule.trim()),
         ),
-    };
-    let last = latest(jobs);
-    let last_status = last.map_or(RunStatus::None, run_status);
+    }
+}
+
+/// `LastBackupSucceeded`: how the newest backup Job went.
+fn last_backup_succeeded(last: Option<&Job>, last_status: RunStatus) -> Observation {
     let last_name = last
         .and_then(|j| j.metadata.name.clone())
         .unwrap_or_default();
-    let succeeded = match last_status {
+    match last_status {
         RunStatus::Succeeded => Observation::new(
             "LastBackupSucceeded",
             true,
@@ -534,31 +575,6 @@ pub fn status(
             "NoBackupYet",
             "no backup has run yet",
         ),
-    };
-    let last_backup_time = jobs
-        .iter()
-        .filter(|j| run_status(j) == RunStatus::Succeeded)
-        .filter_map(|j| j.status.as_ref()?.completion_time.as_ref().map(|t| t.0))
-        .max()
-        .map(format_time)
-        .or_else(|| time(&cron_status.and_then(|s| s.last_successful_time.clone())));
-    let previous = b
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    BackupStatus {
-        cron_job_name: cron.and_then(|c| c.metadata.name.clone()),
-        last_schedule_time: time(&cron_status.and_then(|s| s.last_schedule_time.clone())),
-        last_backup_time,
-        last_backup_status: last_status,
-        conditions: conditions::reconcile(
-            previous,
-            vec![found, ready, succeeded],
-            b.metadata.generation,
-            ctx.now,
-        ),
-        observed_generation: None,
     }
 }
 
