@@ -112,6 +112,17 @@ pub fn yaml(operators: &[Operator]) -> String {
 }
 
 fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
+    add_schemas(op, components);
+    for hook in op.hooks() {
+        paths.paths.insert(
+            format!("/{}/{}", op.name, hook),
+            PathItem::new(HttpMethod::Post, hook_operation(op, hook)),
+        );
+    }
+}
+
+/// The operator's parent, status and the hook bodies about it.
+fn add_schemas(op: &Operator, components: &mut Components) {
     let kind = &op.kind;
     let crd = op.crd();
     let root = crd.spec.versions[0]
@@ -168,73 +179,72 @@ fn add_operator(op: &Operator, components: &mut Components, paths: &mut Paths) {
     components
         .schemas
         .insert(format!("{kind}CustomizeRequest"), schema(customize_request));
-    for hook in op.hooks() {
-        let (request, response, summary) = match hook {
-            Hook::Sync => (
-                format!("{kind}SyncRequest"),
-                format!("{kind}SyncResponse"),
-                format!("Desired children and observed status of a {kind}."),
-            ),
-            Hook::Finalize => (
-                format!("{kind}SyncRequest"),
-                format!("{kind}SyncResponse"),
-                format!("Clean-up before a {kind} is deleted; finalized once nothing is left."),
-            ),
-            Hook::Customize => (
-                format!("{kind}CustomizeRequest"),
-                "CustomizeResponse".to_string(),
-                format!("Which related objects Metacontroller sends with each {kind} sync."),
-            ),
-        };
-        let operation = Operation::builder()
-            .tag(op.name)
-            .operation_id(Some(format!("{}_{}", op.name, hook)))
-            .summary(Some(summary))
-            .request_body(Some(
-                RequestBody::builder()
-                    .required(Some(Required::True))
-                    .content(
-                        "application/json",
-                        Content::new(Some(Ref::from_schema_name(request))),
-                    )
-                    .build(),
-            ))
-            .response(
-                "200",
-                Response::builder()
-                    .description("The answer Metacontroller applies.")
-                    .content(
-                        "application/json",
-                        Content::new(Some(Ref::from_schema_name(response))),
-                    ),
-            )
-            .response(
-                "400",
-                problem("The body is not JSON or lacks a required field."),
-            )
-            .response("401", problem("--auth-token-file is set and the request has no Authorization: Bearer header with that token; the answer carries WWW-Authenticate."))
-            .response("404", problem("No such operator or hook."))
-            .response("405", problem("Hooks take POST only."))
-            .response("408", problem("The body did not arrive in time."))
-            .response("413", problem("The body is over --max-body-bytes."))
-            .response("409", problem("The observed state leaves a decision that could lose data open; nothing is changed and detail says what to check."))
-            .response("415", problem("The body is not sent as application/json."))
-            .response(
-                "422",
-                problem("The parent's spec is invalid; detail names the field and the fix."),
-            )
-            .response("429", problem("Every place for a hook call (--max-concurrent-hooks computing, --max-queued-hooks waiting) is taken; the answer carries Retry-After, after which Metacontroller retries."))
-            .response("500", problem("A bug in opshooks."))
-            .response(
-                "503",
-                problem("The answer took longer than --request-timeout-seconds, or no worker was free before that deadline."),
-            )
-            .build();
-        paths.paths.insert(
-            format!("/{}/{}", op.name, hook),
-            PathItem::new(HttpMethod::Post, operation),
-        );
-    }
+}
+
+/// One hook route: its request and answer bodies and every status code.
+fn hook_operation(op: &Operator, hook: Hook) -> Operation {
+    let kind = &op.kind;
+    let (request, response, summary) = match hook {
+        Hook::Sync => (
+            format!("{kind}SyncRequest"),
+            format!("{kind}SyncResponse"),
+            format!("Desired children and observed status of a {kind}."),
+        ),
+        Hook::Finalize => (
+            format!("{kind}SyncRequest"),
+            format!("{kind}SyncResponse"),
+            format!("Clean-up before a {kind} is deleted; finalized once nothing is left."),
+        ),
+        Hook::Customize => (
+            format!("{kind}CustomizeRequest"),
+            "CustomizeResponse".to_string(),
+            format!("Which related objects Metacontroller sends with each {kind} sync."),
+        ),
+    };
+    Operation::builder()
+        .tag(op.name)
+        .operation_id(Some(format!("{}_{}", op.name, hook)))
+        .summary(Some(summary))
+        .request_body(Some(
+            RequestBody::builder()
+                .required(Some(Required::True))
+                .content(
+                    "application/json",
+                    Content::new(Some(Ref::from_schema_name(request))),
+                )
+                .build(),
+        ))
+        .response(
+            "200",
+            Response::builder()
+                .description("The answer Metacontroller applies.")
+                .content(
+                    "application/json",
+                    Content::new(Some(Ref::from_schema_name(response))),
+                ),
+        )
+        .response(
+            "400",
+            problem("The body is not JSON or lacks a required field."),
+        )
+        .response("401", problem("--auth-token-file is set and the request has no Authorization: Bearer header with that token; the answer carries WWW-Authenticate."))
+        .response("404", problem("No such operator or hook."))
+        .response("405", problem("Hooks take POST only."))
+        .response("408", problem("The body did not arrive in time."))
+        .response("413", problem("The body is over --max-body-bytes."))
+        .response("409", problem("The observed state leaves a decision that could lose data open; nothing is changed and detail says what to check."))
+        .response("415", problem("The body is not sent as application/json."))
+        .response(
+            "422",
+            problem("The parent's spec is invalid; detail names the field and the fix."),
+        )
+        .response("429", problem("Every place for a hook call (--max-concurrent-hooks computing, --max-queued-hooks waiting) is taken; the answer carries Retry-After, after which Metacontroller retries."))
+        .response("500", problem("A bug in opshooks."))
+        .response(
+            "503",
+            problem("The answer took longer than --request-timeout-seconds, or no worker was free before that deadline."),
+        )
+        .build()
 }
 
 fn problem(description: &str) -> Response {
