@@ -263,30 +263,11 @@ pub fn source_of(sts: &StatefulSet, database: Option<&str>) -> Result<Source, Un
         .and_then(|s| s.template.spec.as_ref())
         .map(|p| p.containers.as_slice())
         .unwrap_or_default();
-    let has = |c: &Container, var: &str| c.env.iter().flatten().any(|e| e.name == var);
-    let container = containers
-        .iter()
-        .find(|c| has(c, "POSTGRES_PASSWORD"))
-        .or_else(|| {
-            containers
-                .iter()
-                .find(|c| c.image.as_deref().is_some_and(|i| i.contains("postgres")))
-        })
-        .ok_or_else(|| Unusable {
-            reason: "NotPostgres",
-            message: format!("statefulset {sts_name} has no PostgreSQL container (none sets POSTGRES_PASSWORD or runs a postgres image)"),
-        })?;
+    let container = postgres_container(containers).ok_or_else(|| Unusable {
+        reason: "NotPostgres",
+        message: format!("statefulset {sts_name} has no PostgreSQL container (none sets POSTGRES_PASSWORD or runs a postgres image)"),
+    })?;
     let var = |name: &str| container.env.iter().flatten().find(|e| e.name == name);
-    let credential = |e: &EnvVar| -> Option<Credential> {
-        if let Some(value) = &e.value {
-            return Some(Credential::Value(value.clone()));
-        }
-        let secret = e.value_from.as_ref()?.secret_key_ref.as_ref()?;
-        Some(Credential::Secret {
-            name: secret.name.clone(),
-            key: secret.key.clone(),
-        })
-    };
     let password = match var("POSTGRES_PASSWORD").and_then(credential) {
         Some(secret @ Credential::Secret { .. }) => secret,
         _ => {
@@ -310,24 +291,7 @@ pub fn source_of(sts: &StatefulSet, database: Option<&str>) -> Result<Source, Un
             Credential::Secret { .. } => None,
         })
         .unwrap_or_else(|| "postgres".into());
-    let port = container
-        .ports
-        .iter()
-        .flatten()
-        .find(|p| {
-            matches!(
-                p.name.as_deref(),
-                Some("postgres" | "postgresql" | "tcp-postgresql")
-            )
-        })
-        .or_else(|| {
-            container
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.container_port == 5432)
-        })
-        .map_or(5432, |p| p.container_port);
+    let port = postgres_port(container);
     let service = spec
         .and_then(|s| s.service_name.clone())
         .filter(|s| !s.is_empty())
@@ -340,6 +304,47 @@ pub fn source_of(sts: &StatefulSet, database: Option<&str>) -> Result<Source, Un
         password,
         image: container.image.clone().unwrap_or_else(|| "postgres".into()),
     })
+}
+
+/// The container that runs PostgreSQL: the one given POSTGRES_PASSWORD,
+/// else the one running a postgres image.
+fn postgres_container(containers: &[Container]) -> Option<&Container> {
+    let has = |c: &Container, var: &str| c.env.iter().flatten().any(|e| e.name == var);
+    containers
+        .iter()
+        .find(|c| has(c, "POSTGRES_PASSWORD"))
+        .or_else(|| {
+            containers
+                .iter()
+                .find(|c| c.image.as_deref().is_some_and(|i| i.contains("postgres")))
+        })
+}
+
+/// Where a variable's value comes from: written in the spec, or a Secret's
+/// key (a ConfigMap or field reference is no credential).
+fn credential(e: &EnvVar) -> Option<Credential> {
+    if let Some(value) = &e.value {
+        return Some(Credential::Value(value.clone()));
+    }
+    let secret = e.value_from.as_ref()?.secret_key_ref.as_ref()?;
+    Some(Credential::Secret {
+        name: secret.name.clone(),
+        key: secret.key.clone(),
+    })
+}
+
+/// The port PostgreSQL listens on: the one named for it, else 5432.
+fn postgres_port(container: &Container) -> i32 {
+    let ports = || container.ports.iter().flatten();
+    ports()
+        .find(|p| {
+            matches!(
+                p.name.as_deref(),
+                Some("postgres" | "postgresql" | "tcp-postgresql")
+            )
+        })
+        .or_else(|| ports().find(|p| p.container_port == 5432))
+        .map_or(5432, |p| p.container_port)
 }
 
 /// The CronJob of a Backup: the shared backup job on the Backup's schedule.
