@@ -88,11 +88,22 @@ impl ObjectGroups {
     pub fn check_keys(&self) -> Result<(), DecodeError> {
         for (key, group) in &self.0 {
             for (path, raw) in group {
-                let head: Head =
-                    decode_text(raw.get().as_bytes(), || format!("observed {key} {path:?}"))
+                // Borrowed from the text, so a call's check allocates nothing
+                // but for a name with escapes; a failure decodes again to
+                // name the path.
+                let (name, namespace) = match serde_json::from_str::<Head<&str>>(raw.get()) {
+                    Ok(head) => head.name_and_namespace(),
+                    Err(_) => {
+                        let head: Head<String> = decode_text(raw.get().as_bytes(), || {
+                            format!("observed {key} {path:?}")
+                        })
                         .map_err(DecodeError::Malformed)?;
-                let meta = head.metadata.unwrap_or_default();
-                check_path(key, path, meta.name.as_deref(), meta.namespace.as_deref())?;
+                        let (name, namespace) = head.name_and_namespace();
+                        check_path(key, path, name.as_deref(), namespace.as_deref())?;
+                        continue;
+                    }
+                };
+                check_path(key, path, name, namespace)?;
             }
         }
         Ok(())
@@ -173,19 +184,29 @@ fn check_path(
     Ok(())
 }
 
-/// An observed object's name and namespace; the rest is skipped unread.
+/// An observed object's name and namespace (borrowed from the text as
+/// `&str`, or owned where escapes need it); the rest is skipped unread.
 #[derive(Deserialize)]
-struct Head {
-    #[serde(default)]
-    metadata: Option<HeadMeta>,
+struct Head<S> {
+    #[serde(default = "Option::default")]
+    metadata: Option<HeadMeta<S>>,
 }
 
-#[derive(Default, Deserialize)]
-struct HeadMeta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
+#[derive(Deserialize)]
+struct HeadMeta<S> {
+    #[serde(default = "Option::default")]
+    name: Option<S>,
+    #[serde(default = "Option::default")]
+    namespace: Option<S>,
+}
+
+impl<S> Head<S> {
+    fn name_and_namespace(self) -> (Option<S>, Option<S>) {
+        match self.metadata {
+            Some(meta) => (meta.name, meta.namespace),
+            None => (None, None),
+        }
+    }
 }
 
 /// A group map that must be there: Metacontroller always sends one (an
