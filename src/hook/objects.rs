@@ -295,15 +295,43 @@ mod tests {
             },
         ];
         for case in cases {
-            let got = groups(json!({ "Pod.v1": case.group })).of::<Pod>();
+            let groups = groups(json!({ "Pod.v1": case.group }));
+            let got = groups.of::<Pod>();
+            // check_keys, which reads every group, must agree with `of`.
+            let checked = groups.check_keys();
             match case.want {
-                None => assert!(got.is_ok(), "{}: {got:?}", case.reason),
+                None => assert!(
+                    got.is_ok() && checked.is_ok(),
+                    "{}: {got:?} {checked:?}",
+                    case.reason
+                ),
                 Some(want) => {
                     let err = got.unwrap_err().to_string();
                     assert!(err.starts_with(want), "{}: {err}", case.reason);
+                    let err = checked.unwrap_err().to_string();
+                    assert!(err.starts_with(want), "{}: check_keys: {err}", case.reason);
                 }
             }
         }
+    }
+
+    /// check_keys reads names borrowed from the text; a name written with
+    /// escapes cannot be borrowed and is read again, owned: it must be
+    /// judged the same, and a broken object still names its path.
+    #[test]
+    fn check_keys_reads_escaped_names_and_names_broken_objects() {
+        let escaped: ObjectGroups =
+            serde_json::from_str(r#"{"Pod.v1": {"web-0": {"metadata": {"name": "web\u002d0"}}}}"#)
+                .unwrap();
+        assert!(escaped.check_keys().is_ok());
+        let renamed: ObjectGroups =
+            serde_json::from_str(r#"{"Pod.v1": {"web-0": {"metadata": {"name": "web\u002d1"}}}}"#)
+                .unwrap();
+        let err = renamed.check_keys().unwrap_err().to_string();
+        assert!(err.contains("metadata.name is \"web-1\""), "{err}");
+        let broken = groups(json!({"Pod.v1": {"web-0": {"metadata": {"name": 7}}}}));
+        let err = broken.check_keys().unwrap_err().to_string();
+        assert!(err.contains("metadata.name"), "{err}");
     }
 
     #[test]
