@@ -91,19 +91,14 @@ impl ObjectGroups {
                 // Borrowed from the text, so a call's check allocates nothing
                 // but for a name with escapes; a failure decodes again to
                 // name the path.
-                let (name, namespace) = match serde_json::from_str::<Head<&str>>(raw.get()) {
-                    Ok(head) => head.name_and_namespace(),
-                    Err(_) => {
-                        let head: Head<String> = decode_text(raw.get().as_bytes(), || {
-                            format!("observed {key} {path:?}")
-                        })
-                        .map_err(DecodeError::Malformed)?;
-                        let (name, namespace) = head.name_and_namespace();
-                        check_path(key, path, name.as_deref(), namespace.as_deref())?;
-                        continue;
-                    }
-                };
-                check_path(key, path, name, namespace)?;
+                match serde_json::from_str::<Head<&str>>(raw.get()) {
+                    Ok(head) => head.check(key, path)?,
+                    Err(_) => decode_text::<Head<String>>(raw.get().as_bytes(), || {
+                        format!("observed {key} {path:?}")
+                    })
+                    .map_err(DecodeError::Malformed)?
+                    .check(key, path)?,
+                }
             }
         }
         Ok(())
@@ -200,12 +195,13 @@ struct HeadMeta<S> {
     namespace: Option<S>,
 }
 
-impl<S> Head<S> {
-    fn name_and_namespace(self) -> (Option<S>, Option<S>) {
-        match self.metadata {
-            Some(meta) => (meta.name, meta.namespace),
-            None => (None, None),
-        }
+impl<S: AsRef<str>> Head<S> {
+    /// [`check_path`] on this object's name and namespace.
+    fn check(&self, key: &str, path: &str) -> Result<(), DecodeError> {
+        let meta = self.metadata.as_ref();
+        let name = meta.and_then(|m| m.name.as_ref()).map(AsRef::as_ref);
+        let namespace = meta.and_then(|m| m.namespace.as_ref()).map(AsRef::as_ref);
+        check_path(key, path, name, namespace)
     }
 }
 

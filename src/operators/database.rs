@@ -185,7 +185,7 @@ pub fn finalize(
         }
         return Err(invalid.into());
     }
-    let seen = Observed::from_request(req)?;
+    let seen = Observed::from_request(req)?.with_children(req);
     let (plan, deletion) = plan_finalize(db, &seen, ctx)?;
     answer(db, &seen, plan, Some(&deletion), ctx)
 }

@@ -68,40 +68,18 @@ pub fn build(
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, plan)));
     }
-    let mut jobs = Vec::new();
     if plan.init_job {
-        jobs.push(init_job(db, plan));
+        out.push(Child::new(&init_job(db, plan)));
     }
-    jobs.extend(upgrade_jobs(db, plan));
+    out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
     if plan.snapshot_job {
-        jobs.extend(snapshot_job(db, plan));
+        out.extend(snapshot_job(db, plan).as_ref().map(Child::new));
     }
-    if plan.deleting {
-        let built: BTreeSet<String> = jobs
-            .iter()
-            .filter_map(|j| j.metadata.name.clone())
-            .collect();
-        let others: Vec<Job> = seen
-            .jobs
-            .keys()
-            .filter(|n| !built.contains(*n))
-            .map(|n| kept_job(db, n))
-            .collect();
-        jobs.extend(others);
-    }
-    out.extend(jobs.iter().map(Child::new));
     if let Some(cron) = backup_cron_job(db, plan) {
         out.push(Child::new(&cron));
     }
     if plan.deleting {
-        // Deletion only moves forward: what is gone (deleted by anyone)
-        // stays gone, but a snapshot still to take.
-        let snapshot = (group_key::<Job>(), jobs::snapshot(db));
-        out.retain(|child| {
-            let (group, name) = child.group_and_name();
-            let key = (group, name.to_string());
-            seen.children.contains(&key) || key == snapshot
-        });
+        out = while_deleting(db, seen, out);
     }
     Ok(out)
 }
@@ -594,6 +572,29 @@ fn app_env(db: &Database) -> Vec<EnvVar> {
         secret_env("APP_PASSWORD", credentials_secret_name(db), "password"),
         value_env("APP_DATABASE", database_name(db)),
     ]
+}
+
+/// What a deletion answers of the children built: only what is observed,
+/// but a snapshot still to take (deletion only moves forward: what anyone
+/// deleted stays gone), and every observed Job, built or not.
+fn while_deleting(db: &Database, seen: &Observed, mut out: Vec<Child>) -> Vec<Child> {
+    let job_group = group_key::<Job>();
+    let snapshot = (job_group.clone(), jobs::snapshot(db));
+    out.retain(|child| {
+        let (group, name) = child.group_and_name();
+        let key = (group, name.to_string());
+        seen.children.contains(&key) || key == snapshot
+    });
+    let answered: BTreeSet<String> = out
+        .iter()
+        .filter_map(|child| {
+            let (group, name) = child.group_and_name();
+            (group == job_group).then(|| name.to_string())
+        })
+        .collect();
+    let kept = seen.jobs.keys().filter(|name| !answered.contains(*name));
+    out.extend(kept.map(|name| Child::new(&kept_job(db, name))));
+    out
 }
 
 /// An observed Job that no builder makes (an older snapshot, a Job of a

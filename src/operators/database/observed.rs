@@ -33,7 +33,8 @@ pub struct Observed {
     pub pods: Vec<ObservedPod>,
     /// The claims labelled as this Database's.
     pub volumes: Vec<PersistentVolumeClaim>,
-    /// Every observed child, as its group key and name.
+    /// Every observed child, as its group key and name: read while
+    /// deleting only, so filled only by [`Observed::with_children`].
     pub children: BTreeSet<(String, String)>,
 }
 
@@ -72,12 +73,20 @@ impl Observed {
             cron_job: req.children.of::<CronJob>()?.into_iter().next(),
             pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
-            children: req
-                .children
-                .names()
-                .map(|(group, name)| (group.to_string(), name.to_string()))
-                .collect(),
+            children: BTreeSet::new(),
         })
+    }
+
+    /// With every observed child's group key and name, which only a
+    /// deletion reads (nothing gone is created again): a sync does not pay
+    /// for it.
+    pub fn with_children(mut self, req: &SyncRequest<Database>) -> Self {
+        self.children = req
+            .children
+            .names()
+            .map(|(group, name)| (group.to_string(), name.to_string()))
+            .collect();
+        self
     }
 
     /// The major the StatefulSet runs: the data directory its postgres

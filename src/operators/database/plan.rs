@@ -378,7 +378,7 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
             && !snapshotted
             && serving);
     plan.delete_volumes = volumes_may_go;
-    plan.volumes_pending = if exists {
+    let pending = if exists {
         volumes_pending(db, seen, volumes_may_go)
     } else {
         Vec::new()
@@ -389,19 +389,12 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // instance runs again until its claim is as the policy says. Not while
     // a restore holds the primary's volume (no instance runs then).
     if plan.replicas > 0
-        && let Some(highest) = seen
-            .claims(db)
-            .filter(|(_, c)| {
-                plan.volumes_pending
-                    .iter()
-                    .any(|p| c.metadata.name.as_ref() == Some(p))
-            })
-            .map(|(i, _)| i)
-            .max()
+        && let Some(highest) = pending.iter().map(|(ordinal, _)| *ordinal).max()
     {
         let needed = i32::try_from(highest).map_or(i32::MAX, |h| h.saturating_add(1));
         plan.replicas = plan.replicas.max(needed);
     }
+    plan.volumes_pending = pending.into_iter().map(|(_, name)| name).collect();
     // Under Snapshot the data must stay until the snapshot succeeded.
     let may_remove = db.spec.deletion_policy == DeletionPolicy::Retain || volumes_may_go;
     plan.keep_statefulset = exists
@@ -411,12 +404,13 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     plan
 }
 
-/// The volumes not yet as deleting the StatefulSet needs them: not held by
-/// it when they are to go with it, or still held when they are to stay.
-fn volumes_pending(db: &Database, seen: &Observed, delete_volumes: bool) -> Vec<String> {
+/// The volumes not yet as deleting the StatefulSet needs them, with their
+/// ordinals: not held by it when they are to go with it, or still held when
+/// they are to stay.
+fn volumes_pending(db: &Database, seen: &Observed, delete_volumes: bool) -> Vec<(u32, String)> {
     seen.claims(db)
         .filter(|(_, c)| seen.is_held(c) != delete_volumes)
-        .filter_map(|(_, c)| c.metadata.name.clone())
+        .filter_map(|(ordinal, c)| Some((ordinal, c.metadata.name.clone()?)))
         .collect()
 }
 
