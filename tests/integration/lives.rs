@@ -277,12 +277,8 @@ fn live(
 /// True when a parent's deletion waits for a person, and its status says
 /// what to do (the Database's volumes that no StatefulSet holds any more).
 fn person_must_act(parent: &Value) -> bool {
-    let conditions = parent
-        .pointer("/status/conditions")
-        .and_then(Value::as_array);
-    conditions.into_iter().flatten().any(|c| {
-        c["type"] == "Ready"
-            && c["reason"] == "WaitingForVolumes"
+    condition(parent, "Ready").is_some_and(|c| {
+        c["reason"] == "WaitingForVolumes"
             && c["message"]
                 .as_str()
                 .is_some_and(|m| m.contains("deleted by hand"))
@@ -499,19 +495,24 @@ fn spec<'a>(sim: &'a Simulation<'_>, path: &str, default: &'a Value) -> &'a Valu
         .unwrap_or(default)
 }
 
+/// The parent's status (null once it is gone).
+fn status(sim: &Simulation<'_>) -> Value {
+    sim.parent()
+        .map(|p| p["status"].clone())
+        .unwrap_or_default()
+}
+
+/// A parent's condition of type `kind`, if it has one.
+fn condition<'a>(parent: &'a Value, kind: &str) -> Option<&'a Value> {
+    let conditions = parent.pointer("/status/conditions")?.as_array()?;
+    conditions.iter().find(|c| c["type"] == kind)
+}
+
 /// The parent's condition `kind` is True.
 fn condition_true(sim: &Simulation<'_>, kind: &str) -> Result<(), String> {
-    let status = sim
-        .parent()
-        .map(|p| p["status"].clone())
-        .unwrap_or_default();
-    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
-    match conditions
-        .iter()
-        .any(|c| c["type"] == kind && c["status"] == "True")
-    {
-        true => Ok(()),
-        false => Err(format!("{kind} is not True: {status}")),
+    match sim.parent().and_then(|p| condition(p, kind)) {
+        Some(c) if c["status"] == "True" => Ok(()),
+        _ => Err(format!("{kind} is not True: {}", status(sim))),
     }
 }
 
@@ -568,10 +569,7 @@ fn memcached_reached(sim: &Simulation<'_>) -> Result<(), String> {
         .filter(|(k, _)| k.kind == "Pod")
         .map(|(k, _)| k.name.clone())
         .collect();
-    let nodes = sim
-        .parent()
-        .map(|p| p["status"]["nodes"].clone())
-        .unwrap_or_default();
+    let nodes = status(sim)["nodes"].clone();
     if nodes != json!(pods) {
         return Err(format!("status.nodes is {nodes}, the pods are {pods:?}"));
     }
@@ -588,17 +586,13 @@ fn backup_reached(sim: &Simulation<'_>) -> Result<(), String> {
     let Ok(cron) = object(sim, "batch/v1", "CronJob", "nightly-backup") else {
         // A target never seen leaves nothing to build the job from: the
         // status must say the target is missing.
-        let status = sim
+        let says_so = sim
             .parent()
-            .map(|p| p["status"].clone())
-            .unwrap_or_default();
-        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
-        let says_so = conditions
-            .iter()
-            .any(|c| c["type"] == "TargetFound" && c["status"] == "False");
+            .and_then(|p| condition(p, "TargetFound"))
+            .is_some_and(|c| c["status"] == "False");
         return match target_gone && says_so {
             true => Ok(()),
-            false => Err(format!("no CronJob: {status}")),
+            false => Err(format!("no CronJob: {}", status(sim))),
         };
     };
     let schedule = spec(sim, "schedule", &Value::Null);
@@ -625,10 +619,7 @@ fn backup_reached(sim: &Simulation<'_>) -> Result<(), String> {
 /// Database: Running at `spec.version`, its Services there and the
 /// initial configuration done.
 fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
-    let status = sim
-        .parent()
-        .map(|p| p["status"].clone())
-        .unwrap_or_default();
+    let status = status(sim);
     let version = spec(sim, "version", &Value::Null);
     if status["phase"] != "Running" || &status["version"] != version {
         return Err(format!(
