@@ -825,7 +825,7 @@ impl<'a> Simulation<'a> {
                 last.answer == step.answer && last.conditions == step.conditions
             });
             let gone = step.outcome == Outcome::Gone;
-            let idle = self.hook_down == 0 && self.cluster.running_jobs().is_empty();
+            let idle = self.hook_down == 0 && step.running_jobs.is_empty();
             quiet = if step.changes.is_empty() && same && idle {
                 quiet + 1
             } else {
