@@ -110,6 +110,25 @@ pub struct ChildResource {
     pub why: &'static str,
 }
 
+impl ChildResource {
+    /// A child type with no status checks: its API version, plural
+    /// resource, update method and why that method.
+    pub fn new(
+        api_version: &'static str,
+        resource: &'static str,
+        update_method: &'static str,
+        why: &'static str,
+    ) -> Self {
+        ChildResource {
+            api_version,
+            resource,
+            update_method,
+            status_checks: Vec::new(),
+            why,
+        }
+    }
+}
+
 /// How an operator's CompositeController is set up.
 #[derive(Clone, Debug)]
 pub struct ControllerSpec {

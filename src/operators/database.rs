@@ -52,52 +52,45 @@ pub const WAIT_SECONDS: f64 = 15.0;
 
 /// The Database operator and its routes.
 pub fn operator() -> Operator {
-    let child_type = |api_version, resource, update_method, why| ChildResource {
-        api_version,
-        resource,
-        update_method,
-        status_checks: vec![],
-        why,
-    };
     let controller = ControllerSpec {
         children: vec![
-            child_type(
+            ChildResource::new(
                 "apps/v1",
                 "statefulsets",
                 "InPlace",
                 "the StatefulSet rolls its own pods; scaling and image changes apply in place",
             ),
-            child_type(
+            ChildResource::new(
                 "v1",
                 "services",
                 "InPlace",
                 "selectors and ports are updated in place",
             ),
-            child_type(
+            ChildResource::new(
                 "discovery.k8s.io/v1",
                 "endpointslices",
                 "InPlace",
                 "the read-only Service's endpoints follow the ready standbys",
             ),
-            child_type(
+            ChildResource::new(
                 "v1",
                 "configmaps",
                 "InPlace",
                 "connection details follow the spec",
             ),
-            child_type(
+            ChildResource::new(
                 "v1",
                 "secrets",
                 "OnDelete",
                 "credentials are created once and never changed",
             ),
-            child_type(
+            ChildResource::new(
                 "batch/v1",
                 "jobs",
                 "OnDelete",
                 "a Job runs once; it is never replaced",
             ),
-            child_type(
+            ChildResource::new(
                 "batch/v1",
                 "cronjobs",
                 "InPlace",

@@ -944,7 +944,7 @@ def test_upgrade_database_name_read_as_connection_string(old: Old, database):
 
 
 def dump_env(data: Path, dump: Path, database: str = APP_DATABASE) -> dict[str, str]:
-    """The init container's environment: what restore_job sets, plus the
+    """The init container's environment: what upgrade_job sets, plus the
     official image's PATH, HOME, LANG and PGDATA (the image's default data
     directory, not the old cluster: the script must use OLD_PGDATA)."""
     return {

@@ -427,15 +427,12 @@ fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
 /// The init container of every instance (`clone.sh`): a standby clones
 /// the primary on its first start; instance 0 judges its volume.
 fn clone_container(db: &Database, plan: &Plan) -> Container {
-    Container {
-        name: "clone".to_string(),
-        image: Some(plan.version.image()),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), CLONE_SCRIPT.into()]),
-        env: Some(instance_env(db, plan)),
-        volume_mounts: Some(vec![mount(VOLUME, DATA_DIR, false)]),
-        security_context: Some(restricted_container()),
-        ..Container::default()
-    }
+    script_container(
+        ("clone", plan.version.image()),
+        CLONE_SCRIPT,
+        instance_env(db, plan),
+        Some(vec![mount(VOLUME, DATA_DIR, false)]),
+    )
 }
 
 /// The server: its port, probes by `pg_isready`, the size's resources, the
@@ -619,14 +616,7 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
         value_env("PGCONNECT_TIMEOUT", "30"),
     ];
     env.extend(app_env(db));
-    let container = Container {
-        name: "init".to_string(),
-        image: Some(plan.version.image()),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), INIT_APP_SCRIPT.into()]),
-        env: Some(env),
-        security_context: Some(restricted_container()),
-        ..Container::default()
-    };
+    let container = script_container(("init", plan.version.image()), INIT_APP_SCRIPT, env, None);
     script_job(
         db,
         jobs::init(db),
@@ -715,8 +705,8 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
     if plan.pre_upgrade_job {
         out.extend(backup_job(db, jobs::pre_upgrade(db, to), from));
     }
-    if plan.restore_job {
-        out.push(restore_job(db, from, to));
+    if plan.upgrade_job {
+        out.push(upgrade_job(db, from, to));
     }
     out
 }
@@ -725,7 +715,7 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
 /// version from its own volume (nothing can write any more, so the dump is
 /// complete), build the new version's cluster beside the old one, restore.
 /// The S3 pre-upgrade backup taken before stopping stays as a safety copy.
-pub fn restore_job(db: &Database, from: Major, to: Major) -> Job {
+pub fn upgrade_job(db: &Database, from: Major, to: Major) -> Job {
     // Whether a restore may start (only after the S3 safety copy) is the
     // plan's decision; one that started is always built, to be kept.
     let dump = "/work/dump.pgdump";
@@ -751,44 +741,61 @@ pub fn restore_job(db: &Database, from: Major, to: Major) -> Job {
         mount("data", DATA_DIR, false),
     ];
     let pod = PodSpec {
-        init_containers: Some(vec![Container {
-            name: "dump".to_string(),
-            image: Some(from.image()),
-            command: Some(vec![
-                "/bin/sh".into(),
-                "-c".into(),
-                DUMP_STOPPED_SCRIPT.into(),
-            ]),
-            env: Some(dump_env),
-            volume_mounts: Some(mounts.clone()),
-            security_context: Some(restricted_container()),
-            ..Container::default()
-        }]),
-        containers: vec![Container {
-            name: "upgrade".to_string(),
-            image: Some(to.image()),
-            command: Some(vec!["/bin/sh".into(), "-c".into(), UPGRADE_SCRIPT.into()]),
-            env: Some(env),
-            volume_mounts: Some(mounts),
-            security_context: Some(restricted_container()),
-            ..Container::default()
-        }],
-        volumes: Some(vec![
-            Volume {
-                name: "work".to_string(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Volume::default()
-            },
-            Volume {
-                name: "data".to_string(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: claim_name(db, 0),
-                    read_only: None,
-                }),
-                ..Volume::default()
-            },
-        ]),
+        init_containers: Some(vec![script_container(
+            ("dump", from.image()),
+            DUMP_STOPPED_SCRIPT,
+            dump_env,
+            Some(mounts.clone()),
+        )]),
+        containers: vec![script_container(
+            ("upgrade", to.image()),
+            UPGRADE_SCRIPT,
+            env,
+            Some(mounts),
+        )],
+        volumes: Some(vec![work_volume(), claim_volume("data", claim_name(db, 0))]),
         ..PodSpec::default()
     };
     script_job(db, jobs::upgrade(db, to), pod, 1)
+}
+
+/// A container that runs one of our scripts with `/bin/sh -c`, as an
+/// unprivileged user: `(name, image)`, the script, its environment (every
+/// user value travels there, never in the script) and its mounts.
+fn script_container(
+    (name, image): (&str, String),
+    script: &str,
+    env: Vec<EnvVar>,
+    mounts: Option<Vec<VolumeMount>>,
+) -> Container {
+    Container {
+        name: name.to_string(),
+        image: Some(image),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        env: Some(env),
+        volume_mounts: mounts,
+        security_context: Some(restricted_container()),
+        ..Container::default()
+    }
+}
+
+/// The scratch volume a Job's containers share at /work.
+fn work_volume() -> Volume {
+    Volume {
+        name: "work".to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// A Job's volume named `volume` on the claim `claim`.
+fn claim_volume(volume: &str, claim: String) -> Volume {
+    Volume {
+        name: volume.to_string(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim,
+            read_only: None,
+        }),
+        ..Volume::default()
+    }
 }

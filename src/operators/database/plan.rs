@@ -141,8 +141,8 @@ pub struct Plan {
     pub init_job: bool,
     /// Whether the pre-upgrade backup Job should exist.
     pub pre_upgrade_job: bool,
-    /// Whether the upgrade's restore Job should exist.
-    pub restore_job: bool,
+    /// Whether the upgrade's restore Job (`jobs::upgrade`) should exist.
+    pub upgrade_job: bool,
     /// Whether to keep the StatefulSet at all (false only late in finalizing).
     pub keep_statefulset: bool,
     /// Whether deleting the StatefulSet may delete its volumes.
@@ -218,43 +218,12 @@ fn reported_version(db: &Database) -> Option<Major> {
 /// Where an upgrade from `running` to the spec's version stands, from the
 /// Jobs observed.
 pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
-    let instances = db.spec.size.instances();
-    let init_job = seen.jobs.contains_key(&jobs::init(db)) || seen.is_instance_ready(db, 0);
-    let mut plan = Plan {
-        running,
-        reported: seen.running().or_else(|| reported_version(db)),
-        version: running,
-        target: db.spec.version,
-        replicas: instances,
-        upgrade: Upgrade::None,
-        init_job,
-        pre_upgrade_job: false,
-        restore_job: false,
-        keep_statefulset: true,
-        delete_volumes: false,
-        snapshot_job: false,
-        deleting: false,
-        volumes_pending: Vec::new(),
-    };
-    // A restore that is still running holds the primary's volume, whatever
-    // the spec says now (a newer version asked for, the destination
-    // removed): it keeps its Job and every instance stays stopped until it
-    // ends. Dropping its Job would start instances on a volume the Job's
-    // pod may still be using.
-    let in_flight = Major::ALL.into_iter().find(|m| {
-        *m > running
-            && matches!(
-                seen.job(&jobs::upgrade(db, *m)),
-                Some(RunStatus::Running | RunStatus::None)
-            )
-    });
-    if let Some(to) = in_flight
-        && (to != db.spec.version || db.spec.backup.is_none())
-    {
+    let mut plan = at_rest(db, seen, running);
+    if let Some(to) = restore_in_flight(db, seen, running) {
         plan.target = to;
         plan.upgrade = Upgrade::Restoring { to };
         plan.replicas = 0;
-        plan.restore_job = true;
+        plan.upgrade_job = true;
         plan.pre_upgrade_job =
             db.spec.backup.is_some() && seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
         return plan;
@@ -268,10 +237,67 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
     if db.spec.backup.is_none() {
         plan.upgrade = Upgrade::NoDestination { to };
         plan.pre_upgrade_job = seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
-        plan.restore_job = seen.jobs.contains_key(&jobs::upgrade(db, to));
+        plan.upgrade_job = seen.jobs.contains_key(&jobs::upgrade(db, to));
         return plan;
     }
-    plan.upgrade = match seen.job(&jobs::pre_upgrade(db, to)) {
+    plan.upgrade = upgrade_step(db, seen, to);
+    if let Upgrade::Starting { to } = plan.upgrade {
+        // The new version's data is complete: move the StatefulSet.
+        plan.version = to;
+    }
+    // Kept once observed, so a failed one stays for its logs and is never
+    // retried behind the user's back.
+    plan.pre_upgrade_job = true;
+    plan.upgrade_job =
+        plan.upgrade.is_restoring() || seen.jobs.contains_key(&jobs::upgrade(db, to));
+    if matches!(
+        plan.upgrade,
+        Upgrade::Stopping { .. } | Upgrade::Restoring { .. }
+    ) {
+        plan.replicas = 0;
+    }
+    plan
+}
+
+/// The plan of a Database running `running` with no upgrade under way.
+fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
+    Plan {
+        running,
+        reported: seen.running().or_else(|| reported_version(db)),
+        version: running,
+        target: db.spec.version,
+        replicas: db.spec.size.instances(),
+        upgrade: Upgrade::None,
+        init_job: seen.jobs.contains_key(&jobs::init(db)) || seen.is_instance_ready(db, 0),
+        pre_upgrade_job: false,
+        upgrade_job: false,
+        keep_statefulset: true,
+        delete_volumes: false,
+        snapshot_job: false,
+        deleting: false,
+        volumes_pending: Vec::new(),
+    }
+}
+
+/// The major of an upgrade's restore still running that the spec no longer
+/// asks for (a newer version asked for, the destination removed). It holds
+/// the primary's volume whatever the spec says now: it keeps its Job and
+/// every instance stays stopped until it ends. Dropping its Job would start
+/// instances on a volume the Job's pod may still be using.
+fn restore_in_flight(db: &Database, seen: &Observed, running: Major) -> Option<Major> {
+    let to = Major::ALL.into_iter().find(|m| {
+        *m > running
+            && matches!(
+                seen.job(&jobs::upgrade(db, *m)),
+                Some(RunStatus::Running | RunStatus::None)
+            )
+    })?;
+    (to != db.spec.version || db.spec.backup.is_none()).then_some(to)
+}
+
+/// The step an upgrade to `to` has reached, from its two Jobs.
+fn upgrade_step(db: &Database, seen: &Observed, to: Major) -> Upgrade {
+    match seen.job(&jobs::pre_upgrade(db, to)) {
         None | Some(RunStatus::Running | RunStatus::None) => Upgrade::BackingUp { to },
         Some(RunStatus::Failed) => Upgrade::BackupFailed { to },
         Some(RunStatus::Succeeded) => match seen.job(&jobs::upgrade(db, to)) {
@@ -281,25 +307,9 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
             None if seen.live_instances(db) > 0 || !seen.is_stopped() => Upgrade::Stopping { to },
             None | Some(RunStatus::Running | RunStatus::None) => Upgrade::Restoring { to },
             Some(RunStatus::Failed) => Upgrade::RestoreFailed { to },
-            Some(RunStatus::Succeeded) => {
-                // The new version's data is complete: move the StatefulSet.
-                plan.version = to;
-                Upgrade::Starting { to }
-            }
+            Some(RunStatus::Succeeded) => Upgrade::Starting { to },
         },
-    };
-    // Kept once observed, so a failed one stays for its logs and is never
-    // retried behind the user's back.
-    plan.pre_upgrade_job = true;
-    plan.restore_job =
-        plan.upgrade.is_restoring() || seen.jobs.contains_key(&jobs::upgrade(db, to));
-    if matches!(
-        plan.upgrade,
-        Upgrade::Stopping { .. } | Upgrade::Restoring { .. }
-    ) {
-        plan.replicas = 0;
     }
-    plan
 }
 
 /// How far a deletion got, from what is observed and what the status
@@ -340,21 +350,7 @@ impl Deletion {
 /// again where a builder makes it and by name otherwise, so the snapshot
 /// Job a later call reads never disappears with an answer.
 pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut plan: Plan) -> Plan {
-    let snapshot_name = jobs::snapshot(db);
-    let has = |job: &str| seen.jobs.contains_key(job);
-    let to = plan.target;
-    // An upgrade that has not reached its restore is abandoned: the old
-    // version keeps serving so the snapshot can read it.
-    if !has(&jobs::upgrade(db, to)) {
-        plan.version = plan.running;
-        plan.replicas = db.spec.size.instances();
-    }
-    // Exactly the Jobs observed: none is started, none that can still be
-    // built is dropped.
-    plan.init_job = has(&jobs::init(db));
-    plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
-    plan.restore_job = has(&jobs::upgrade(db, to));
-    plan.deleting = true;
+    keep_observed_jobs(db, seen, &mut plan);
     let exists = seen
         .statefulset
         .as_ref()
@@ -363,16 +359,8 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // the volume (no instance runs), nor before the primary is ready.
     let serving = exists && plan.replicas > 0 && seen.is_instance_ready(db, 0);
     let snapshotted = deletion.snapshot_time.is_some();
-    // Only the policy and a recorded snapshot let volumes go: a
-    // `whenDeleted: Delete` seen on the StatefulSet (written by anyone)
-    // does not. Switching it back is safe, because the StatefulSet is kept
-    // until the claims are seen released (below).
-    let volumes_may_go = match db.spec.deletion_policy {
-        DeletionPolicy::Retain => false,
-        DeletionPolicy::Delete => true,
-        DeletionPolicy::Snapshot => snapshotted,
-    };
-    plan.snapshot_job = has(&snapshot_name)
+    let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted);
+    plan.snapshot_job = seen.jobs.contains_key(&jobs::snapshot(db))
         || (db.spec.deletion_policy == DeletionPolicy::Snapshot
             && db.spec.backup.is_some()
             && !snapshotted
@@ -402,6 +390,35 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
             || !retention_applied(seen, volumes_may_go)
             || !plan.volumes_pending.is_empty());
     plan
+}
+
+/// While deleting, exactly the Jobs observed: none is started, none that
+/// can still be built is dropped. An upgrade that has not reached its
+/// restore is abandoned: the old version keeps serving so the snapshot can
+/// read it.
+fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
+    let has = |job: &str| seen.jobs.contains_key(job);
+    let to = plan.target;
+    if !has(&jobs::upgrade(db, to)) {
+        plan.version = plan.running;
+        plan.replicas = db.spec.size.instances();
+    }
+    plan.init_job = has(&jobs::init(db));
+    plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
+    plan.upgrade_job = has(&jobs::upgrade(db, to));
+    plan.deleting = true;
+}
+
+/// Whether the volumes may go with the StatefulSet. Only the policy and a
+/// recorded snapshot decide: a `whenDeleted: Delete` seen on the StatefulSet
+/// (written by anyone) does not. Switching it back is safe, because the
+/// StatefulSet is kept until the claims are seen released.
+fn volumes_may_go(policy: DeletionPolicy, snapshotted: bool) -> bool {
+    match policy {
+        DeletionPolicy::Retain => false,
+        DeletionPolicy::Delete => true,
+        DeletionPolicy::Snapshot => snapshotted,
+    }
 }
 
 /// The volumes not yet as deleting the StatefulSet needs them, with their

@@ -103,25 +103,11 @@ pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -
                     ),
                 )
             }
-            (None, None) if seen.statefulset.is_none() => {
-                let volumes: Vec<&str> = seen
-                    .volumes
-                    .iter()
-                    .filter_map(|v| v.metadata.name.as_deref())
-                    .collect();
-                condition(
-                    ConditionStatus::False,
-                    "NothingToSnapshot",
-                    if volumes.is_empty() {
-                        "the StatefulSet is gone and no volume is left: nothing to snapshot".into()
-                    } else {
-                        format!(
-                            "the StatefulSet is gone and no snapshot is recorded; nothing is created again while deleting; volumes {} go with the StatefulSet's retention policy, or by hand once copied",
-                            volumes.join(", ")
-                        )
-                    },
-                )
-            }
+            (None, None) if seen.statefulset.is_none() => condition(
+                ConditionStatus::False,
+                "NothingToSnapshot",
+                nothing_to_snapshot(seen),
+            ),
             _ => condition(
                 ConditionStatus::Unknown,
                 "SnapshotRunning",
@@ -129,6 +115,23 @@ pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -
             ),
         },
     }
+}
+
+/// Why there is nothing to snapshot once the StatefulSet is gone, and what
+/// becomes of the volumes left.
+fn nothing_to_snapshot(seen: &Observed) -> String {
+    let volumes: Vec<&str> = seen
+        .volumes
+        .iter()
+        .filter_map(|v| v.metadata.name.as_deref())
+        .collect();
+    if volumes.is_empty() {
+        return "the StatefulSet is gone and no volume is left: nothing to snapshot".into();
+    }
+    format!(
+        "the StatefulSet is gone and no snapshot is recorded; nothing is created again while deleting; volumes {} go with the StatefulSet's retention policy, or by hand once copied",
+        volumes.join(", ")
+    )
 }
 
 /// `Initialized`: how the one-time setup Job went.
@@ -252,15 +255,21 @@ fn backup_scheduled(db: &Database, seen: &Observed) -> Observation {
 
 /// `Upgrading`: where the upgrade the plan is in stands.
 fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
+    let (status, reason, message) = upgrade_words(db, plan);
+    Observation::new("Upgrading", status, reason, message)
+}
+
+/// Where the upgrade stands, in the `Upgrading` condition's words: its
+/// status, reason and message.
+// Long because it is a flat table: one arm of words per upgrade step.
+fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     match plan.upgrade {
-        Upgrade::None => Observation::new(
-            "Upgrading",
+        Upgrade::None => (
             false,
             "UpToDate",
             format!("running PostgreSQL {}", plan.version.as_str()),
         ),
-        Upgrade::NoDestination { to } => Observation::new(
-            "Upgrading",
+        Upgrade::NoDestination { to } => (
             false,
             "NoBackupDestination",
             format!(
@@ -269,8 +278,7 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
                 plan.version.as_str()
             ),
         ),
-        Upgrade::BackingUp { to } => Observation::new(
-            "Upgrading",
+        Upgrade::BackingUp { to } => (
             true,
             "BackingUp",
             format!(
@@ -278,8 +286,7 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
                 jobs::pre_upgrade(db, to)
             ),
         ),
-        Upgrade::BackupFailed { to } => Observation::new(
-            "Upgrading",
+        Upgrade::BackupFailed { to } => (
             false,
             "PreUpgradeBackupFailed",
             format!(
@@ -288,8 +295,7 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
                 plan.version.as_str()
             ),
         ),
-        Upgrade::Stopping { to } => Observation::new(
-            "Upgrading",
+        Upgrade::Stopping { to } => (
             true,
             "Stopping",
             format!(
@@ -299,8 +305,7 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
                 to.as_str()
             ),
         ),
-        Upgrade::Restoring { to } => Observation::new(
-            "Upgrading",
+        Upgrade::Restoring { to } => (
             true,
             "Restoring",
             format!(
@@ -309,14 +314,12 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
                 to.as_str()
             ),
         ),
-        Upgrade::Starting { to } => Observation::new(
-            "Upgrading",
+        Upgrade::Starting { to } => (
             true,
             "Starting",
             format!("the restore into {} succeeded; starting it", to.as_str()),
         ),
-        Upgrade::RestoreFailed { to } => Observation::new(
-            "Upgrading",
+        Upgrade::RestoreFailed { to } => (
             false,
             "UpgradeFailed",
             format!(
