@@ -385,10 +385,8 @@ fn summarize(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::ObservedPodStatus;
+    use crate::fixtures;
     use crate::operators::common::LABEL_INSTANCE;
-    use k8s_openapi::api::core::v1::PodCondition;
-    use k8s_openapi::jiff::Timestamp;
 
     fn ws(replicas: i32) -> WebServer {
         let mut ws = WebServer::new(
@@ -402,25 +400,6 @@ mod tests {
         ws.metadata.namespace = Some("shop".into());
         ws.metadata.generation = Some(3);
         ws
-    }
-
-    fn observed(name: &str, phase: &str, ready: bool) -> ObservedPod {
-        ObservedPod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: Some(ObservedPodStatus {
-                phase: Some(phase.into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..PodCondition::default()
-                }]),
-                ..ObservedPodStatus::default()
-            }),
-        }
     }
 
     fn ctx() -> Context {
@@ -446,7 +425,7 @@ mod tests {
         struct Case {
             reason: &'static str,
             replicas: i32,
-            pods: Vec<ObservedPod>,
+            pods: Vec<fixtures::Object>,
             want: (i32, i32, &'static str, &'static str),
         }
         let cases = [
@@ -465,8 +444,8 @@ mod tests {
                 reason: "all ready",
                 replicas: 2,
                 pods: vec![
-                    observed("web-0", "Running", true),
-                    observed("web-1", "Running", true),
+                    fixtures::pod("web-0").ready(),
+                    fixtures::pod("web-1").ready(),
                 ],
                 want: (2, 2, "True", "2 of 2 pods are ready"),
             },
@@ -474,8 +453,8 @@ mod tests {
                 reason: "pending counts but is not ready",
                 replicas: 2,
                 pods: vec![
-                    observed("web-0", "Running", true),
-                    observed("web-1", "Pending", false),
+                    fixtures::pod("web-0").ready(),
+                    fixtures::pod("web-1").phase("Pending"),
                 ],
                 want: (2, 1, "False", "1 of 2 pods are ready; waiting for web-1"),
             },
@@ -483,26 +462,28 @@ mod tests {
                 reason: "failed and succeeded pods are not counted",
                 replicas: 1,
                 pods: vec![
-                    observed("web-0", "Failed", false),
-                    observed("web-1", "Succeeded", false),
+                    fixtures::pod("web-0").phase("Failed"),
+                    fixtures::pod("web-1").phase("Succeeded"),
                 ],
                 want: (0, 0, "False", "0 of 1 pods are ready; waiting for web-0"),
             },
             Case {
                 reason: "an extra ready pod being scaled away does not make a missing one ready",
                 replicas: 1,
-                pods: vec![observed("web-1", "Running", true)],
+                pods: vec![fixtures::pod("web-1").ready()],
                 want: (1, 1, "False", "0 of 1 pods are ready; waiting for web-0"),
             },
             Case {
                 reason: "scaled to zero is ready",
                 replicas: 0,
-                pods: vec![observed("web-0", "Running", true)],
+                pods: vec![fixtures::pod("web-0").ready()],
                 want: (1, 1, "True", "no pods are requested"),
             },
         ];
         for case in cases {
-            let got = status(&ws(case.replicas), &case.pods, &ctx());
+            let pods: Vec<ObservedPod> =
+                case.pods.into_iter().map(fixtures::Object::typed).collect();
+            let got = status(&ws(case.replicas), &pods, &ctx());
             let cond = &got.conditions[0];
             let status = serde_json::to_value(cond.status).unwrap();
             assert_eq!(
@@ -527,7 +508,9 @@ mod tests {
         let running = |index: i32, image: &str, ready: bool| {
             let mut spec = ws(3);
             spec.spec.image = image.into();
-            let mut p = observed(&pod_name(&spec, index), "Running", ready);
+            let mut p: ObservedPod = fixtures::pod(&pod_name(&spec, index))
+                .ready_if(ready)
+                .typed();
             p.spec = ObservedPod::from_pod(&pod(&spec, index)).spec;
             p
         };
@@ -641,10 +624,7 @@ mod tests {
 
     #[test]
     fn terminating_pods_are_not_ready() {
-        let mut pod = observed("web-0", "Running", true);
-        pod.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
-        );
+        let pod: ObservedPod = fixtures::pod("web-0").ready().deleting().typed();
         assert!(!pod.is_ready());
         assert!(is_counted(&pod));
     }
