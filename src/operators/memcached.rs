@@ -352,10 +352,7 @@ pub fn status(mc: &Memcached, pods: &[ObservedPod], ctx: &Context) -> MemcachedS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::ObservedPodStatus;
-    use k8s_openapi::api::core::v1::PodCondition;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
+    use crate::fixtures::pod;
 
     fn mc(size: i32, memory: Option<&str>) -> Memcached {
         let mut mc = Memcached::new(
@@ -369,25 +366,6 @@ mod tests {
         );
         mc.metadata.namespace = Some("shop".into());
         mc
-    }
-
-    fn pod(name: &str, ready: bool, deleting: bool) -> ObservedPod {
-        ObservedPod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: Some(ObservedPodStatus {
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..PodCondition::default()
-                }]),
-                ..ObservedPodStatus::default()
-            }),
-        }
     }
 
     fn ctx() -> Context {
@@ -441,10 +419,10 @@ mod tests {
 
     #[test]
     fn status_lists_live_nodes_sorted() {
-        let pods = [
-            pod("cache-b", true, false),
-            pod("cache-a", false, false),
-            pod("cache-c", true, true),
+        let pods: [ObservedPod; 3] = [
+            pod("cache-b").ready().typed(),
+            pod("cache-a").typed(),
+            pod("cache-c").ready().deleting().typed(),
         ];
         let got = status(&mc(2, None), &pods, &ctx());
         assert_eq!(got.nodes, ["cache-a", "cache-b"]);
