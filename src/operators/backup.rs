@@ -586,16 +586,17 @@ fn last_backup_succeeded(last: Option<&Job>, last_status: RunStatus) -> Observat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use serde_json::json;
 
     fn sts(env: serde_json::Value, ports: serde_json::Value, service: Option<&str>) -> StatefulSet {
-        serde_json::from_value(json!({
-            "metadata": {"name": "mydb", "namespace": "prod"},
-            "spec": {"serviceName": service, "selector": {}, "template": {"spec": {"containers": [
+        fixtures::statefulset("mydb")
+            .namespace("prod")
+            .set("/spec/serviceName", json!(service))
+            .containers(json!([
                 {"name": "sidecar", "image": "busybox"},
-                {"name": "pg", "image": "postgres:16.4", "env": env, "ports": ports}]}}}
-        }))
-        .unwrap()
+                {"name": "pg", "image": "postgres:16.4", "env": env, "ports": ports}]))
+            .typed()
     }
 
     fn secret(name: &str, key: &str) -> serde_json::Value {
@@ -662,26 +663,23 @@ mod tests {
 
     #[test]
     fn a_statefulset_without_postgres_is_unusable() {
-        let not_pg: StatefulSet = serde_json::from_value(json!({
-            "metadata": {"name": "web"},
-            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx"}]}}}
-        }))
-        .unwrap();
+        let not_pg: StatefulSet = fixtures::statefulset("web")
+            .containers(json!([{"name": "nginx", "image": "nginx"}]))
+            .typed();
         assert_eq!(source_of(&not_pg, None).unwrap_err().reason, "NotPostgres");
     }
 
     #[test]
     fn job_runs_order_by_creation_then_name() {
-        let job = |name: &str, created: &str, cond: &str| -> Job {
-            serde_json::from_value(
-                json!({"metadata": {"name": name, "creationTimestamp": created},
-                "status": {"conditions": [{"type": cond, "status": "True"}]}}),
-            )
-            .unwrap()
-        };
-        let jobs = [
-            job("b", "2026-01-02T00:00:00Z", "Failed"),
-            job("a", "2026-01-03T00:00:00Z", "Complete"),
+        let jobs: [Job; 2] = [
+            fixtures::job("b")
+                .created("2026-01-02T00:00:00Z")
+                .failed()
+                .typed(),
+            fixtures::job("a")
+                .created("2026-01-03T00:00:00Z")
+                .succeeded()
+                .typed(),
         ];
         assert_eq!(latest(&jobs).unwrap().metadata.name.as_deref(), Some("a"));
         assert_eq!(run_status(&jobs[0]), RunStatus::Failed);
