@@ -633,21 +633,10 @@ mod tests {
 
     #[test]
     fn children_sort_by_kind_then_name_and_answer_their_json() {
+        use crate::fixtures::object;
         use k8s_openapi::api::core::v1::{Pod, Service};
-        let meta = |name: &str| ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        };
-        let pod = |name: &str| {
-            Child::new(&Pod {
-                metadata: meta(name),
-                ..Pod::default()
-            })
-        };
-        let svc = Child::new(&Service {
-            metadata: meta("a"),
-            ..Service::default()
-        });
+        let pod = |name: &str| Child::new(&object("v1", "Pod", name).typed::<Pod>());
+        let svc = Child::new(&object("v1", "Service", "a").typed::<Service>());
         let sorted = Child::sorted(vec![svc.clone(), pod("b"), pod("a")]);
         assert_eq!(sorted, vec![pod("a"), pod("b"), svc]);
         let answer = serde_json::to_string(&sorted).unwrap();

@@ -224,6 +224,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::object;
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::{Value, json};
@@ -240,14 +241,14 @@ mod tests {
 
     #[test]
     fn both_hook_versions_decode_to_the_same_sorted_objects() {
+        let pod = |name: &str| object("v1", "Pod", name).namespace("ns");
         let v1 = groups(json!({"Pod.v1": {
-            "web-1": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "ns"}},
-            "web-0": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "ns"}, "somethingNew": 1},
+            "web-1": pod("web-1").json(),
+            "web-0": pod("web-0").set("/somethingNew", json!(1)).json(),
         }}));
-        let v2 = groups(json!({"Pod.v1": {
-            "ns/web-0": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "ns"}},
-            "ns/web-1": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "ns"}},
-        }}));
+        let v2 = groups(
+            json!({"Pod.v1": {"ns/web-0": pod("web-0").json(), "ns/web-1": pod("web-1").json()}}),
+        );
         let names = |g: &ObjectGroups| {
             g.of::<Pod>()
                 .unwrap()

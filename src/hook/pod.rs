@@ -172,23 +172,30 @@ impl Metadata for ObservedPod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     /// The view reads the same fields a full Pod decodes, from the same JSON.
     #[test]
     fn reads_what_a_full_pod_reads() {
-        let json = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-0", "namespace": "shop", "labels": {"a": "b"}},
-            "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
-                "ports": [{"containerPort": 80, "name": "http"}],
-                "resources": {"limits": {"memory": "64Mi"}}}],
-                "nodeName": "n1"},
-            "status": {"phase": "Running", "podIP": "10.0.0.1",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0, "image": "x", "imageID": ""}]}
-        });
+        let json = pod("web-0")
+            .namespace("shop")
+            .label("a", "b")
+            .ready()
+            .ip("10.0.0.1")
+            .set(
+                "/spec",
+                json!({"containers": [{"name": "web", "image": "nginx:1.27",
+                    "ports": [{"containerPort": 80, "name": "http"}],
+                    "resources": {"limits": {"memory": "64Mi"}}}],
+                    "nodeName": "n1"}),
+            )
+            .set(
+                "/status/containerStatuses",
+                json!([{"name": "web", "ready": true, "restartCount": 0, "image": "x", "imageID": ""}]),
+            )
+            .json();
         let view: ObservedPod = serde_json::from_value(json.clone()).unwrap();
         let full: Pod = serde_json::from_value(json).unwrap();
         assert_eq!(view.metadata, full.metadata);
