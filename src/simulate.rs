@@ -921,6 +921,7 @@ fn kind_of(child: &ChildResource) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::webserver;
     use crate::operators::all;
 
     #[test]
@@ -961,8 +962,7 @@ mod tests {
     #[test]
     fn a_webserver_scales_and_rolls_an_image_change_to_the_end() {
         let op = all().into_iter().find(|op| op.name == "webserver").unwrap();
-        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-            "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 2}});
+        let parent = webserver("web").namespace("ns").spec("replicas", 2).json();
         let mut sim =
             Simulation::new(&op, parent, "2026-01-01T00:00:00Z".parse().unwrap(), 1).unwrap();
         let (steps, settled) = sim.settle(30);

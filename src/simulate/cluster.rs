@@ -655,17 +655,25 @@ pub fn object_map<'a>(value: &'a mut Value, field: &str) -> &'a mut Map<String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
 
     fn at() -> Timestamp {
         "2026-01-01T00:00:00Z".parse().unwrap()
     }
 
+    /// A StatefulSet of `replicas`, one volume each.
     fn statefulset(replicas: i64, when_deleted: &str) -> Value {
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": "db", "namespace": "ns"},
-            "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c"}]}},
-                     "volumeClaimTemplates": [{"metadata": {"name": "data"}}],
-                     "persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted}}})
+        fixtures::statefulset("db")
+            .namespace("ns")
+            .replicas(replicas)
+            .set("/spec/template/metadata/labels", json!({"app": "db"}))
+            .containers(json!([{"name": "c"}]))
+            .set(
+                "/spec/volumeClaimTemplates",
+                json!([{"metadata": {"name": "data"}}]),
+            )
+            .when_deleted(when_deleted)
+            .json()
     }
 
     fn count(cluster: &Cluster, kind: &str) -> usize {
@@ -752,8 +760,9 @@ mod tests {
 
         cluster.failing_jobs.insert("bad".into());
         for name in ["good", "bad"] {
-            let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns"}});
-            cluster.create(job, Actor::User);
+            // As a user creates it: no status yet.
+            let job = fixtures::object("batch/v1", "Job", name).namespace("ns");
+            cluster.create(job.json(), Actor::User);
         }
         for _ in 0..3 {
             cluster.reconcile();
