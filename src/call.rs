@@ -169,6 +169,7 @@ const MAX_NAME: usize = 253;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{self, request};
     use serde_json::{Value, json};
 
     /// Issue 10: a 1 MiB namespace made a 1,000 MiB WebServer answer, and
@@ -180,19 +181,20 @@ mod tests {
             .find(|op| op.name == "webserver")
             .unwrap();
         let huge = "a".repeat(1 << 20);
-        for (field, meta) in [
+        for (field, parent) in [
             (
                 "metadata.namespace",
-                json!({"name": "web", "namespace": huge}),
+                fixtures::webserver("web").namespace(&huge),
             ),
-            ("metadata.name", json!({"name": huge, "namespace": "ns"})),
+            ("metadata.name", fixtures::webserver(&huge).namespace("ns")),
             (
                 "metadata.namespace",
-                json!({"name": "web", "namespace": "Not_A_Label"}),
+                fixtures::webserver("web").namespace("Not_A_Label"),
             ),
         ] {
-            let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-                "metadata": meta, "spec": {"replicas": 1000}}, "children": {"Pod.v1": {}}, "related": {}});
+            let body = request(parent.spec("replicas", 1000))
+                .child_group("Pod.v1")
+                .json();
             let call = call_slice(
                 &webserver,
                 Hook::Sync,
