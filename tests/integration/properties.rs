@@ -4,7 +4,7 @@
 use opshooks::call::call_slice;
 use std::collections::{BTreeMap, BTreeSet};
 
-use opshooks::fixtures;
+use opshooks::fixtures::{self, request};
 use opshooks::hook::Hook;
 use opshooks::operator::Operator;
 use opshooks::operators;
@@ -23,11 +23,11 @@ fn webserver() -> Operator {
         .unwrap()
 }
 
-fn observed_pod(name: &str, index: u32, phase: &str, ready: bool) -> Value {
-    let pod = fixtures::pod(&format!("{name}-{index}"))
+fn observed_pod(name: &str, index: u32, phase: &str, ready: bool) -> fixtures::Object {
+    fixtures::pod(&format!("{name}-{index}"))
         .namespace("ns")
-        .phase(phase);
-    if ready { pod.ready() } else { pod }.json()
+        .phase(phase)
+        .ready_if(ready)
 }
 
 fn phase() -> impl Strategy<Value = &'static str> {
@@ -45,30 +45,22 @@ prop_compose! {
     }
 }
 
-fn request(
+fn webserver_request(
     name: &str,
     replicas: i64,
     pods: &BTreeMap<u32, (&'static str, bool)>,
     v2: bool,
 ) -> Value {
-    let children: serde_json::Map<String, Value> = pods
-        .iter()
-        .map(|(index, (phase, ready))| {
-            let key = if v2 {
-                format!("ns/{name}-{index}")
-            } else {
-                format!("{name}-{index}")
-            };
-            (key, observed_pod(name, *index, phase, *ready))
+    let parent = fixtures::webserver(name)
+        .namespace("ns")
+        .generation(1)
+        .spec("replicas", replicas);
+    let empty = request(parent).namespaced_keys(v2).child_group("Pod.v1");
+    pods.iter()
+        .fold(empty, |request, (index, (phase, ready))| {
+            request.child(observed_pod(name, *index, phase, *ready))
         })
-        .collect();
-    json!({
-        "parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-                   "metadata": {"name": name, "namespace": "ns", "generation": 1},
-                   "spec": {"replicas": replicas}},
-        "children": {"Pod.v1": children},
-        "related": {},
-    })
+        .json()
 }
 
 proptest! {
@@ -77,7 +69,7 @@ proptest! {
     #[test]
     fn answer_has_exactly_replicas_pods_with_valid_unique_names_but_ended_ones((name, replicas, pods, v2) in observed_state()) {
         let op = webserver();
-        let body = request(&name, replicas, &pods, v2).to_string();
+        let body = webserver_request(&name, replicas, &pods, v2).to_string();
         let call = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap();
         let answer = call.result.expect("valid specs are answered");
         let again = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap().result.unwrap();
@@ -117,7 +109,9 @@ proptest! {
     #[test]
     fn any_json_parent_is_answered_or_refused_never_a_panic(spec in arbitrary_json(), name in any::<Option<String>>()) {
         let op = webserver();
-        let body = json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer", "metadata": {"name": name}, "spec": spec}, "children": {"Pod.v1": {}}, "related": {}}).to_string();
+        // Any name, or none at all.
+        let parent = fixtures::webserver("").set("/metadata/name", json!(name)).set("/spec", spec.clone());
+        let body = request(parent).child_group("Pod.v1").json().to_string();
         let call = call_slice(&op, Hook::Sync, body.as_bytes(), &ctx()).unwrap();
         if let Ok(answer) = call.result {
             let response: Value = serde_json::from_slice(&answer.body).unwrap();
@@ -201,9 +195,11 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
 
 /// A sync request for `spec` with nothing observed.
 fn parent_request(op: &Operator, spec: &Value) -> Value {
-    json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": op.kind,
-        "metadata": {"name": "p", "namespace": "ns", "generation": 1}, "spec": spec},
-        "children": {}, "related": {}})
+    let parent = fixtures::parent(&op.kind, "p")
+        .namespace("ns")
+        .generation(1)
+        .set("/spec", spec.clone());
+    request(parent).json()
 }
 
 /// A field's value: often one of the plausible ones, sometimes anything.
@@ -415,19 +411,14 @@ prop_compose! {
         pods in prop::collection::btree_map("[a-z0-9]{5}", (any::<bool>(), any::<bool>()), 0..20),
         v2 in any::<bool>(),
     ) -> Value {
-        let related: serde_json::Map<String, Value> = pods.iter().map(|(suffix, (ready, deleting))| {
-            let name = format!("cache-{suffix}");
-            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": "ns"},
-                "status": {"conditions": [{"type": "Ready", "status": if *ready {"True"} else {"False"}}]}});
-            if *deleting { pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"); }
-            (if v2 { format!("ns/{name}") } else { name }, pod)
-        }).collect();
-        let mut spec = json!({"size": size, "containerPort": port});
-        if let Some(mib) = memory { spec["memoryLimit"] = json!(format!("{mib}Mi")); }
-        json!({"parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "Memcached", "metadata": {"name": "cache", "namespace": "ns"}, "spec": spec},
-               "children": {"Deployment.apps/v1": {}, "Service.v1": {}},
-               "related": {"Pod.v1": related}})
+        let mut parent = fixtures::memcached("cache").namespace("ns").spec("size", size).spec("containerPort", port);
+        if let Some(mib) = memory { parent = parent.spec("memoryLimit", format!("{mib}Mi")); }
+        let empty = request(parent).namespaced_keys(v2)
+            .child_group("Deployment.apps/v1").child_group("Service.v1").related_group("Pod.v1");
+        pods.iter().fold(empty, |request, (suffix, (ready, deleting))| {
+            let pod = fixtures::pod(&format!("cache-{suffix}")).namespace("ns").ready_if(*ready);
+            request.related(if *deleting { pod.deleting() } else { pod })
+        }).json()
     }
 }
 
@@ -444,32 +435,30 @@ prop_compose! {
         } else {
             json!({"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}})
         };
-        let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ns"},
-            "spec": {"serviceName": "db", "selector": {}, "template": {"spec": {"containers": [
-                {"name": "pg", "image": "postgres:16", "env": [password]}]}}}});
+        let sts = fixtures::statefulset("db").namespace("ns").set("/spec/serviceName", json!("db"))
+            .containers(json!([{"name": "pg", "image": "postgres:16", "env": [password]}]));
         let source = json!({"host": "db.ns.svc", "port": 5432, "database": "postgres", "user": {"value": "postgres"},
             "password": {"secret": {"name": "db", "key": "password"}}, "image": "postgres:16"});
-        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob",
-            "metadata": {"name": "b-backup", "namespace": "ns", "annotations": {"opshooks.io/backup-source": source.to_string()}},
-            "spec": {"schedule": "0 1 * * *", "jobTemplate": {}}});
-        let related_jobs: serde_json::Map<String, Value> = jobs.iter().enumerate().map(|(i, (t, state))| {
-            let name = format!("b-backup-{i}");
-            let status = if *state == "Running" { json!({"active": 1}) } else {
-                json!({"conditions": [{"type": state, "status": "True"}], "completionTime": format!("2026-01-01T00:{:02}:00Z", t % 60)})
-            };
-            (name.clone(), json!({"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": name, "namespace": "ns", "creationTimestamp": format!("2026-01-01T{:02}:00:00Z", t % 24)},
-                "status": status}))
-        }).collect();
-        let request = json!({
-            "parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "Backup", "metadata": {"name": "b", "namespace": "ns"},
-                "spec": {"schedule": format!("{minute} {hour} * * *"), "target": {"kind": "StatefulSet", "name": "db"},
-                         "destination": {"s3Bucket": "bucket"}, "suspend": suspend}},
-            "children": {"CronJob.batch/v1": if cron_observed { json!({"b-backup": cron}) } else { json!({}) }},
-            "related": {"StatefulSet.apps/v1": if target == "missing" { json!({}) } else { json!({"db": sts}) },
-                        "Job.batch/v1": related_jobs},
-        });
-        (request, target == "present", cron_observed)
+        let cron = fixtures::object("batch/v1", "CronJob", "b-backup").namespace("ns")
+            .annotation("opshooks.io/backup-source", &source.to_string())
+            .set("/spec", json!({"schedule": "0 1 * * *", "jobTemplate": {}}));
+        let parent = fixtures::backup("b").namespace("ns")
+            .spec("schedule", format!("{minute} {hour} * * *"))
+            .spec("target", json!({"kind": "StatefulSet", "name": "db"}))
+            .spec("destination", json!({"s3Bucket": "bucket"}))
+            .spec("suspend", suspend);
+        let mut request = request(parent).child_group("CronJob.batch/v1")
+            .related_group("StatefulSet.apps/v1").related_group("Job.batch/v1");
+        if cron_observed { request = request.child(cron); }
+        if target != "missing" { request = request.related(sts); }
+        for (i, (t, state)) in jobs.iter().enumerate() {
+            let job = fixtures::job(&format!("b-backup-{i}")).namespace("ns")
+                .created(&format!("2026-01-01T{:02}:00:00Z", t % 24)).finished(state);
+            request = request.related(if *state == "Running" { job } else {
+                job.set("/status/completionTime", json!(format!("2026-01-01T00:{:02}:00Z", t % 60)))
+            });
+        }
+        (request.json(), target == "present", cron_observed)
     }
 }
 
@@ -516,7 +505,8 @@ proptest! {
     #[test]
     fn any_parent_is_refused_or_answered_acceptably(spec in arbitrary_json(), which in 0usize..4, hook in prop::sample::select(Hook::ALL.to_vec())) {
         let op = &operators::all()[which];
-        let body = json!({"parent": {"apiVersion": op.api_version(), "kind": op.kind, "metadata": {"name": "x", "namespace": "ns"}, "spec": spec}}).to_string();
+        let parent = fixtures::object(op.api_version(), &op.kind, "x").namespace("ns").set("/spec", spec);
+        let body = json!({"parent": parent.json()}).to_string();
         if let Some(call) = call_slice(op, hook, body.as_bytes(), &ctx())
             && let Ok(answer) = call.result
         {
@@ -562,52 +552,41 @@ prop_compose! {
             "older-upgrade" => "db-upgrade-13".to_string(),
             other => format!("db-{other}-{desired}"),
         };
-        let mut children = serde_json::Map::new();
-        let mut group = |key: &str, object: Value| {
-            let entry = children.entry(key.to_string()).or_insert_with(|| json!({}));
-            let key = object["metadata"]["name"].as_str().unwrap().to_string();
-            entry[key] = object;
-        };
+        let mut parent = fixtures::database(name).namespace("ns").generation(1)
+            .spec("version", desired.to_string()).spec("size", size).spec("storage/size", "1Gi").spec("deletionPolicy", policy);
+        if has_backup {
+            parent = parent.spec("backup", json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "bucket"}}));
+        }
+        let mut request = request(parent).related_group("Pod.v1").related_group("PersistentVolumeClaim.v1");
         if let Some(running) = running {
-            group("StatefulSet.apps/v1", json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                "metadata": {"name": name, "namespace": "ns", "uid": "sts-uid", "generation": 2, "annotations": {"opshooks.io/postgres-version": running.to_string()}},
-                "spec": {"selector": {}, "template": {}, "persistentVolumeClaimRetentionPolicy": {"whenDeleted": when_deleted}},
-                "status": {"replicas": 1, "observedGeneration": if sts_synced { 2 } else { 1 }}}));
+            request = request.child(fixtures::statefulset(name).namespace("ns").uid("sts-uid").generation(2)
+                .annotation("opshooks.io/postgres-version", &running.to_string())
+                .when_deleted(when_deleted)
+                .status(json!({"replicas": 1, "observedGeneration": if sts_synced { 2 } else { 1 }})));
         }
         for (kind, state) in &jobs {
-            let status = if *state == "Running" { json!({"active": 1}) } else { json!({"conditions": [{"type": state, "status": "True"}]}) };
-            group("Job.batch/v1", json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job_name(kind), "namespace": "ns"}, "status": status}));
+            request = request.child(fixtures::job(&job_name(kind)).namespace("ns").finished(state));
         }
         if let Some(data) = &secret_data {
             let b64 = |s: &str| base64_encode(s.as_bytes());
-            group("Secret.v1", json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-superuser", "namespace": "ns"},
-                "data": {"password": b64(data), "replication-password": b64(&format!("r{data}"))}}));
-            group("Secret.v1", json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": "ns"},
-                "data": {"username": b64("db"), "password": b64(&format!("a{data}"))}}));
+            let secret = |name: &str, data: Value| fixtures::object("v1", "Secret", name).namespace("ns").set("/data", data);
+            request = request
+                .child(secret("db-superuser", json!({"password": b64(data), "replication-password": b64(&format!("r{data}"))})))
+                .child(secret("db-credentials", json!({"username": b64("db"), "password": b64(&format!("a{data}"))})));
         }
-        let related_pods: serde_json::Map<String, Value> = pods.iter().map(|(i, ready)| {
-            (format!("db-{i}"), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("db-{i}"), "namespace": "ns", "labels": {"app.kubernetes.io/name": "postgresql"}},
-                "status": {"podIP": format!("10.0.0.{i}"), "conditions": [{"type": "Ready", "status": if *ready {"True"} else {"False"}}]}}))
-        }).collect();
+        for (i, ready) in &pods {
+            request = request.related(fixtures::pod(&format!("db-{i}")).namespace("ns")
+                .label("app.kubernetes.io/name", "postgresql").ip(&format!("10.0.0.{i}")).ready_if(*ready));
+        }
         // Each volume held by the StatefulSet (an owner reference to its
         // uid) or not, as its controller left it.
-        let related_volumes: serde_json::Map<String, Value> = volumes.iter().enumerate().map(|(i, held)| {
-            let mut claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": format!("data-db-{i}"), "namespace": "ns"}});
-            if *held {
-                claim["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": "sts-uid"}]);
-            }
-            (format!("data-db-{i}"), claim)
-        }).collect();
-        let mut spec = json!({"version": desired.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy});
-        if has_backup {
-            spec["backup"] = json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "bucket"}});
+        for (i, held) in volumes.iter().enumerate() {
+            let claim = fixtures::object("v1", "PersistentVolumeClaim", &format!("data-db-{i}")).namespace("ns");
+            request = request.related(if *held {
+                claim.set("/metadata/ownerReferences", json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": "sts-uid"}]))
+            } else { claim });
         }
-        let request = json!({
-            "parent": {"apiVersion": "opshooks.io/v1alpha1", "kind": "Database", "metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": spec},
-            "children": children,
-            "related": {"Pod.v1": related_pods, "PersistentVolumeClaim.v1": related_volumes},
-        });
-        (request, finalizing)
+        (request.json(), finalizing)
     }
 }
 
