@@ -11,6 +11,7 @@
 
 use std::cell::RefCell;
 
+use opshooks::fixtures;
 use opshooks::operator::Operator;
 use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
 use opshooks::simulate::{Event, Outcome, Simulation, Step};
@@ -318,11 +319,40 @@ fn is_deleting(parent: &Value) -> bool {
 
 /// The Backup's target: a PostgreSQL StatefulSet whose password is in a Secret.
 fn target() -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ns"},
-        "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}},
-            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "postgres", "image": "postgres:16",
-                "ports": [{"containerPort": 5432}],
-                "env": [{"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}]}}}})
+    let password = json!({"secretKeyRef": {"name": "db", "key": "password"}});
+    fixtures::statefulset("db")
+        .namespace("ns")
+        .set("/spec/serviceName", json!("db"))
+        .replicas(1)
+        .set("/spec/selector", json!({"matchLabels": {"app": "db"}}))
+        .set("/spec/template/metadata/labels", json!({"app": "db"}))
+        .containers(json!([{"name": "postgres", "image": "postgres:16",
+            "ports": [{"containerPort": 5432}],
+            "env": [{"name": "POSTGRES_PASSWORD", "valueFrom": password}]}]))
+        .json()
+}
+
+/// The Database `orders` every Database life starts from, backed up.
+fn orders(version: &str, size: &str, policy: &str) -> Value {
+    fixtures::database("orders")
+        .namespace("ns")
+        .spec("version", version)
+        .spec("size", size)
+        .spec("storage/size", "1Gi")
+        .spec("deletionPolicy", policy)
+        .spec(
+            "backup",
+            json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}),
+        )
+        .json()
+}
+
+/// The WebServer `web` of `replicas`.
+fn web(replicas: i64) -> Value {
+    fixtures::webserver("web")
+        .namespace("ns")
+        .spec("replicas", replicas)
+        .json()
 }
 
 fn common_events() -> impl Strategy<Value = Scripted> {
@@ -360,8 +390,7 @@ proptest! {
         ], 0..6),
     ) {
         let op = operator("webserver");
-        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-            "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": replicas}});
+        let parent = web(replicas);
         let rule = |seen: &Seen<'_>| {
             // A pod still wanted is replaced (left out, so deleted) only
             // while every other wanted pod was there and ready: at most one
@@ -407,8 +436,7 @@ proptest! {
         ], 0..6),
     ) {
         let op = operator("memcached");
-        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Memcached",
-            "metadata": {"name": "cache", "namespace": "ns"}, "spec": {"size": size}});
+        let parent = fixtures::memcached("cache").namespace("ns").spec("size", size).json();
         let rule = |seen: &Seen<'_>| {
             for kind in ["Deployment", "Service"] {
                 if let Some(key) = deleted_by_the_loop(seen.step, kind).next()
@@ -438,10 +466,11 @@ proptest! {
         ], 0..6),
     ) {
         let op = operator("backup");
-        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Backup",
-            "metadata": {"name": "nightly", "namespace": "ns"},
-            "spec": {"schedule": "0 2 * * *", "target": {"kind": "StatefulSet", "name": "db"},
-                     "destination": {"s3Bucket": "backups"}}});
+        let parent = fixtures::backup("nightly").namespace("ns")
+            .spec("schedule", "0 2 * * *")
+            .spec("target", json!({"kind": "StatefulSet", "name": "db"}))
+            .spec("destination", json!({"s3Bucket": "backups"}))
+            .json();
         let setup = |sim: &mut Simulation<'_>| {
             if target_first {
                 sim.cluster.create(target(), Actor::User);
@@ -478,10 +507,7 @@ proptest! {
         ], 0..7),
     ) {
         let op = operator("database");
-        let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Database",
-            "metadata": {"name": "orders", "namespace": "ns"},
-            "spec": {"version": version.to_string(), "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": policy,
-                     "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}});
+        let parent = orders(&version.to_string(), size, policy);
         let rule = |seen: &Seen<'_>| database_rule(seen);
         let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
@@ -748,10 +774,7 @@ fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
 /// only moves forward: what is gone stays gone.
 #[test]
 fn regression_nothing_deleted_is_created_again_while_deleting() {
-    let parent = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Database",
-        "metadata": {"name": "orders", "namespace": "ns"},
-        "spec": {"version": "14", "size": "small", "storage": {"size": "1Gi"}, "deletionPolicy": "Snapshot",
-                 "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}});
+    let parent = orders("14", "small", "Snapshot");
     let script = [
         Scripted::FailJob("orders-snapshot".into()),
         Scripted::DeleteParent,
@@ -773,12 +796,6 @@ fn regression_nothing_deleted_is_created_again_while_deleting() {
 /// whole life: the rules after every step, progress, a finished deletion.
 #[test]
 fn events_mid_flight() {
-    let db = |version: &str| {
-        json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "Database",
-            "metadata": {"name": "orders", "namespace": "ns"},
-            "spec": {"version": version, "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Snapshot",
-                     "backup": {"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "backups"}}}})
-    };
     // Jobs run for three steps, so each step of an upgrade (backup, stop,
     // restore, start) is in flight for a while; the event arrives after
     // 1 to 12 steps of it.
@@ -786,7 +803,7 @@ fn events_mid_flight() {
     let database_life = |script: &[Scripted], what: &str| {
         let result = live(
             &operator("database"),
-            db("15"),
+            orders("15", "medium", "Snapshot"),
             0,
             script,
             slow_jobs,
@@ -835,8 +852,6 @@ fn events_mid_flight() {
             );
         }
     }
-    let web = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-        "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3}});
     let rollout = [
         Scripted::Spec("image", json!("nginx:1.28")),
         Scripted::Soon(2),
@@ -844,7 +859,7 @@ fn events_mid_flight() {
     ];
     let result = live(
         &operator("webserver"),
-        web,
+        web(3),
         0,
         &rollout,
         |_| {},
@@ -862,10 +877,8 @@ fn events_mid_flight() {
 /// next sync: the rest of the answer and the status are never written.
 #[test]
 fn a_restart_loses_what_metacontroller_had_not_written() {
-    let web = json!({"apiVersion": "opshooks.io/v1alpha1", "kind": "WebServer",
-        "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3}});
     let op = operator("webserver");
-    let mut sim = Simulation::new(&op, web, start(), 0).unwrap();
+    let mut sim = Simulation::new(&op, web(3), start(), 0).unwrap();
     sim.apply(&Event::RestartMetacontroller(1)).unwrap();
     let step = sim.step();
     let created: Vec<&Key> = step
