@@ -6,6 +6,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
+use opshooks::fixtures::{request, webserver};
 use opshooks::http::{Limits, router};
 use opshooks::operators::validate::QUOTE_CHARS;
 use serde_json::Value;
@@ -177,7 +178,9 @@ async fn invalid_spec_is_422_naming_the_field_and_fix() {
         "spec.replicas: -1 is out of range; use a whole number from 0 to 1000"
     );
 
-    let wrong_type = r#"{"parent":{"apiVersion":"opshooks.io/v1alpha1","kind":"WebServer","metadata":{"name":"x"},"spec":{"replicas":"three"}},"children":{},"related":{}}"#;
+    let wrong_type = request(webserver("x").spec("replicas", "three"))
+        .json()
+        .to_string();
     let reply = send(post("/webserver/sync", "application/json", wrong_type)).await;
     assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
