@@ -352,20 +352,18 @@ pub fn status(mc: &Memcached, pods: &[ObservedPod], ctx: &Context) -> MemcachedS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::pod;
+    use crate::fixtures::{self, pod};
 
+    /// The Memcached `cache` of `size`, its port and image the defaults.
     fn mc(size: i32, memory: Option<&str>) -> Memcached {
-        let mut mc = Memcached::new(
-            "cache",
-            MemcachedSpec {
-                size,
-                container_port: DEFAULT_PORT,
-                image: DEFAULT_IMAGE.into(),
-                memory_limit: memory.map(String::from),
-            },
-        );
-        mc.metadata.namespace = Some("shop".into());
-        mc
+        let cache = fixtures::memcached("cache")
+            .namespace("shop")
+            .spec("size", size);
+        match memory {
+            Some(limit) => cache.spec("memoryLimit", limit),
+            None => cache,
+        }
+        .typed()
     }
 
     fn ctx() -> Context {

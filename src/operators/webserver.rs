@@ -388,18 +388,13 @@ mod tests {
     use crate::fixtures;
     use crate::operators::common::LABEL_INSTANCE;
 
+    /// The WebServer `web` of `replicas`, its image and port the defaults.
     fn ws(replicas: i32) -> WebServer {
-        let mut ws = WebServer::new(
-            "web",
-            WebServerSpec {
-                replicas,
-                image: DEFAULT_IMAGE.into(),
-                port: DEFAULT_PORT,
-            },
-        );
-        ws.metadata.namespace = Some("shop".into());
-        ws.metadata.generation = Some(3);
-        ws
+        fixtures::webserver("web")
+            .namespace("shop")
+            .generation(3)
+            .spec("replicas", replicas)
+            .typed()
     }
 
     fn ctx() -> Context {
