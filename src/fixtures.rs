@@ -2,11 +2,12 @@
 //! controller-rs's fixtures and linkerd's `mk_pod`: a test says what is
 //! special about its case in one line, `pod("web-0").ready()`,
 //! `job("orders-init").failed()`, `statefulset("orders").serving(3)`,
-//! `database("orders").spec("version", json!("16"))`, and gets the object
-//! as Metacontroller sends it (`.json()`) or typed (`.typed()`); a
+//! `database("orders").spec("version", "16")`, and gets the object as
+//! Metacontroller sends it (`.json()`) or typed (`.typed()`); a
 //! [`request`] gathers a parent and its observed objects into a hook's
 //! body. Used by the unit tests beside each operator and by the
-//! integration tests alike; nothing outside tests calls it.
+//! integration tests alike; nothing outside tests calls it. It is not
+//! `#[cfg(test)]` because `tests/` links the library as built without it.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

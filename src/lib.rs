@@ -30,7 +30,8 @@
 //! - [`cli`]: the `hook`, `openapi` and `manifests` subcommands.
 //! - [`config`]: command-line flags, each also read from the environment.
 //! - [`telemetry`]: logging set-up.
-//! - [`fixtures`]: builders of observed objects for tests.
+//! - [`fixtures`]: builders of observed objects, parents and hook requests
+//!   for tests (the unit tests and `tests/` alike; nothing else calls it).
 
 pub mod call;
 pub mod cli;
