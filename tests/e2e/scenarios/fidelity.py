@@ -19,15 +19,10 @@ import subprocess
 import tempfile
 import threading
 
+from harness import need
+from scenarios.database import database, db_gone, db_running
+
 NAME = "twin"
-
-
-def loop():
-    """loop.py's helpers, from the running script itself: importing loop.py
-    again would make a second copy whose exceptions its waits do not know."""
-    import __main__
-
-    return __main__
 
 
 def dedupe(items):
@@ -86,13 +81,12 @@ def wait_settled(s, uid, want, what):
 
     def check():
         got = real_objects(s, uid)
-        loop().need(got == want, f"real {got}\n  simulated {want}")
+        need(got == want, f"real {got}\n  simulated {want}")
 
     s.wait(f"objects after {what} as simulated", check, timeout=120)
 
 
 def scenario_fidelity(s):
-    database, db_running, db_gone = loop().database, loop().db_running, loop().db_gone
     parent = database(s.ns, NAME, "16", "small", backups=True)
     runs, settled = simulate(s.suite.opshooks.argv[0], parent)
     s.expect(len(settled) == 3, f"the simulator settled {len(settled)} times, want 3")

@@ -1,0 +1,479 @@
+"""The harness of the control-loop suite: the processes it starts and kills,
+the waits and checks a scenario is written with, the kwok stages that decide
+how a Job's pods end, and the suite that runs the scenarios and reports.
+
+loop.py lists the scenarios (one file an operator under scenarios/, plus the
+faults and the simulator's twin) and calls main(); each scenario is a
+function of one Scenario, in its own namespace.
+"""
+
+import argparse
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+
+from invariants import Recorder
+from kube import Kube, KubeError, controller_uid, job_outcome
+
+GROUP = "opshooks.io/v1alpha1"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+NOT_READY_LABEL = "e2e.kwok.x-k8s.io/not-ready"
+PRINT_LOCK = threading.Lock()
+
+
+def say(text):
+    with PRINT_LOCK:
+        print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
+
+
+class Failed(Exception):
+    pass
+
+
+class NotYet(Exception):
+    pass
+
+
+def need(ok, detail):
+    if not ok:
+        raise NotYet(detail)
+
+
+# ---- processes --------------------------------------------------------------
+class Proc:
+    """A process the suite starts, kills and restarts; its log is appended to."""
+
+    def __init__(self, name, argv, log, ready_url, tls=None):
+        self.name, self.argv, self.log, self.ready_url, self.tls = name, argv, log, ready_url, tls
+        self.popen = None
+
+    def start(self, extra=()):
+        with open(self.log, "ab") as f:
+            f.write(f"===== e2e: {self.name} started {time.strftime('%H:%M:%S')} =====\n".encode())
+        out = open(self.log, "ab")
+        self.popen = subprocess.Popen(
+            [*self.argv, *extra], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        out.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.popen.poll() is not None:
+                raise Failed(f"{self.name} exited with {self.popen.returncode}; see {self.log}")
+            try:
+                with urllib.request.urlopen(self.ready_url, timeout=2, context=self.tls) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise Failed(f"{self.name} did not become ready at {self.ready_url}")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.popen and self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        with open(self.log, "ab") as f:
+            f.write(f"===== e2e: {self.name} stopped {time.strftime('%H:%M:%S')} =====\n".encode())
+
+
+# ---- one scenario -----------------------------------------------------------
+class Scenario:
+    def __init__(self, suite, title, fn, ns, strategy):
+        self.suite, self.title, self.fn, self.ns, self.strategy = suite, title, fn, ns, strategy
+        self.k = suite.kube
+        self.rec = suite.recorder
+        self.steps = 0
+        self.problems = []  # failed checks that do not stop the scenario
+        self.result = "not run"
+        self.seconds = 0.0
+        self.error = None
+
+    def step(self, text):
+        self.steps += 1
+        say(f"[{self.title} | {self.strategy}] {self.steps}. {text}")
+
+    def wait(self, what, fn, timeout=120, every=0.5):
+        deadline = time.time() + timeout
+        last = "no check ran"
+        while True:
+            try:
+                value = fn()
+                if value is None:
+                    value = True
+                return value
+            except NotYet as err:
+                last = str(err)
+            except KubeError as err:
+                last = str(err)
+            if time.time() > deadline:
+                raise Failed(f"timed out after {timeout}s waiting for {what}: {last}")
+            time.sleep(every)
+
+    def hold(self, what, fn):
+        """fn must keep passing for two resync periods and a second: every
+        parent is synced again at least once meanwhile, hook or no hook
+        event, so a hold does not end before the loop had its say."""
+        deadline = time.time() + 2 * self.suite.resync() + 1
+        while time.time() < deadline:
+            try:
+                fn()
+            except NotYet as err:
+                raise Failed(f"{what} stopped holding: {err}") from None
+            time.sleep(0.5)
+
+    def expect(self, ok, message):
+        if not ok:
+            raise Failed(message)
+
+    def soft(self, what, fn, timeout=20):
+        """A check whose failure fails the scenario at its end but lets it go
+        on, so one broken thing does not hide the next."""
+        try:
+            return self.wait(what, fn, timeout)
+        except Failed as err:
+            self.problems.append(f"step {self.steps}: {err}")
+            say(f"[{self.title} | {self.strategy}] check failed, going on: {err}")
+            return None
+
+    def run(self):
+        start = time.time()
+        say(f"=== {self.title} ({self.strategy}) in namespace {self.ns}")
+        try:
+            self.suite.namespace(self.ns)
+            self.fn(self)
+            if self.problems:
+                raise Failed("; ".join(self.problems))
+            self.result = "PASS"
+        except Failed as err:
+            self.result, self.error = "FAIL", str(err)
+        except Exception as err:  # a bug in the suite is a failure too, with its trace
+            self.result, self.error = "FAIL", f"{err!r}\n{traceback.format_exc()}"
+        self.seconds = time.time() - start
+        if self.error:
+            say(f"=== {self.title} ({self.strategy}) FAILED at step {self.steps}: {self.error}")
+            self.diagnose()
+            if not os.environ.get("OPSHOOKS_E2E_KEEP"):
+                self.suite.force_cleanup(self.ns)
+        else:
+            say(f"=== {self.title} ({self.strategy}) passed in {self.seconds:.0f}s")
+
+    def diagnose(self):
+        """What the failure left behind, for a log read after the cluster is gone."""
+        try:
+            for kind in ("WebServer", "Memcached", "Backup", "Database"):
+                for obj in self.k.list(kind, self.ns):
+                    md = obj["metadata"]
+                    say(
+                        f"[{self.title}] {kind} {md['name']} generation {md.get('generation')} "
+                        f"deleting={bool(md.get('deletionTimestamp'))} status: {json.dumps(obj.get('status'))[:1500]}"
+                    )
+            for e in self.k.list("Event", self.ns):
+                if e.get("type") == "Warning":
+                    io = e.get("involvedObject", {})
+                    say(f"[{self.title}] Warning {io.get('kind')}/{io.get('name')} x{e.get('count', 1)}: {e.get('message', '')[:500]}")
+        except Exception as err:  # diagnostics must not hide the failure
+            say(f"[{self.title}] (diagnostics failed: {err!r})")
+
+    # ---- helpers shared by scenarios ----
+    def parent(self, kind, name):
+        obj = self.k.get(kind, self.ns, name)
+        need(obj is not None, f"{kind} {name} not found")
+        return obj
+
+    def children(self, kind, owner_uid, live=True):
+        return [
+            o
+            for o in self.k.list(kind, self.ns)
+            if controller_uid(o) == owner_uid and not (live and o["metadata"].get("deletionTimestamp"))
+        ]
+
+    def synced(self, obj):
+        st = obj.get("status") or {}
+        need(
+            st.get("observedGeneration") == obj["metadata"]["generation"],
+            f"status.observedGeneration {st.get('observedGeneration')} != generation {obj['metadata']['generation']} (status: {st})",
+        )
+        return st
+
+    def kubectl(self, *args):
+        proc = subprocess.run(["kubectl", "-n", self.ns, *args], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise Failed(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def gone(self, kind, name):
+        need(self.k.get(kind, self.ns, name) is None, f"{kind} {name} still exists")
+
+    def job(self, name):
+        return self.k.get("Job", self.ns, name)
+
+    def wait_job(self, name, outcome, timeout=120):
+        def check():
+            j = self.job(name)
+            need(j is not None, f"job {name} not created")
+            got = job_outcome(j)
+            need(got == outcome, f"job {name} is {got}")
+            return j
+
+        return self.wait(f"job {name} {outcome}", check, timeout)
+
+    def wait_job_seen(self, name, outcome, timeout=120):
+        """Like wait_job, for a Job the loop may delete as soon as it is
+        done (a snapshot): what the watch streams saw of it counts."""
+
+        def check():
+            seen = self.rec.job_outcomes(self.ns, name)
+            need(outcome in seen, f"job {name} seen as {seen or 'nothing yet'}")
+
+        return self.wait(f"job {name} {outcome} (as seen by the watch)", check, timeout)
+
+    def stage(self, job, outcome, delay_ms=0):
+        """A kwok Stage that decides how the pods of one Job end."""
+        obj = job_stage(self.ns, job, outcome, delay_ms)
+        self.k.apply(obj)
+        return obj["metadata"]["name"]
+
+    def unstage(self, name):
+        self.k.delete("Stage", None, name)
+
+
+FAIL_TEMPLATE = """{{ $now := Now }}
+phase: Failed
+startTime: {{ or .status.startTime $now | Quote }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+conditions:
+- {type: Ready, status: "False", reason: PodFailed, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: PodFailed, lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state: {terminated: {exitCode: 1, reason: Error, message: "failed by the e2e suite", startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}}
+{{ end }}
+"""
+
+SUCCEED_TEMPLATE = """{{ $now := Now }}
+phase: Succeeded
+conditions:
+- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state: {terminated: {exitCode: 0, reason: Completed, startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}}
+{{ end }}
+"""
+
+
+def job_stage(ns, job, outcome, delay_ms):
+    """Fail (from Pending or Running) or slowly succeed (once Running) the
+    pods of Job ns/job. Its weight wins over the shared stages' (weight 0)
+    whenever both match a pod."""
+    phases = ["Pending", "Running"] if outcome == "fail" else ["Running"]
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": f"e2e-{outcome}-{ns}-{job}"[:63]},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".metadata.namespace", "operator": "In", "values": [ns]},
+                    {"key": ".status.phase", "operator": "In", "values": phases},
+                    {"key": f'.metadata.labels["{JOB_NAME_LABEL}"]', "operator": "In", "values": [job]},
+                ]
+            },
+            "weight": 100,
+            "delay": {"durationMilliseconds": delay_ms},
+            "steps": [
+                {
+                    "patch": {
+                        "subresource": "status",
+                        "root": "status",
+                        "template": FAIL_TEMPLATE if outcome == "fail" else SUCCEED_TEMPLATE,
+                    }
+                }
+            ],
+        },
+    }
+
+
+# ---- the suite ------------------------------------------------------------------------
+class Suite:
+    """Runs the scenarios, each a (title, short name, function): the
+    lifecycle ones in parallel, then the faults one at a time, under each
+    apply strategy; the on-request ones only when --only names them."""
+
+    def __init__(self, args, lifecycle, faults, on_request):
+        self.lifecycle, self.faults, self.on_request = lifecycle, faults, on_request
+        env = {}
+        with open(f"{args.dir}/env") as f:
+            for line in f:
+                if line.startswith("export OPSHOOKS_E2E_APISERVER="):
+                    env["server"] = line.split("=", 1)[1].strip().strip("'")
+        self.kube = Kube(env["server"], f"{args.dir}/pki")
+        self.dir = args.dir
+        ops_log = f"{args.dir}/opshooks-loop.log"
+        mc_log = f"{args.dir}/metacontroller.log"
+        self.recorder = Recorder(self.kube, ops_log, mc_log)
+        tls = None
+        if args.ca_file:
+            tls = ssl.create_default_context(cafile=args.ca_file)
+            if args.client_cert:
+                tls.load_cert_chain(*args.client_cert.split(","))
+        self.opshooks = Proc(
+            "opshooks",
+            [args.opshooks, "--listen", f"127.0.0.1:{args.port}", "--log-format", "json", *args.opshooks_arg],
+            ops_log,
+            f"{'https' if tls else 'http'}://127.0.0.1:{args.port}/readyz",
+            tls,
+        )
+        self.mc_extra = []
+        self.metacontroller = Proc(
+            "metacontroller",
+            [
+                args.metacontroller,
+                f"--kubeconfig={args.dir}/kubeconfig",
+                "--discovery-interval=2s",
+                f"--metrics-address=127.0.0.1:{args.mc_ports[0]}",
+                f"--health-probe-bind-address=127.0.0.1:{args.mc_ports[1]}",
+                "--client-go-qps=100",
+                "--client-go-burst=200",
+            ],
+            mc_log,
+            f"http://127.0.0.1:{args.mc_ports[1]}/readyz",
+        )
+        self.results = []
+        self.resync_seconds = None
+
+    def resync(self):
+        """The longest resyncPeriodSeconds of the chart's CompositeControllers
+        (loop_chart in lib.sh sets it): how long a parent can go unsynced."""
+        if self.resync_seconds is None:
+            periods = [cc["spec"].get("resyncPeriodSeconds") or 0 for cc in self.kube.list("CompositeController")]
+            if not periods or not all(periods):
+                raise Failed(f"a CompositeController without a resync period: {periods}")
+            self.resync_seconds = max(periods)
+        return self.resync_seconds
+
+    def namespace(self, ns):
+        if self.kube.get("Namespace", None, ns) is None:
+            self.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        deadline = time.time() + 60
+        while self.kube.get("ServiceAccount", ns, "default") is None:
+            if time.time() > deadline:
+                raise Failed(f"namespace {ns} has no default ServiceAccount")
+            time.sleep(0.3)
+
+    def force_cleanup(self, ns):
+        """After a failed scenario: drop its parents (finalizers too), so a
+        stuck one stops driving the loop; what that deletes is on us."""
+        self.recorder.allow_pvc_delete(ns)
+        for kind in ("WebServer", "Memcached", "Backup", "Database"):
+            try:
+                for obj in self.kube.list(kind, ns):
+                    name = obj["metadata"]["name"]
+                    self.kube.delete(kind, ns, name)
+                    if obj["metadata"].get("finalizers") or kind == "Database":
+                        self.kube.patch(kind, ns, name, {"metadata": {"finalizers": None}})
+            except KubeError:
+                pass
+
+    def run_batch(self, batch, strategy, suffix):
+        scenarios = [Scenario(self, title, fn, f"{short}-{suffix}", strategy) for title, short, fn in batch]
+        threads = [threading.Thread(target=sc.run, name=sc.title) for sc in scenarios]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.results.extend(scenarios)
+
+    def run(self, strategies, only):
+        self.recorder.start()
+        self.opshooks.start()
+        total = time.time()
+        for strategy in strategies:
+            self.mc_extra = [f"--apply-strategy={strategy}"]
+            self.metacontroller.start(self.mc_extra)
+            suffix = "dyn" if strategy == "dynamic-apply" else "ssa"
+            lifecycle = [sc for sc in self.lifecycle if not only or sc[1] in only]
+            lifecycle += [sc for sc in self.on_request if sc[1] in only]
+            faults = [sc for sc in self.faults if (not only or sc[1] in only)]
+            say(f"##### Metacontroller --apply-strategy={strategy}: {len(lifecycle)} scenarios in parallel")
+            self.run_batch(lifecycle, strategy, suffix)
+            # One at a time: each kills a process every scenario depends on.
+            for sc in faults:
+                self.run_batch([sc], strategy, suffix)
+            self.metacontroller.kill(signal.SIGTERM)
+        self.recorder.finish()
+        self.opshooks.kill(signal.SIGTERM)
+        return self.report(time.time() - total)
+
+    def report(self, seconds):
+        rec = self.recorder
+        print()
+        print(f"{'scenario':<34} {'apply strategy':<18} {'steps':>5} {'seconds':>8}  result")
+        for sc in self.results:
+            print(f"{sc.title:<34} {sc.strategy:<18} {sc.steps:>5} {sc.seconds:>8.0f}  {sc.result}")
+        inv = "PASS" if not rec.violations else f"FAIL ({len(rec.violations)})"
+        print(f"{'invariants (whole run)':<34} {'both' if len(set(s.strategy for s in self.results)) > 1 else '':<18} {'':>5} {seconds:>8.0f}  {inv}")
+        calls = sum(rec.hook_calls.values())
+        refused = sum(n for (_, _, status), n in rec.hook_calls.items() if status != 200)
+        print(
+            f"\nhook calls logged by opshooks: {calls} ({refused} not 200); "
+            f"watch relists: {rec.relists} ({rec.synthesized} deletions found by them)"
+        )
+        for sc in self.results:
+            if sc.error:
+                print(f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}")
+        for v in rec.report_violations():
+            print(f"INVARIANT {v}")
+        failed = sum(1 for sc in self.results if sc.result != "PASS")
+        passed = len(self.results) - failed
+        ok = failed == 0 and not rec.violations and calls > 0
+        print(f"control loop: {passed} passed, {failed} failed, {len(rec.violations)} invariant violations")
+        return ok
+
+
+def main(description, lifecycle, faults, on_request):
+    parser = argparse.ArgumentParser(description=description.split("\n")[0])
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--port", required=True, type=int)
+    parser.add_argument("--opshooks", required=True)
+    parser.add_argument("--metacontroller", required=True)
+    parser.add_argument("--mc-ports", required=True, help="metrics,health ports")
+    parser.add_argument("--strategies", default="dynamic-apply,server-side-apply")
+    parser.add_argument("--only", default="", help="comma-separated scenario short names")
+    parser.add_argument("--opshooks-arg", action="append", default=[], help="one more opshooks flag, e.g. --opshooks-arg=--tls-cert-file=F")
+    parser.add_argument("--ca-file", help="opshooks serves HTTPS with a certificate of this CA")
+    parser.add_argument("--client-cert", help="CERT,KEY: the client certificate opshooks requires")
+    args = parser.parse_args()
+    args.mc_ports = args.mc_ports.split(",")
+    suite = Suite(args, lifecycle, faults, on_request)
+    try:
+        ok = suite.run(args.strategies.split(","), set(filter(None, args.only.split(","))))
+    finally:
+        for proc in (suite.metacontroller, suite.opshooks):
+            if proc.popen and proc.popen.poll() is None:
+                proc.kill(signal.SIGTERM)
+    sys.exit(0 if ok else 1)
+
