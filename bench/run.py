@@ -28,7 +28,6 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.dont_write_bytecode = True  # no __pycache__ in the repo
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from pyhelpers import ServerProcess, StartFailed, free_port  # noqa: E402
+
 CACHE = Path(os.environ.get("OPSHOOKS_BENCH_CACHE", Path.home() / ".cache/opshooks-bench"))
 SECTION = "## Against the floor and the peers (issue 11)"
 SERVERS = ["opshooks", "floor", "Python", "Go"]
@@ -89,12 +92,6 @@ def build(skip):
 
 # ---------------------------------------------------------------- servers
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def post(port, route, body, timeout=60):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -103,14 +100,6 @@ def post(port, route, body, timeout=60):
         return resp.status, resp.read()
     finally:
         conn.close()
-
-
-def proc_status(pid, field):
-    """A memory field of /proc/PID/status, in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(field)
 
 
 class Server:
@@ -125,43 +114,34 @@ class Server:
         (CACHE / "logs").mkdir(parents=True, exist_ok=True)
         self.log = open(CACHE / "logs" / f"{self.name}.log", "wb")
         started = time.perf_counter()
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = started + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log.name}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/readyz")
-                if conn.getresponse().status == 200:
-                    conn.close()
-                    break
-                conn.close()
-            except OSError:
-                pass
-            if time.perf_counter() > deadline:
-                self.__exit__()
-                raise RuntimeError(f"{self.name} did not answer /readyz in 20 s; see {self.log.name}")
-            time.sleep(0.001)
+        self.proc = ServerProcess(self.name, argv, self.log)
+        try:
+            self.proc.wait_ready(self.ready, 20, 0.001)
+        except StartFailed:
+            self.__exit__()
+            raise
         self.start_seconds = time.perf_counter() - started
         return self
 
+    def ready(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
     def rss(self):
-        return proc_status(self.proc.pid, "VmRSS")
+        return self.proc.rss()
 
     def peak(self):
-        return proc_status(self.proc.pid, "VmHWM")
+        return self.proc.peak()
 
     def reset_peak(self):
-        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+        self.proc.reset_peak()
 
     def __exit__(self, *exc):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.proc.stop()
         self.log.close()
 
 
@@ -423,7 +403,6 @@ def main():
     args.revision = revision()
     oha_version = subprocess.run([oha, "--version"], capture_output=True, text=True).stdout.strip()
     sys.path.insert(0, str(HERE))
-    sys.dont_write_bytecode = True  # no __pycache__ in the repo
     import payloads as payload_module
     payloads = payload_module.write(CACHE / "payloads")
     started = datetime.now(timezone.utc)

@@ -22,6 +22,9 @@ import urllib.request
 from invariants import Recorder
 from kube import Kube, KubeError, controller_uid, job_outcome
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pyhelpers import ServerProcess, StartFailed  # noqa: E402
+
 GROUP = "opshooks.io/v1alpha1"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 NOT_READY_LABEL = "e2e.kwok.x-k8s.io/not-ready"
@@ -52,37 +55,28 @@ class Proc:
 
     def __init__(self, name, argv, log, ready_url, tls=None):
         self.name, self.argv, self.log, self.ready_url, self.tls = name, argv, log, ready_url, tls
-        self.popen = None
+        self.server = None  # the ServerProcess of the current run
 
     def start(self, extra=()):
         with open(self.log, "ab") as f:
             f.write(f"===== e2e: {self.name} started {time.strftime('%H:%M:%S')} =====\n".encode())
-        out = open(self.log, "ab")
-        self.popen = subprocess.Popen(
-            [*self.argv, *extra], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        out.close()
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.popen.poll() is not None:
-                raise Failed(f"{self.name} exited with {self.popen.returncode}; see {self.log}")
-            try:
-                with urllib.request.urlopen(self.ready_url, timeout=2, context=self.tls) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise Failed(f"{self.name} did not become ready at {self.ready_url}")
+            f.flush()
+            self.server = ServerProcess(self.name, [*self.argv, *extra], f)
+        try:
+            self.server.wait_ready(self.ready, 60, 0.2)
+        except StartFailed as err:
+            raise Failed(f"{err} (readiness: {self.ready_url})") from None
+
+    def ready(self):
+        with urllib.request.urlopen(self.ready_url, timeout=2, context=self.tls) as r:
+            return r.status == 200
+
+    def running(self):
+        return self.server is not None and self.server.running()
 
     def kill(self, sig=signal.SIGKILL):
-        if self.popen and self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.server:
+            self.server.stop(sig, grace=30)
         with open(self.log, "ab") as f:
             f.write(f"===== e2e: {self.name} stopped {time.strftime('%H:%M:%S')} =====\n".encode())
 
@@ -473,7 +467,7 @@ def main(description, lifecycle, faults, on_request):
         ok = suite.run(args.strategies.split(","), set(filter(None, args.only.split(","))))
     finally:
         for proc in (suite.metacontroller, suite.opshooks):
-            if proc.popen and proc.popen.poll() is None:
+            if proc.running():
                 proc.kill(signal.SIGTERM)
     sys.exit(0 if ok else 1)
 

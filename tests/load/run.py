@@ -33,6 +33,10 @@ import threading
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in the repo
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from pyhelpers import ServerProcess, StartFailed, free_port, proc_status, reset_peak  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 MiB = 1024 * 1024
@@ -167,13 +171,9 @@ class Proc:
 
     def status(self, field):
         try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for line in f:
-                    if line.startswith(field + ":"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return 0
+            return proc_status(self.pid, field)
+        except (OSError, ValueError, IndexError, KeyError):
+            return 0
 
     def rss(self):
         return self.status("VmRSS")
@@ -202,8 +202,7 @@ class Proc:
     def reset_peak(self):
         """Start a new per-case peak: reset the sampler and the kernel's VmHWM."""
         try:
-            with open(f"/proc/{self.pid}/clear_refs", "w") as f:
-                f.write("5")
+            reset_peak(self.pid)
         except OSError:
             self.hwm_reset_ok = False
         with self._lock:
@@ -589,6 +588,7 @@ class Run:
         self.rows = []
         self.musts = []      # (ok, text)
         self.shoulds = []    # (ok, text), reported, never fail the run
+        self.process = None  # the server's ServerProcess; self.server its Popen
         self.server = None
         self.proc = None
         self.log = tempfile.NamedTemporaryFile(prefix="opshooks-load-", suffix=".log",
@@ -602,23 +602,24 @@ class Run:
     def start_server(self):
         port = free_port()
         cmd = [self.args.binary, "--listen", f"127.0.0.1:{port}"] + self.args.server_arg
-        self.server = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL)
+        self.process = ServerProcess("server", cmd, self.log)
+        self.server = self.process.popen
         self.target = Target(port, self.args.tls_ca, self.args.tls_servername, self.token)
         if self.proc:
             self.proc.stop()
         self.proc = Proc(self.server.pid, self.args.rss_cap * MiB)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.server.poll() is not None:
-                sys.exit(f"server exited with {self.server.returncode} at start; log: {self.log.name}\n"
-                         + self.log_tail())
-            a = self.get("/readyz", timeout=2)
-            if a.status == 200:
-                return
-            time.sleep(0.1)
-        sys.exit(f"server not ready within 30 s (last /readyz: {a.status or a.error}); "
-                 f"log: {self.log.name}")
+        last = None
+
+        def ready():
+            nonlocal last
+            last = self.get("/readyz", timeout=2)
+            return last.status == 200
+
+        try:
+            self.process.wait_ready(ready, 30, 0.1)
+        except StartFailed as err:
+            seen = f" (last /readyz: {last.status or last.error})" if last else ""
+            sys.exit(f"{err}{seen}\n" + self.log_tail())
 
     def log_tail(self, n=4000):
         try:
@@ -1075,9 +1076,7 @@ class Run:
                 self.musts.append((False, f"{case.__name__} crashed: {type(e).__name__}: {e}"))
                 if not self.alive() and not self.stopped:
                     self.start_server()
-        if self.alive():
-            self.server.kill()
-            self.server.wait(10)
+        self.process.stop(signal.SIGKILL)
         self.proc.stop()
         total = time.monotonic() - t_start
         load_after = Path("/proc/loadavg").read_text().split()[:3]
@@ -1124,14 +1123,6 @@ def percentiles(lat):
     lat = sorted(lat)
     p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
     return f"p50 {p(0.5) * 1000:.2f} ms, p99 {p(0.99) * 1000:.2f} ms, max {lat[-1] * 1000:.1f} ms"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def binary_version(binary):
@@ -1230,9 +1221,8 @@ def main():
     try:
         code = run.main()
     finally:
-        if run.server is not None and run.server.poll() is None:
-            run.server.kill()
-            run.server.wait(10)
+        if run.process is not None:
+            run.process.stop(signal.SIGKILL)
     sys.exit(code)
 
 

@@ -1,10 +1,17 @@
 """Under CI (CI=true) a skipped test fails: a check skipped for a missing
 tool (busybox, dash, shellcheck) would otherwise leave CI green with the
 check never run. setup.sh installs every tool, so nothing may be skipped;
-an expected failure (xfail) still counts as run."""
+an expected failure (xfail) still counts as run.
+
+It also puts tests/support on sys.path: the tests import pyhelpers from
+there, as the e2e suite, the load test and the benchmark do."""
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from pyhelpers import ServerProcess, StartFailed, free_port  # tests/support, on sys.path by conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
 BACKUP_DIR = REPO / "src" / "operators" / "backup_job"
@@ -59,12 +59,6 @@ SECRET_ACCESS_KEY = "moto-secret-key-not-for-logs"
 
 def have_shell(shell: str) -> bool:
     return os.access(SHELLS[shell][0], os.X_OK)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stamp(when: dt.datetime) -> str:
@@ -246,25 +240,25 @@ class S3:
 def s3():
     port = free_port()
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
+    server = ServerProcess(
+        "moto server",
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        log,
         env=dict(os.environ, MOTO_S3_DEFAULT_MAX_KEYS=str(PAGE_SIZE)),
-        stdout=log,
-        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     endpoint = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
+        return True
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    pytest.fail(f"moto server did not start: {log.read().decode()}")
-                time.sleep(0.2)
+        try:
+            server.wait_ready(answers, 60, 0.2)
+        except StartFailed:
+            log.seek(0)
+            pytest.fail(f"moto server did not start: {log.read().decode()}")
         client = boto3.client(
             "s3",
             endpoint_url=endpoint,
@@ -274,12 +268,7 @@ def s3():
         )
         yield S3(endpoint, client)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        server.stop(signal.SIGTERM, grace=10)  # with its process group
         log.close()
 
 

@@ -32,7 +32,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pyhelpers import free_port  # tests/support, on sys.path by conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "src" / "operators" / "database"
@@ -93,12 +93,6 @@ def pg_bin() -> Path:
 
 BIN = pg_bin()
 PG_PATH = f"{BIN}:{SYSTEM_PATH}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------
