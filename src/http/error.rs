@@ -322,11 +322,11 @@ pub(super) async fn read_body(
     };
     let read = tokio::time::timeout(deadline, read).await;
     let result = refused_or_read(read, declared, deadline, too_large);
-    if result.is_err() && held >= super::LARGE_BODY {
+    if result.is_err() && held >= super::memory::LARGE_BODY {
         // The refused body is freed by now, on this thread: hand its pages
         // back as after a large call, rather than when this thread next
         // allocates.
-        super::release_memory();
+        super::memory::release_memory();
     }
     result
 }

@@ -10,7 +10,9 @@
 //!
 //! On shutdown it stops accepting, closes every connection with no call in
 //! flight at once (idle and half-sent ones included), lets the calls in
-//! flight finish for at most the grace period, and returns.
+//! flight finish for at most the grace period, and returns. Shutdown
+//! begins when the future `serve` is given resolves: the binary passes
+//! [`shutdown_signal`] (SIGTERM or Ctrl-C), tests their own.
 
 use std::future::Future;
 use std::io;
@@ -118,6 +120,28 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
 }
 
 async fn connection(
