@@ -22,8 +22,24 @@ use crate::operator::Operator;
 
 /// The OpenAPI document for `operators`.
 pub fn document(operators: &[Operator]) -> OpenApi {
-    let mut components = Components::new();
+    let mut components = shared_components();
     let mut paths = Paths::new();
+    for op in operators {
+        add_operator(op, &mut components, &mut paths);
+    }
+    for (path, description, media) in HEALTH_ROUTES {
+        add_plain(&mut paths, path, "health", description, media);
+    }
+    let mut doc = OpenApi::new(info(), paths);
+    doc.components = Some(components);
+    doc.tags = Some(tags(operators));
+    doc
+}
+
+/// The schemas every operator's routes refer to: the error body, any
+/// Kubernetes object, the observed objects and the customize hook's.
+fn shared_components() -> Components {
+    let mut components = Components::new();
     components
         .schemas
         .insert(Problem::name().into_owned(), Problem::schema());
@@ -40,68 +56,59 @@ pub fn document(operators: &[Operator]) -> OpenApi {
     components
         .schemas
         .insert("CustomizeResponse".into(), schema(customize_response()));
-    for op in operators {
-        add_operator(op, &mut components, &mut paths);
-    }
-    add_plain(
-        &mut paths,
+    components
+}
+
+/// The GET routes beside the hooks: path, description and media type.
+const HEALTH_ROUTES: [(&str, &str, &str); 4] = [
+    (
         "/healthz",
-        "health",
         "Liveness: 200 while the process serves.",
         "text/plain",
-    );
-    add_plain(
-        &mut paths,
+    ),
+    (
         "/readyz",
-        "health",
         "Readiness: 200 while serving, 503 once draining for shutdown.",
         "text/plain",
-    );
-    add_plain(
-        &mut paths,
+    ),
+    (
         "/metrics",
-        "health",
         "Prometheus metrics: opshooks_hook_requests_total and opshooks_hook_duration_seconds by operator, hook and outcome, every series present (at zero) from the first scrape. Needs the bearer token when --metrics-auth is set.",
         "text/plain",
-    );
-    add_plain(
-        &mut paths,
-        "/openapi.json",
-        "health",
-        "This document.",
-        "application/json",
-    );
-    let mut doc = OpenApi::new(
-        Info::builder()
-            .title("opshooks")
-            .version(env!("CARGO_PKG_VERSION"))
-            .description(Some(
-                "Kubernetes operators as Metacontroller hooks. Every hook answers 200 with the desired state, \
-                 or an application/problem+json error whose detail names the field to fix; a failure is never a 200.",
-            ))
-            .build(),
-        paths,
-    );
-    doc.components = Some(components);
-    doc.tags = Some(
-        operators
-            .iter()
-            .map(|op| {
-                Tag::builder()
-                    .name(op.name)
-                    .description(Some(format!(
-                        "The {} operator: {}.",
-                        op.kind, op.children_summary
-                    )))
-                    .build()
-            })
-            .chain([Tag::builder()
-                .name("health")
-                .description(Some("Probes, metrics and this document."))
-                .build()])
-            .collect(),
-    );
-    doc
+    ),
+    ("/openapi.json", "This document.", "application/json"),
+];
+
+/// The document's title, version and the one promise every hook keeps.
+fn info() -> Info {
+    Info::builder()
+        .title("opshooks")
+        .version(env!("CARGO_PKG_VERSION"))
+        .description(Some(
+            "Kubernetes operators as Metacontroller hooks. Every hook answers 200 with the desired state, \
+             or an application/problem+json error whose detail names the field to fix; a failure is never a 200.",
+        ))
+        .build()
+}
+
+/// One tag per operator, naming what it makes, and one for the rest.
+fn tags(operators: &[Operator]) -> Vec<Tag> {
+    operators
+        .iter()
+        .map(|op| {
+            Tag::builder()
+                .name(op.name)
+                .description(Some(format!(
+                    "The {} operator: {}.",
+                    op.kind, op.children_summary
+                )))
+                .build()
+        })
+        .chain([Tag::builder()
+            .name("health")
+            .description(Some("Probes, metrics and this document."))
+            .build()])
+        .collect()
 }
 
 /// The document as YAML, as committed in `openapi.yaml`.
@@ -183,25 +190,8 @@ fn add_schemas(op: &Operator, components: &mut Components) {
 
 /// One hook route: its request and answer bodies and every status code.
 fn hook_operation(op: &Operator, hook: Hook) -> Operation {
-    let kind = &op.kind;
-    let (request, response, summary) = match hook {
-        Hook::Sync => (
-            format!("{kind}SyncRequest"),
-            format!("{kind}SyncResponse"),
-            format!("Desired children and observed status of a {kind}."),
-        ),
-        Hook::Finalize => (
-            format!("{kind}SyncRequest"),
-            format!("{kind}SyncResponse"),
-            format!("Clean-up before a {kind} is deleted; finalized once nothing is left."),
-        ),
-        Hook::Customize => (
-            format!("{kind}CustomizeRequest"),
-            "CustomizeResponse".to_string(),
-            format!("Which related objects Metacontroller sends with each {kind} sync."),
-        ),
-    };
-    Operation::builder()
+    let (request, response, summary) = hook_bodies(&op.kind, hook);
+    let mut operation = Operation::builder()
         .tag(op.name)
         .operation_id(Some(format!("{}_{}", op.name, hook)))
         .summary(Some(summary))
@@ -222,30 +212,65 @@ fn hook_operation(op: &Operator, hook: Hook) -> Operation {
                     "application/json",
                     Content::new(Some(Ref::from_schema_name(response))),
                 ),
-        )
-        .response(
-            "400",
-            problem("The body is not JSON or lacks a required field."),
-        )
-        .response("401", problem("--auth-token-file is set and the request has no Authorization: Bearer header with that token; the answer carries WWW-Authenticate."))
-        .response("404", problem("No such operator or hook."))
-        .response("405", problem("Hooks take POST only."))
-        .response("408", problem("The body did not arrive in time."))
-        .response("413", problem("The body is over --max-body-bytes."))
-        .response("409", problem("The observed state leaves a decision that could lose data open; nothing is changed and detail says what to check."))
-        .response("415", problem("The body is not sent as application/json."))
-        .response(
-            "422",
-            problem("The parent's spec is invalid; detail names the field and the fix."),
-        )
-        .response("429", problem("Every place for a hook call (--max-concurrent-hooks computing, --max-queued-hooks waiting) is taken; the answer carries Retry-After, after which Metacontroller retries."))
-        .response("500", problem("A bug in opshooks."))
-        .response(
-            "503",
-            problem("The answer took longer than --request-timeout-seconds, or no worker was free before that deadline."),
-        )
-        .build()
+        );
+    for (status, description) in REFUSALS {
+        operation = operation.response(status, problem(description));
+    }
+    operation.build()
 }
+
+/// A hook's request and response schema names and its summary.
+fn hook_bodies(kind: &str, hook: Hook) -> (String, String, String) {
+    match hook {
+        Hook::Sync => (
+            format!("{kind}SyncRequest"),
+            format!("{kind}SyncResponse"),
+            format!("Desired children and observed status of a {kind}."),
+        ),
+        Hook::Finalize => (
+            format!("{kind}SyncRequest"),
+            format!("{kind}SyncResponse"),
+            format!("Clean-up before a {kind} is deleted; finalized once nothing is left."),
+        ),
+        Hook::Customize => (
+            format!("{kind}CustomizeRequest"),
+            "CustomizeResponse".to_string(),
+            format!("Which related objects Metacontroller sends with each {kind} sync."),
+        ),
+    }
+}
+
+/// Every refusal a hook route can answer, by status, in the document's
+/// order.
+const REFUSALS: [(&str, &str); 12] = [
+    ("400", "The body is not JSON or lacks a required field."),
+    (
+        "401",
+        "--auth-token-file is set and the request has no Authorization: Bearer header with that token; the answer carries WWW-Authenticate.",
+    ),
+    ("404", "No such operator or hook."),
+    ("405", "Hooks take POST only."),
+    ("408", "The body did not arrive in time."),
+    ("413", "The body is over --max-body-bytes."),
+    (
+        "409",
+        "The observed state leaves a decision that could lose data open; nothing is changed and detail says what to check.",
+    ),
+    ("415", "The body is not sent as application/json."),
+    (
+        "422",
+        "The parent's spec is invalid; detail names the field and the fix.",
+    ),
+    (
+        "429",
+        "Every place for a hook call (--max-concurrent-hooks computing, --max-queued-hooks waiting) is taken; the answer carries Retry-After, after which Metacontroller retries.",
+    ),
+    ("500", "A bug in opshooks."),
+    (
+        "503",
+        "The answer took longer than --request-timeout-seconds, or no worker was free before that deadline.",
+    ),
+];
 
 fn problem(description: &str) -> Response {
     Response::builder()
