@@ -186,16 +186,8 @@ async fn http<I>(
             response
         }
     });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(64);
-    let conn = builder.serve_connection(TokioIo::new(io), service);
+    let protocols = protocols(options);
+    let conn = protocols.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut draining = *stop.borrow();
     if draining {
@@ -206,10 +198,7 @@ async fn http<I>(
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(err) = result {
-                    debug!(error = %err, "connection ended with an error");
-                    if let Some(status) = hyper_refusal(&*err) {
-                        metrics.refused_unrouted(status);
-                    }
+                    ended_with(&*err, metrics);
                 }
                 return;
             }
@@ -231,6 +220,31 @@ async fn http<I>(
                 }
             }
         }
+    }
+}
+
+/// HTTP/1.1 and HTTP/2 as every connection speaks them: an HTTP/1.1
+/// request's headers within the header read timeout, at most 64 HTTP/2
+/// streams at once.
+fn protocols(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(64);
+    builder
+}
+
+/// A connection that ended with an error: logged at debug, and counted
+/// when hyper answered it (see [`hyper_refusal`]).
+fn ended_with(err: &(dyn std::error::Error + 'static), metrics: &Metrics) {
+    debug!(error = %err, "connection ended with an error");
+    if let Some(status) = hyper_refusal(err) {
+        metrics.refused_unrouted(status);
     }
 }
 
