@@ -300,6 +300,26 @@ pub fn is_counted(pod: &ObservedPod) -> bool {
 pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebServerStatus {
     let count = observed.iter().filter(|p| is_counted(p)).count();
     let ready = observed.iter().filter(|p| p.is_ready()).count();
+    let previous = ws
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    WebServerStatus {
+        count: count as i32,
+        ready_replicas: ready as i32,
+        conditions: conditions::reconcile(
+            previous,
+            vec![ready_condition(ws, observed), up_to_date(ws, observed)],
+            ws.metadata.generation,
+            ctx.now,
+        ),
+        observed_generation: None,
+    }
+}
+
+/// `Ready`: every requested pod is ready, or which are not.
+fn ready_condition(ws: &WebServer, observed: &[ObservedPod]) -> Observation {
     let ready_names: BTreeSet<&str> = observed
         .iter()
         .filter(|p| p.is_ready())
@@ -310,7 +330,7 @@ pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebSer
         .filter(|name| !ready_names.contains(name.as_str()))
         .collect();
     let desired = ws.spec.replicas;
-    let observation = if desired == 0 {
+    if desired == 0 {
         Observation::new("Ready", true, "ScaledToZero", "no pods are requested")
     } else if unready.is_empty() {
         Observation::new(
@@ -330,13 +350,18 @@ pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebSer
                 summarize(&unready)
             ),
         )
-    };
+    }
+}
+
+/// `UpToDate`: every pod runs the spec's image and port, or which are
+/// still to replace.
+fn up_to_date(ws: &WebServer, observed: &[ObservedPod]) -> Observation {
     let outdated: Vec<String> = observed
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_current(ws, p))
         .filter_map(|p| p.metadata.name.clone())
         .collect();
-    let up_to_date = if outdated.is_empty() {
+    if outdated.is_empty() {
         Observation::new(
             "UpToDate",
             true,
@@ -353,22 +378,6 @@ pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebSer
                 summarize(&outdated)
             ),
         )
-    };
-    let previous = ws
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    WebServerStatus {
-        count: count as i32,
-        ready_replicas: ready as i32,
-        conditions: conditions::reconcile(
-            previous,
-            vec![observation, up_to_date],
-            ws.metadata.generation,
-            ctx.now,
-        ),
-        observed_generation: None,
     }
 }
 
