@@ -206,20 +206,6 @@ pub fn validate(mc: &Memcached) -> Result<Option<u64>, InvalidSpec> {
 
 /// The Deployment running `size` memcached pods.
 pub fn deployment(mc: &Memcached, item_memory_mib: Option<u64>) -> Deployment {
-    let port = mc.spec.container_port;
-    let mut args = vec!["-p".to_string(), port.to_string(), "-U".into(), "0".into()];
-    if let Some(mib) = item_memory_mib {
-        args.extend(["-m".to_string(), mib.to_string()]);
-    }
-    let resources = mc
-        .spec
-        .memory_limit
-        .as_ref()
-        .map(|limit| ResourceRequirements {
-            limits: Some([("memory".to_string(), Quantity(limit.clone()))].into()),
-            requests: Some([("memory".to_string(), Quantity(limit.clone()))].into()),
-            ..ResourceRequirements::default()
-        });
     let labels = standard_labels(APP, name(mc));
     Deployment {
         metadata: ObjectMeta {
@@ -240,31 +226,7 @@ pub fn deployment(mc: &Memcached, item_memory_mib: Option<u64>) -> Deployment {
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: APP.to_string(),
-                        image: Some(mc.spec.image.clone()),
-                        args: Some(args),
-                        ports: Some(vec![ContainerPort {
-                            name: Some("memcache".to_string()),
-                            container_port: port,
-                            protocol: Some("TCP".to_string()),
-                            ..ContainerPort::default()
-                        }]),
-                        readiness_probe: Some(Probe {
-                            tcp_socket: Some(TCPSocketAction {
-                                port: IntOrString::String("memcache".to_string()),
-                                host: None,
-                            }),
-                            period_seconds: Some(5),
-                            ..Probe::default()
-                        }),
-                        resources,
-                        security_context: Some(SecurityContext {
-                            read_only_root_filesystem: Some(true),
-                            ..restricted_container()
-                        }),
-                        ..Container::default()
-                    }],
+                    containers: vec![container(mc, item_memory_mib)],
                     // The official image's memcache user.
                     security_context: Some(restricted_pod(11211)),
                     ..PodSpec::default()
@@ -273,6 +235,51 @@ pub fn deployment(mc: &Memcached, item_memory_mib: Option<u64>) -> Deployment {
             ..DeploymentSpec::default()
         }),
         status: None,
+    }
+}
+
+/// The memcached container: its port (UDP off), the item memory (`-m`)
+/// and memory request and limit when a limit is set, ready once the port
+/// accepts.
+fn container(mc: &Memcached, item_memory_mib: Option<u64>) -> Container {
+    let port = mc.spec.container_port;
+    let mut args = vec!["-p".to_string(), port.to_string(), "-U".into(), "0".into()];
+    if let Some(mib) = item_memory_mib {
+        args.extend(["-m".to_string(), mib.to_string()]);
+    }
+    let resources = mc
+        .spec
+        .memory_limit
+        .as_ref()
+        .map(|limit| ResourceRequirements {
+            limits: Some([("memory".to_string(), Quantity(limit.clone()))].into()),
+            requests: Some([("memory".to_string(), Quantity(limit.clone()))].into()),
+            ..ResourceRequirements::default()
+        });
+    Container {
+        name: APP.to_string(),
+        image: Some(mc.spec.image.clone()),
+        args: Some(args),
+        ports: Some(vec![ContainerPort {
+            name: Some("memcache".to_string()),
+            container_port: port,
+            protocol: Some("TCP".to_string()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String("memcache".to_string()),
+                host: None,
+            }),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        resources,
+        security_context: Some(SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted_container()
+        }),
+        ..Container::default()
     }
 }
 
