@@ -80,71 +80,113 @@ pub fn cron(field: &str, schedule: &str) -> Result<(), InvalidSpec> {
             fail(format!("unknown macro {trimmed}"))
         };
     }
-    const MONTHS: [&str; 12] = [
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
-    const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
     let fields: Vec<&str> = trimmed.split_whitespace().collect();
     if fields.len() != 5 {
         return fail(format!("has {} fields, not 5", fields.len()));
     }
-    let specs: [(&str, u32, u32, &[&str], u32); 5] = [
-        ("minute", 0, 59, &[], 0),
-        ("hour", 0, 23, &[], 0),
-        ("day of month", 1, 31, &[], 0),
-        ("month", 1, 12, &MONTHS, 1),
-        ("day of week", 0, 6, &DAYS, 0),
-    ];
-    for (text, (what, min, max, names, first)) in fields.iter().zip(specs) {
-        let number = |s: &str| -> Option<u32> {
-            let lower = s.to_ascii_lowercase();
-            if let Some(i) = names.iter().position(|n| *n == lower) {
-                return Some(i as u32 + first);
-            }
-            if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) || s.len() > 4 {
-                return None;
-            }
-            s.parse().ok()
-        };
+    for (text, spec) in fields.iter().zip(&CRON_FIELDS) {
         for part in text.split(',') {
-            let (range, step) = match part.split_once('/') {
-                Some((range, step)) => (range, Some(step)),
-                None => (part, None),
-            };
-            let (lo, hi) = match range {
-                "*" | "?" => (min, max),
-                _ => match range.split_once('-') {
-                    Some((a, b)) => match (number(a), number(b)) {
-                        (Some(a), Some(b)) => (a, b),
-                        _ => return fail(format!("{what} {part:?} is not a number or range")),
-                    },
-                    None => match number(range) {
-                        // "5/15" means from 5 to the end, every 15.
-                        Some(a) if step.is_some() => (a, max),
-                        Some(a) => (a, a),
-                        None => return fail(format!("{what} {part:?} is not a number or range")),
-                    },
-                },
-            };
-            if lo < min || hi > max {
-                return fail(format!("{what} {part:?} is outside {min}-{max}"));
-            }
-            if lo > hi {
-                return fail(format!("{what} {part:?} runs backwards"));
-            }
-            if let Some(step) = step {
-                match number(step) {
-                    Some(n) if n > 0 => {}
-                    _ => {
-                        return fail(format!(
-                            "{what} {part:?} has a step that is not a positive number"
-                        ));
-                    }
-                }
+            if let Err(why) = cron_part(part, spec) {
+                return fail(why);
             }
         }
     }
     Ok(())
+}
+
+/// One of a schedule's five fields: its name, its range, and the names its
+/// values may have instead of numbers (the first name meaning `first`).
+struct CronField {
+    what: &'static str,
+    min: u32,
+    max: u32,
+    names: &'static [&'static str],
+    first: u32,
+}
+
+impl CronField {
+    const fn new(
+        what: &'static str,
+        min: u32,
+        max: u32,
+        names: &'static [&'static str],
+        first: u32,
+    ) -> Self {
+        CronField {
+            what,
+            min,
+            max,
+            names,
+            first,
+        }
+    }
+}
+
+/// The five fields of a schedule, in order.
+const CRON_FIELDS: [CronField; 5] = {
+    const NONE: &[&str] = &[];
+    const MONTHS: &[&str] = &[
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    const DAYS: &[&str] = &["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+    [
+        CronField::new("minute", 0, 59, NONE, 0),
+        CronField::new("hour", 0, 23, NONE, 0),
+        CronField::new("day of month", 1, 31, NONE, 0),
+        CronField::new("month", 1, 12, MONTHS, 1),
+        CronField::new("day of week", 0, 6, DAYS, 0),
+    ]
+};
+
+/// One comma-separated part of a field: `*` or `?`, a number, a range,
+/// each with an optional `/step`; `Err` says what is wrong with it.
+fn cron_part(part: &str, field: &CronField) -> Result<(), String> {
+    let CronField { what, min, max, .. } = *field;
+    let number = |s: &str| cron_number(s, field);
+    let (range, step) = match part.split_once('/') {
+        Some((range, step)) => (range, Some(step)),
+        None => (part, None),
+    };
+    let not_a_number = || format!("{what} {part:?} is not a number or range");
+    let (lo, hi) = match range {
+        "*" | "?" => (min, max),
+        _ => match range.split_once('-') {
+            Some((a, b)) => match (number(a), number(b)) {
+                (Some(a), Some(b)) => (a, b),
+                _ => return Err(not_a_number()),
+            },
+            None => match number(range) {
+                // "5/15" means from 5 to the end, every 15.
+                Some(a) if step.is_some() => (a, max),
+                Some(a) => (a, a),
+                None => return Err(not_a_number()),
+            },
+        },
+    };
+    if lo < min || hi > max {
+        return Err(format!("{what} {part:?} is outside {min}-{max}"));
+    }
+    if lo > hi {
+        return Err(format!("{what} {part:?} runs backwards"));
+    }
+    match step.map(number) {
+        None | Some(Some(1..)) => Ok(()),
+        Some(_) => Err(format!(
+            "{what} {part:?} has a step that is not a positive number"
+        )),
+    }
+}
+
+/// A field's value: one of its names (any case) or up to four digits.
+fn cron_number(s: &str, field: &CronField) -> Option<u32> {
+    let lower = s.to_ascii_lowercase();
+    if let Some(i) = field.names.iter().position(|n| *n == lower) {
+        return Some(i as u32 + field.first);
+    }
+    if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) || s.len() > 4 {
+        return None;
+    }
+    s.parse().ok()
 }
 
 /// The number of bytes in a Kubernetes quantity such as `256Mi`, `1.5Gi`,
