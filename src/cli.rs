@@ -15,7 +15,7 @@ use crate::config::{HookArgs, ManifestArgs, SimulateArgs};
 use crate::hook::Hook;
 use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
-use crate::operator::{Context, ENTROPY};
+use crate::operator::{Context, ENTROPY, Operator};
 use crate::operators;
 
 /// A subcommand's failure: what to print on stderr and the exit code.
@@ -39,17 +39,7 @@ impl Failure {
 /// `opshooks hook OPERATOR HOOK [FILE]`.
 pub fn hook(args: &HookArgs) -> Result<(), Failure> {
     let ops = operators::all();
-    let names = || ops.iter().map(|op| op.name).collect::<Vec<_>>().join(", ");
-    let op = ops
-        .iter()
-        .find(|op| op.name == args.operator)
-        .ok_or_else(|| {
-            Failure::usage(format!(
-                "unknown operator {:?}; use one of: {}",
-                args.operator,
-                names()
-            ))
-        })?;
+    let op = operator_named(&ops, &args.operator)?;
     let hook = Hook::parse(&args.hook).ok_or_else(|| {
         Failure::usage(format!(
             "unknown hook {:?}; use sync, finalize or customize",
@@ -78,27 +68,34 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
             hooks.join(", ")
         ))
     })?;
-    let (out, failure) = match call.result {
-        Ok(answer) => (answer.body, None),
+    match call.result {
+        Ok(answer) => print_body(&answer.body),
         Err(err) => {
             let problem = Problem::from_hook_error(&err);
-            let line = format!(
-                "{} {}: {}",
-                problem.status.as_u16(),
-                problem.title,
-                problem.detail
-            );
-            (
-                serde_json::to_vec(&problem).expect("problems serialize"),
-                Some(line),
-            )
+            print_body(&serde_json::to_vec(&problem).expect("problems serialize"))?;
+            Err(Failure {
+                message: format!(
+                    "{} {}: {}",
+                    problem.status.as_u16(),
+                    problem.title,
+                    problem.detail
+                ),
+                code: 1,
+            })
         }
-    };
-    print_body(&out)?;
-    match failure {
-        None => Ok(()),
-        Some(message) => Err(Failure { message, code: 1 }),
     }
+}
+
+/// The operator named on the command line, or a usage failure naming them
+/// all.
+fn operator_named<'a>(ops: &'a [Operator], name: &str) -> Result<&'a Operator, Failure> {
+    ops.iter().find(|op| op.name == name).ok_or_else(|| {
+        let names: Vec<_> = ops.iter().map(|op| op.name).collect();
+        Failure::usage(format!(
+            "unknown operator {name:?}; use one of: {}",
+            names.join(", ")
+        ))
+    })
 }
 
 /// `opshooks openapi`.
@@ -196,17 +193,7 @@ fn print_text(text: &str) -> Result<(), Failure> {
 /// does not settle.
 pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
     let ops = operators::all();
-    let op = ops
-        .iter()
-        .find(|op| op.name == args.operator)
-        .ok_or_else(|| {
-            let names: Vec<_> = ops.iter().map(|op| op.name).collect();
-            Failure::usage(format!(
-                "unknown operator {:?}; use one of: {}",
-                args.operator,
-                names.join(", ")
-            ))
-        })?;
+    let op = operator_named(&ops, &args.operator)?;
     let (mut sim, events) = simulation(op, args)?;
     let broken = run_stages(&mut sim, &events, args)?;
     if broken > 0 {
@@ -221,7 +208,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), Failure> {
 /// The simulation the flags ask for, before its first step: the parent,
 /// the objects `--with` adds, the Jobs that fail, and the events to come.
 fn simulation<'a>(
-    op: &'a crate::operator::Operator,
+    op: &'a Operator,
     args: &SimulateArgs,
 ) -> Result<(crate::simulate::Simulation<'a>, Vec<crate::simulate::Event>), Failure> {
     use crate::simulate::{Event, Simulation};
