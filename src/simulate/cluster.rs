@@ -350,27 +350,7 @@ impl Cluster {
             .and_then(Value::as_str)
             != Some("Parallel");
         for index in 0..replicas {
-            let claim_keys: Vec<Key> = claims
-                .iter()
-                .map(|claim| {
-                    let template = claim
-                        .pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("data");
-                    let name = format!("{template}-{}-{index}", key.name);
-                    Key::new("v1", "PersistentVolumeClaim", &key.namespace, &name)
-                })
-                .collect();
-            for (claim, claim_key) in claims.iter().zip(&claim_keys) {
-                if !self.objects.contains_key(claim_key) {
-                    let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": claim_key.name, "namespace": key.namespace,
-                                     "labels": claim.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
-                        "spec": claim.get("spec").cloned().unwrap_or(json!({})),
-                        "status": {"phase": "Bound"}});
-                    self.create(pvc, Actor::Controllers);
-                }
-            }
+            let claim_keys = self.ensure_claims(key, index, &claims);
             let pod = pod_key(key, index);
             self.ensure_pod(&pod, &template, &sts);
             // As the real controller: a pod's claims follow the retention
@@ -390,6 +370,33 @@ impl Cluster {
         }
         self.remove_extra_pods(key, &sts, replicas);
         self.set_workload_status(key, &sts);
+    }
+
+    /// The claims of the StatefulSet `key`'s pod `index`, one per template
+    /// in `claims`, created (bound) where they are missing.
+    fn ensure_claims(&mut self, key: &Key, index: usize, claims: &[Value]) -> Vec<Key> {
+        let claim_keys: Vec<Key> = claims
+            .iter()
+            .map(|claim| {
+                let template = claim
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("data");
+                let name = format!("{template}-{}-{index}", key.name);
+                Key::new("v1", "PersistentVolumeClaim", &key.namespace, &name)
+            })
+            .collect();
+        for (claim, claim_key) in claims.iter().zip(&claim_keys) {
+            if !self.objects.contains_key(claim_key) {
+                let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim_key.name, "namespace": key.namespace,
+                                 "labels": claim.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+                    "spec": claim.get("spec").cloned().unwrap_or(json!({})),
+                    "status": {"phase": "Bound"}});
+                self.create(pvc, Actor::Controllers);
+            }
+        }
+        claim_keys
     }
 
     fn deployment(&mut self, key: &Key) {
