@@ -91,24 +91,8 @@ impl Event {
     /// `heal-job NAME`, `not-ready POD`, `ready POD`, `run-cronjob NAME`, `restart-metacontroller N`.
     pub fn parse(text: &str) -> Result<Event, String> {
         let words: Vec<&str> = text.split_whitespace().collect();
-        let object = |word: &str| {
-            word.split_once('/')
-                .map(|(k, n)| (k.to_string(), n.to_string()))
-                .ok_or_else(|| {
-                    format!("{word:?}: name an object as KIND/NAME, like Job/orders-snapshot")
-                })
-        };
         match words.as_slice() {
-            [assignment] if assignment.starts_with("spec.") => {
-                let (path, value) = assignment
-                    .split_once('=')
-                    .ok_or_else(|| format!("{text:?}: write spec.PATH=VALUE"))?;
-                let value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
-                Ok(Event::SetSpec {
-                    path: path["spec.".len()..].split('.').map(String::from).collect(),
-                    value,
-                })
-            }
+            [assignment] if assignment.starts_with("spec.") => Event::set_spec(text, assignment),
             ["delete"] => Ok(Event::DeleteParent),
             ["delete", target] => {
                 let (kind, name) = object(target)?;
@@ -153,6 +137,25 @@ impl Event {
             )),
         }
     }
+
+    /// `spec.PATH=VALUE`, the value JSON if it parses as JSON.
+    fn set_spec(text: &str, assignment: &str) -> Result<Event, String> {
+        let (path, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| format!("{text:?}: write spec.PATH=VALUE"))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
+        Ok(Event::SetSpec {
+            path: path["spec.".len()..].split('.').map(String::from).collect(),
+            value,
+        })
+    }
+}
+
+/// An event's `KIND/NAME` as kind and name.
+fn object(word: &str) -> Result<(String, String), String> {
+    word.split_once('/')
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .ok_or_else(|| format!("{word:?}: name an object as KIND/NAME, like Job/orders-snapshot"))
 }
 
 /// How the hook answered in one step.
@@ -272,6 +275,13 @@ impl Step {
     }
 }
 
+impl Outcome {
+    /// A refusal of `hook`, for `reason`.
+    fn refused(hook: Hook, reason: String) -> Self {
+        Outcome::Refused { hook, reason }
+    }
+}
+
 /// Pods come and go with their workloads; the timeline shows what the
 /// operator and the user did, and the volumes.
 fn is_shown(change: &Change) -> bool {
@@ -366,37 +376,15 @@ impl<'a> Simulation<'a> {
 
     /// Applies an event from outside the loop.
     pub fn apply(&mut self, event: &Event) -> Result<(), String> {
-        let namespace = self.parent.namespace.clone();
-        let find = |cluster: &Cluster, kind: &str, name: &str| {
-            cluster
-                .objects()
-                .map(|(k, _)| k)
-                .find(|k| k.kind == kind && k.name == name && k.namespace == namespace)
-                .cloned()
-                .ok_or_else(|| format!("no {kind}/{name} in the cluster"))
-        };
         match event {
-            Event::SetSpec { path, value } => {
-                let before = self.parent().ok_or("the parent is gone")?.clone();
-                let mut spec = before.get("spec").cloned().unwrap_or(json!({}));
-                let mut at = &mut spec;
-                for (i, part) in path.iter().enumerate() {
-                    let map = at
-                        .as_object_mut()
-                        .ok_or_else(|| format!("spec.{} is not an object", path[..i].join(".")))?;
-                    at = map.entry(part.clone()).or_insert_with(|| json!({}));
-                }
-                *at = value.clone();
-                self.cluster
-                    .update(&self.parent.clone(), &json!({"spec": spec}), Actor::User);
-            }
+            Event::SetSpec { path, value } => self.set_spec(path, value)?,
             Event::DeleteParent => {
                 self.begin_deletion();
                 self.cluster.delete(&self.parent.clone(), Actor::User);
                 self.cluster.collect_garbage();
             }
             Event::Delete { kind, name } => {
-                let key = find(&self.cluster, kind, name)?;
+                let key = self.find(kind, name)?;
                 self.cluster.delete(&key, Actor::User);
                 self.cluster.collect_garbage();
             }
@@ -406,18 +394,8 @@ impl<'a> Simulation<'a> {
                 key,
                 value,
             } => {
-                let target = find(&self.cluster, kind, name)?;
-                self.cluster.edit(&target, |object| {
-                    let annotations = object_map(object, "metadata")
-                        .entry("annotations")
-                        .or_insert_with(|| json!({}));
-                    if let Some(map) = annotations.as_object_mut() {
-                        match value {
-                            Some(v) => map.insert(key.clone(), json!(v)),
-                            None => map.remove(key),
-                        };
-                    }
-                });
+                let target = self.find(kind, name)?;
+                self.annotate(&target, key, value.as_deref());
             }
             Event::HookDown(steps) => self.hook_down = *steps,
             Event::RestartMetacontroller(writes) => self.crash_after = Some(*writes),
@@ -435,11 +413,54 @@ impl<'a> Simulation<'a> {
                 }
             }
             Event::RunCronJob(name) => {
-                let key = find(&self.cluster, "CronJob", name)?;
+                let key = self.find("CronJob", name)?;
                 self.cluster.run_cronjob(&key);
             }
         }
         Ok(())
+    }
+
+    /// The object of `kind` named `name` in the parent's namespace.
+    fn find(&self, kind: &str, name: &str) -> Result<Key, String> {
+        self.cluster
+            .objects()
+            .map(|(k, _)| k)
+            .find(|k| k.kind == kind && k.name == name && k.namespace == self.parent.namespace)
+            .cloned()
+            .ok_or_else(|| format!("no {kind}/{name} in the cluster"))
+    }
+
+    /// The user sets `spec.PATH` of the parent, making the objects on the
+    /// way.
+    fn set_spec(&mut self, path: &[String], value: &Value) -> Result<(), String> {
+        let before = self.parent().ok_or("the parent is gone")?.clone();
+        let mut spec = before.get("spec").cloned().unwrap_or(json!({}));
+        let mut at = &mut spec;
+        for (i, part) in path.iter().enumerate() {
+            let map = at
+                .as_object_mut()
+                .ok_or_else(|| format!("spec.{} is not an object", path[..i].join(".")))?;
+            at = map.entry(part.clone()).or_insert_with(|| json!({}));
+        }
+        *at = value.clone();
+        self.cluster
+            .update(&self.parent.clone(), &json!({"spec": spec}), Actor::User);
+        Ok(())
+    }
+
+    /// The user sets (or, with `None`, removes) an annotation of `target`.
+    fn annotate(&mut self, target: &Key, key: &str, value: Option<&str>) {
+        self.cluster.edit(target, |object| {
+            let annotations = object_map(object, "metadata")
+                .entry("annotations")
+                .or_insert_with(|| json!({}));
+            if let Some(map) = annotations.as_object_mut() {
+                match value {
+                    Some(v) => map.insert(key.to_string(), json!(v)),
+                    None => map.remove(key),
+                };
+            }
+        });
     }
 
     fn begin_deletion(&mut self) {
@@ -522,15 +543,7 @@ impl<'a> Simulation<'a> {
         };
         let related = match self.related(&parent, &ctx) {
             Ok(related) => related,
-            Err(reason) => {
-                return (
-                    Outcome::Refused {
-                        hook: Hook::Customize,
-                        reason,
-                    },
-                    None,
-                );
-            }
+            Err(reason) => return (Outcome::refused(Hook::Customize, reason), None),
         };
         let request = json!({
             "controller": {},
@@ -541,37 +554,40 @@ impl<'a> Simulation<'a> {
         });
         let body = serde_json::to_vec(&request).expect("JSON values serialize");
         let Some(call) = adapter::call_slice(self.op, hook, &body, &ctx) else {
-            return (
-                Outcome::Refused {
-                    hook,
-                    reason: format!("{} has no {hook} hook", self.op.name),
-                },
-                None,
-            );
+            let reason = format!("{} has no {hook} hook", self.op.name);
+            return (Outcome::refused(hook, reason), None);
         };
         match call.result {
-            Err(err) => (
-                Outcome::Refused {
-                    hook,
-                    reason: err.to_string(),
-                },
-                None,
-            ),
+            Err(err) => (Outcome::refused(hook, err.to_string()), None),
             Ok(answer) => {
-                let response: Value =
-                    serde_json::from_slice(&answer.body).expect("answers are JSON");
-                let finalized = response["finalized"] == true;
-                let applied = self.apply_answer(&parent, &response, violations);
-                if finalizing && finalized && applied {
-                    if let Some(finalizer) = self.finalizer.clone() {
-                        self.cluster
-                            .remove_finalizer(&self.parent.clone(), &finalizer);
-                    }
-                    self.cluster.collect_garbage();
-                }
+                let finalized =
+                    self.apply_and_finalize(&parent, &answer.body, finalizing, violations);
                 (Outcome::Answered { hook, finalized }, Some(answer.body))
             }
         }
+    }
+
+    /// Applies a 200 answer, and removes the finalizer once a finalize
+    /// answer (`finalizing`) says `finalized: true` and was applied in
+    /// full. Returns whether the answer said `finalized: true`.
+    fn apply_and_finalize(
+        &mut self,
+        parent: &Value,
+        body: &[u8],
+        finalizing: bool,
+        violations: &mut Vec<String>,
+    ) -> bool {
+        let response: Value = serde_json::from_slice(body).expect("answers are JSON");
+        let finalized = response["finalized"] == true;
+        let applied = self.apply_answer(parent, &response, violations);
+        if finalizing && finalized && applied {
+            if let Some(finalizer) = self.finalizer.clone() {
+                self.cluster
+                    .remove_finalizer(&self.parent.clone(), &finalizer);
+            }
+            self.cluster.collect_garbage();
+        }
+        finalized
     }
 
     /// Every declared child type, with the parent's children of that type,
@@ -653,7 +669,6 @@ impl<'a> Simulation<'a> {
         Ok(Value::Object(groups))
     }
 
-    /// Applies a 200 answer as Metacontroller does.
     /// Applies an answer as Metacontroller does: the observed children the
     /// answer leaves out are deleted, then the desired ones are created or
     /// updated by their update method, then the status is written. After a
@@ -672,6 +687,47 @@ impl<'a> Simulation<'a> {
             .filter(|(_, o)| is_owned_by(o, &self.parent_uid))
             .map(|(k, _)| k.clone())
             .collect();
+        let desired = self.desired(response, violations);
+        let wanted: BTreeSet<Key> = desired.iter().map(|(k, _, _)| k.clone()).collect();
+        let mut budget = self.crash_after.take();
+        let mut spend = || match &mut budget {
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+            None => true,
+        };
+        for key in observed.difference(&wanted) {
+            if !spend() {
+                return false;
+            }
+            self.cluster.delete(key, Actor::Metacontroller);
+        }
+        for (key, mut child, as_answered) in desired {
+            let method = self.update_method(&key);
+            if !spend() {
+                return false;
+            }
+            if observed.contains(&key) {
+                self.update_child(&key, &child, &as_answered, method);
+            } else if self.cluster.get(&key).is_none() {
+                object_map(&mut child, "metadata")
+                    .insert("ownerReferences".into(), json!([owner_ref(parent)]));
+                self.cluster.create(child, Actor::Metacontroller);
+            }
+        }
+        if !spend() {
+            return false;
+        }
+        self.write_status(parent, response, violations);
+        true
+    }
+
+    /// The answer's children as Metacontroller reads them: each with its
+    /// key, as it will be applied (namespaced, labelled with the parent's
+    /// uid) and as answered. A child without a key is a violation.
+    fn desired(&self, response: &Value, violations: &mut Vec<String>) -> Vec<(Key, Value, Value)> {
         let mut desired = Vec::new();
         for child in response["children"].as_array().into_iter().flatten() {
             let mut child = child.clone();
@@ -695,47 +751,19 @@ impl<'a> Simulation<'a> {
             };
             desired.push((key, child, as_answered));
         }
-        let wanted: BTreeSet<Key> = desired.iter().map(|(k, _, _)| k.clone()).collect();
-        let mut budget = self.crash_after.take();
-        let mut spend = || match &mut budget {
-            Some(0) => false,
-            Some(n) => {
-                *n -= 1;
-                true
-            }
-            None => true,
-        };
-        for key in observed.difference(&wanted) {
-            if !spend() {
-                return false;
-            }
-            self.cluster.delete(key, Actor::Metacontroller);
-        }
-        for (key, mut child, as_answered) in desired {
-            let method = self
-                .op
-                .controller
-                .children
-                .iter()
-                .find(|c| c.api_version == key.api_version && kind_of(c) == key.kind)
-                .map(|c| c.update_method)
-                .unwrap_or("OnDelete");
-            if !spend() {
-                return false;
-            }
-            if observed.contains(&key) {
-                self.update_child(&key, &child, &as_answered, method);
-            } else if self.cluster.get(&key).is_none() {
-                object_map(&mut child, "metadata")
-                    .insert("ownerReferences".into(), json!([owner_ref(parent)]));
-                self.cluster.create(child, Actor::Metacontroller);
-            }
-        }
-        if !spend() {
-            return false;
-        }
-        self.write_status(parent, response, violations);
-        true
+        desired
+    }
+
+    /// How the controller updates children of `key`'s type (`OnDelete`
+    /// for a type it does not declare).
+    fn update_method(&self, key: &Key) -> &'static str {
+        self.op
+            .controller
+            .children
+            .iter()
+            .find(|c| c.api_version == key.api_version && kind_of(c) == key.kind)
+            .map(|c| c.update_method)
+            .unwrap_or("OnDelete")
     }
 
     /// An observed child the answer keeps, by its update method.
