@@ -182,7 +182,7 @@ async fn compute(state: &AppState, work: Work) -> Result<Call, Problem> {
     }));
     drop(work.ticket);
     match call {
-        Err(panic) => Err(bug(hook, &panic_message(&panic))),
+        Err(panic) => Err(bug(hook, &panic_message(panic))),
         Ok(_) if work.started.elapsed() > limits.request_timeout => Err(too_late(hook, limits)),
         Ok(call) => Ok(call),
     }
@@ -236,14 +236,40 @@ fn bug(hook: Hook, why: &dyn std::fmt::Display) -> Problem {
     )))
 }
 
-/// What a panic said, when it said it with a string.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let said = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned());
+/// What a panic said, when it said it with a string. It takes the payload
+/// as `catch_unwind` gives it: a `&Box<dyn Any>` coerced to `&dyn Any`
+/// would be the box itself, which is neither string.
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    let said = match panic.downcast::<&str>() {
+        Ok(s) => Some((*s).to_string()),
+        Err(panic) => panic.downcast::<String>().ok().map(|s| *s),
+    };
     match said {
         Some(said) => format!("panicked with message {said:?}"),
         None => "panicked".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    /// Found in review: the 500 of a panicking hook never said what the
+    /// panic said (the payload's box was read as the payload).
+    #[test]
+    fn regression_a_panic_says_what_it_said() {
+        let caught = |f: fn()| std::panic::catch_unwind(f).unwrap_err();
+        assert_eq!(
+            panic_message(caught(|| panic!("boom"))),
+            "panicked with message \"boom\""
+        );
+        assert_eq!(
+            panic_message(caught(|| panic!("{} left", 3))),
+            "panicked with message \"3 left\""
+        );
+        assert_eq!(
+            panic_message(caught(|| std::panic::panic_any(7))),
+            "panicked"
+        );
     }
 }
