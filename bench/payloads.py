@@ -20,9 +20,9 @@ serialised compactly, as Metacontroller sends it:
 
 Usage:
   python3 bench/payloads.py DIR            write DIR/<name>.json, print sizes
-  python3 bench/payloads.py DIR --check BINARY
-                    also start BINARY (opshooks) and POST each to its route,
-                    failing unless every answer is 200
+
+bench/run.py posts every payload to every server before it measures and
+stops unless each answers 200 (its preflight).
 """
 
 import json
@@ -189,20 +189,10 @@ def human(size):
 
 def main():
     args = sys.argv[1:]
-    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--check"):
+    if len(args) != 1:
         sys.exit(__doc__)
-    written = write(args[0])
-    for name, (label, route, path, size) in written.items():
+    for name, (label, route, path, size) in write(args[0]).items():
         print(f"{name:<20} {human(size):>9}  POST {route:<16} {path}")
-    if len(args) == 3:
-        sys.dont_write_bytecode = True  # no __pycache__ in the repo
-        import run  # the harness's server start and POST helpers
-        with run.Server("opshooks", [args[2], "--listen", "{addr}"]) as server:
-            for name, (label, route, path, size) in written.items():
-                status, answer = run.post(server.port, route, path.read_bytes())
-                print(f"{name:<20} {status} ({len(answer)} bytes answered)")
-                if status != 200:
-                    sys.exit(f"{name}: opshooks answered {status}: {answer[:300]!r}")
 
 
 if __name__ == "__main__":
