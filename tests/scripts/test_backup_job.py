@@ -12,6 +12,7 @@ password (SCRAM) authentication over TCP, and moto's standalone S3 server.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import glob
@@ -35,6 +36,10 @@ REPO = Path(__file__).resolve().parents[2]
 BACKUP_DIR = REPO / "src" / "operators" / "backup_job"
 DUMP_SH = BACKUP_DIR / "dump.sh"
 UPLOAD_SH = BACKUP_DIR / "upload.sh"
+# The restore and verification Jobs' scripts (test_restore_scripts.py).
+SELECT_SH = BACKUP_DIR / "select.sh"
+VERIFY_SH = BACKUP_DIR / "verify.sh"
+SCRIPTS = [DUMP_SH, UPLOAD_SH, SELECT_SH, VERIFY_SH]
 
 # The aws CLI and moto come from the interpreter running the tests, where
 # requirements.txt installed them.
@@ -148,8 +153,10 @@ def scratch():
         shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres():
+@contextlib.contextmanager
+def running_postgres():
+    """A PostgreSQL started with initdb, password (SCRAM) auth over TCP on
+    loopback; stopped and removed on exit."""
     binary = pg_bin()
     root = Path(tempfile.mkdtemp(prefix="opshooks-pg-"))
     data = root / "data"
@@ -212,6 +219,12 @@ def postgres():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    with running_postgres() as pg:
+        yield pg
+
+
 # --------------------------------------------------------------------------
 # S3 (moto's standalone server)
 
@@ -236,15 +249,17 @@ class S3:
         return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
-@pytest.fixture(scope="session")
-def s3():
+@contextlib.contextmanager
+def running_s3(**env: str):
+    """moto's standalone S3 server on loopback (env: its settings), with a
+    client; stopped on exit."""
     port = free_port()
     log = tempfile.TemporaryFile()
     server = ServerProcess(
         "moto server",
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         log,
-        env=dict(os.environ, MOTO_S3_DEFAULT_MAX_KEYS=str(PAGE_SIZE)),
+        env=dict(os.environ, MOTO_S3_DEFAULT_MAX_KEYS=str(PAGE_SIZE), **env),
         start_new_session=True,
     )
     endpoint = f"http://127.0.0.1:{port}"
@@ -270,6 +285,12 @@ def s3():
     finally:
         server.stop(signal.SIGTERM, grace=10)  # with its process group
         log.close()
+
+
+@pytest.fixture(scope="session")
+def s3():
+    with running_s3() as server:
+        yield server
 
 
 @pytest.fixture
@@ -824,7 +845,7 @@ def test_dump_log_shows_the_database_verbatim(postgres, s3, bucket, shell):
 # f. Static checks
 
 
-@pytest.mark.parametrize("script", [DUMP_SH, UPLOAD_SH], ids=["dump.sh", "upload.sh"])
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
 @pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
 def test_scripts_parse(script, shell):
     if not have_shell(shell):
@@ -834,7 +855,7 @@ def test_scripts_parse(script, shell):
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.parametrize("script", [DUMP_SH, UPLOAD_SH], ids=["dump.sh", "upload.sh"])
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
 def test_scripts_pass_shellcheck(script):
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:

@@ -45,7 +45,8 @@ from pyhelpers import free_port  # tests/support, on sys.path by conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "src" / "operators" / "database"
-SCRIPT_NAMES = ["primary-init.sh", "clone.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh"]
+# restore.sh runs in test_restore_scripts.py; it is checked here with the rest.
+SCRIPT_NAMES = ["primary-init.sh", "clone.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh", "restore.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /bin/sh of the images the scripts run in: dash (Debian-based postgres
