@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -59,7 +58,6 @@ APP_USER = "new 'app' \"user\" $(touch /tmp/pwned-restore)"
 APP_PASSWORD = "app pw 'x' \"y\" `touch /tmp/pwned-restore` \\"
 APP_DATABASE = "restored \"db\" it's = $(x)"
 PWNED = Path("/tmp/pwned-restore")
-LINE_RE = re.compile(r"opshooks restore: [^\n]+\n")
 
 
 # --------------------------------------------------------------------------
@@ -302,8 +300,9 @@ class Source:
     database: str
     owners: tuple[str, str]
     before: dict[str, str]
-    dump: bytes  # the published object, as backed up by dump.sh + upload.sh
-    key: str
+    bucket: str
+    key: str  # the published object, as backed up by dump.sh + upload.sh
+    dump: bytes  # its bytes
 
 
 @pytest.fixture(scope="module")
@@ -314,11 +313,12 @@ def source(postgres, s3) -> Source:
     db = backup.new_database(postgres, f"orders src {tag}")
     postgres.sql(source_sql(*owners), db)
     before = snapshot(postgres, db)
+    assert before["customers"].startswith("2001|2001|"), before
     name = f"src-{tag}"
     s3.client.create_bucket(Bucket=name)
     run = run_backup(postgres, s3, name, database=db, name="orders", prefix="db/")
     key = backup.assert_published_one(s3, name, run, "db/", "orders")
-    return Source(db, owners, before, s3.get(name, key), key)
+    return Source(db, owners, before, name, key, s3.get(name, key))
 
 
 # --------------------------------------------------------------------------
@@ -326,28 +326,22 @@ def source(postgres, s3) -> Source:
 
 
 @pytest.mark.parametrize("select_shell, restore_shell", [("bash", "dash"), ("dash", "busybox")])
-def test_round_trip_into_a_fresh_instance(postgres, target, s3, bucket, select_shell, restore_shell):
-    tag = uuid.uuid4().hex[:6]
-    owners = (f"alice {tag}", f"bob's {tag}")
-    db = backup.new_database(postgres, f"orders {tag}")
-    postgres.sql(source_sql(*owners), db)
-    before = snapshot(postgres, db)
-    assert before["customers"].startswith("2001|2001|"), before
-    run = run_backup(postgres, s3, bucket, database=db, name="orders", prefix="team/")
-    key = backup.assert_published_one(s3, bucket, run, "team/", "orders")
-
+def test_round_trip_into_a_fresh_instance(source, target, s3, select_shell, restore_shell):
+    """The source's published backup (dump.sh + upload.sh), selected as the
+    newest of its names and restored into a fresh instance under another
+    user."""
+    before, key, body, tag = source.before, source.key, source.dump, source.owners[0].split()[-1]
     user, database = fresh_app(target)
     assert user_relations(target, database) == EMPTY
     work = new_work()
-    sel = select(s3, bucket, work, prefix="team/", shell=select_shell,
+    sel = select(s3, source.bucket, work, prefix="db/", shell=select_shell,
                  RESTORE_NAMES="orders-snapshot orders orders-pre-upgrade-17")
     assert sel.rc == 0, str(sel)
     assert sel.log == "", "select.sh wrote a termination log on success"
     line = selected_line(sel)
-    body = s3.get(bucket, key)
     assert line["key"] == key and line["bytes"] == str(len(body)), line
     assert (work / "dump.pgdump").read_bytes() == body
-    stamp = key[len("team/orders-"):-len(".pgdump")]
+    stamp = key[len("db/orders-"):-len(".pgdump")]
     assert line["taken"] == f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
 
     r = restore(target, work, database, user, shell=restore_shell)
@@ -597,25 +591,43 @@ def test_restore_refuses_a_database_that_holds_large_objects(source, target, s3,
     assert user_relations(target, database) == "1"
 
 
-def test_restore_refuses_a_dump_from_a_newer_major(source, target, s3, bucket):
+def newer_major_dump(dump: bytes, major: int) -> bytes:
     """No newer PostgreSQL here: the dump's header says so instead. The
-    archive header holds the server's version string (length-prefixed);
-    its major is rewritten to one above ours, same length."""
-    server = target.sql("SHOW server_version").strip()
-    major = int(server.split(".")[0])
-    header = source.dump[:200]
-    at = header.index(server.encode())
+    archive header holds the server's version string (length-prefixed,
+    after the database's name); its major is rewritten to one above ours,
+    same length."""
+    at = dump[:200].index(f"{major}.".encode())
     newer = str(major + 1).encode()
     assert len(newer) == len(str(major))
-    body = source.dump[:at] + newer + source.dump[at + len(str(major)):]
+    return dump[:at] + newer + dump[at + len(newer):]
+
+
+def newer_format_dump(dump: bytes) -> bytes:
+    """The archive format's version (bytes 5-7 after "PGDMP") set to one no
+    pg_restore here reads, as a newer pg_dump's would be."""
+    assert dump[:5] == b"PGDMP" and dump[5] == 1
+    return dump[:6] + bytes([99]) + dump[7:]
+
+
+@pytest.mark.parametrize("header", ["server version", "archive format"])
+def test_restore_refuses_a_dump_from_a_newer_major(source, target, s3, bucket, header):
+    major = int(target.sql("SHOW server_version_num")) // 10000
+    if header == "server version":
+        body = newer_major_dump(source.dump, major)
+        reason = (f"the dump is from PostgreSQL {major + 1}, newer than this server's {major}: "
+                  f"restore it into a Database of version {major + 1} or newer")
+    else:
+        body = newer_format_dump(source.dump)
+        reason = (f"the dump was written by a newer pg_dump than this server's PostgreSQL {major} reads "
+                  "(unsupported version (1.99) in file header): restore it into a Database of a newer version")
     work = selected_dump(s3, bucket, body)
-    listing = subprocess.run([str(target.bin / "pg_restore"), "--list", str(work / "dump.pgdump")],
-                             capture_output=True, text=True)
-    assert f"Dumped from database version: {major + 1}." in listing.stdout, listing.stdout[:500]
+    if header == "server version":
+        listing = subprocess.run([str(target.bin / "pg_restore"), "--list", str(work / "dump.pgdump")],
+                                 capture_output=True, text=True)
+        assert f"Dumped from database version: {major + 1}." in listing.stdout, listing.stdout[:500]
     user, database = fresh_app(target)
     r = restore(target, work, database, user)
-    assert_one_line_failure(r, f"the dump is from PostgreSQL {major + 1}, newer than this server's {major}: "
-                               f"restore it into a Database of version {major + 1} or newer")
+    assert_one_line_failure(r, reason)
     assert user_relations(target, database) == EMPTY
 
 
@@ -762,16 +774,15 @@ def test_verify_fails_when_the_restored_rows_disagree(postgres, s3, bucket, effe
     assert_server_gone(r)
 
 
-def test_verify_refuses_a_dump_from_a_newer_major(source, s3, bucket):
-    server = subprocess.run([str(backup.pg_bin() / "pg_restore"), "--version"], capture_output=True, text=True)
-    major = int(re.search(r"\) (\d+)", server.stdout)[1])
-    at = source.dump[:200].index(f"{major}.".encode())
-    body = source.dump[:at] + str(major + 1).encode() + source.dump[at + len(str(major)):]
-    work = selected_dump(s3, bucket, body)
-    r = verify(work)
-    assert_one_line_failure(r, f"the dump is from PostgreSQL {major + 1}, newer than this image's {major}", "verify")
-
-
-# --------------------------------------------------------------------------
-# 5. Syntax and lint: test_backup_job.py and test_database_scripts.py check
-# every script, these among them.
+@pytest.mark.parametrize("header", ["server version", "archive format"])
+def test_verify_refuses_a_dump_from_a_newer_major(source, s3, bucket, header):
+    version = subprocess.run([str(backup.pg_bin() / "pg_restore"), "--version"], capture_output=True, text=True)
+    major = int(re.search(r"\) (\d+)", version.stdout)[1])
+    if header == "server version":
+        body = newer_major_dump(source.dump, major)
+        reason = f"the dump is from PostgreSQL {major + 1}, newer than this image's {major}"
+    else:
+        body = newer_format_dump(source.dump)
+        reason = f"the dump was written by a newer pg_dump than this image's PostgreSQL {major} reads"
+    r = verify(selected_dump(s3, bucket, body))
+    assert_one_line_failure(r, reason, "verify")

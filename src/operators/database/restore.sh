@@ -58,14 +58,7 @@ fi
 case "$server_num" in
     '' | *[!0-9]*) fail "cannot read the server's version from '$server_num'" ;;
 esac
-# 170002 -> 17; before PostgreSQL 10, 90624 -> 9.6.
-if [ "$server_num" -ge 100000 ]; then
-    server_major="$((server_num / 10000))"
-    server_key="$((server_major * 100))"
-else
-    server_major="$((server_num / 10000)).$((server_num / 100 % 100))"
-    server_key="$((server_num / 100))"
-fi
+server_major="$((server_num / 10000))" # 170002 -> 17
 
 # The archive's table of contents: unreadable means truncated, corrupt, or
 # written by a pg_dump newer than this image's pg_restore.
@@ -77,24 +70,11 @@ if ! pg_restore --list "$dump" >"$work/toc" 2>"$work/toc.err"; then
     esac
     fail "the dump is truncated or corrupt: $err"
 fi
-dumped_from="$(sed -n 's/^;[[:space:]]*Dumped from database version: //p' "$work/toc" | head -n 1)"
-[ -n "$dumped_from" ] || fail "the dump is truncated or corrupt: its header names no PostgreSQL version"
-# "17.2 (Debian 17.2-1.pgdg120+1)" -> 17; "9.6.24" -> 9.6; "18beta1" -> 18.
-version="${dumped_from%% *}"
-first="${version%%[!0-9]*}"
-case "$first" in
-    '' | *[!0-9]*) fail "the dump is truncated or corrupt: unreadable PostgreSQL version '$dumped_from'" ;;
-esac
-if [ "$first" -ge 10 ]; then
-    dump_major="$first"
-    dump_key="$((first * 100))"
-else
-    rest="${version#"$first".}"
-    second="${rest%%[!0-9]*}"
-    dump_major="$first.${second:-0}"
-    dump_key="$((first * 100 + ${second:-0}))"
-fi
-if [ "$dump_key" -gt "$server_key" ]; then
+# "17.2 (Debian 17.2-1.pgdg120+1)" -> 17; "9.6.24" -> 9, older than any
+# server this runs against.
+dump_major="$(sed -n 's/^;[[:space:]]*Dumped from database version: \([0-9][0-9]*\).*/\1/p' "$work/toc" | head -n 1)"
+[ -n "$dump_major" ] || fail "the dump is truncated or corrupt: its header names no PostgreSQL version"
+if [ "$dump_major" -gt "$server_major" ]; then
     fail "the dump is from PostgreSQL $dump_major, newer than this server's $server_major: restore it into a Database of version $dump_major or newer"
 fi
 
