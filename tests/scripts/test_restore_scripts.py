@@ -546,7 +546,7 @@ def s3_with_auth():
         yield server, name, key, powerless
 
 
-@pytest.mark.parametrize("case", ["good", "unknown key", "wrong secret", "no permission"])
+@pytest.mark.parametrize("case", ["good", "unknown key", "wrong secret", "no permission", "none"])
 def test_selection_with_bad_credentials(s3_with_auth, case):
     server, name, key, powerless = s3_with_auth
     key_id, secret = key["AccessKeyId"], key["SecretAccessKey"]
@@ -556,10 +556,18 @@ def test_selection_with_bad_credentials(s3_with_auth, case):
         "unknown key": ("AKIAUNKNOWN000000000", secret),
         "wrong secret": (key_id, secret[:-1] + ("a" if secret[-1] != "a" else "b")),
         "no permission": (powerless["AccessKeyId"], powerless["SecretAccessKey"]),
+        "none": ("", ""),
     }[case]
+    if case == "none":
+        del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+        # Nor from an instance's metadata service: no request leaves loopback.
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
     for choice in [{"RESTORE_NAMES": "orders"}, {"RESTORE_KEY": "orders-20240101T000000Z.pgdump"}]:
         env.pop("RESTORE_NAMES", None)
         r = run_script(SELECT_SH, {**env, **choice}, new_work(), shell="bash")
+        if case == "none":
+            assert_one_line_failure(r, f"no credentials to reach bucket {name} (while ")
+            continue
         if case == "good":
             assert r.rc == 0, str(r)
             assert (r.work / "dump.pgdump").read_bytes() == b"a dump"
@@ -676,6 +684,15 @@ def test_restore_needs_the_application_user(source, target, s3, bucket):
     _, database = fresh_app(target)
     r = restore(target, work, database, "nobody here")
     assert_one_line_failure(r, "the application user nobody here does not exist")
+    assert user_relations(target, database) == EMPTY
+
+
+def test_restore_needs_a_database_the_user_owns(source, target, s3, bucket):
+    work = selected_dump(s3, bucket, source.dump)
+    user, _ = fresh_app(target)
+    database = backup.new_database(target, f"not theirs {uuid.uuid4().hex[:6]}")  # owned by postgres
+    r = restore(target, work, database, user)
+    assert_one_line_failure(r, f"database {database} is not owned by the application user {user}")
     assert user_relations(target, database) == EMPTY
 
 

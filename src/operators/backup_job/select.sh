@@ -48,7 +48,9 @@ s3_failure() {
     case "$err" in
         *NoSuchBucket* | *"bucket does not exist"*)
             fail "bucket $bucket does not exist (while $2)" ;;
-        *InvalidAccessKeyId* | *SignatureDoesNotMatch* | *ExpiredToken* | *InvalidToken* | *"Unable to locate credentials"*)
+        *"Unable to locate credentials"*)
+            fail "no credentials to reach bucket $bucket (while $2): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set" ;;
+        *InvalidAccessKeyId* | *SignatureDoesNotMatch* | *ExpiredToken* | *InvalidToken*)
             fail "the credentials were refused by the store for bucket $bucket (while $2): $err" ;;
         *AccessDenied* | *"(403)"* | *Forbidden*)
             fail "access denied to bucket $bucket (while $2): check the credentials and their permissions: $err" ;;

@@ -78,11 +78,12 @@ if [ "$dump_major" -gt "$server_major" ]; then
     fail "the dump is from PostgreSQL $dump_major, newer than this server's $server_major: restore it into a Database of version $dump_major or newer"
 fi
 
-# One row: whether the user exists, then the relations and large objects
-# the database already holds (the first relation's name last: it may hold
-# any character).
+# One row: whether the user exists and owns the database, then the large
+# objects and relations the database already holds (the first relation's
+# name last: it may hold any character).
 if ! checks="$(sql <<'SQL'
 SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'app_user'),
+       (SELECT pg_get_userbyid(datdba) = :'app_user' FROM pg_database WHERE datname = current_database()),
        (SELECT count(*) FROM pg_largeobject_metadata),
        count(*),
        coalesce(min(format('%I.%I', n.nspname, c.relname)), '-')
@@ -97,11 +98,16 @@ SQL
 fi
 user_exists="${checks%%|*}"
 rest="${checks#*|}"
+user_owns="${rest%%|*}"
+rest="${rest#*|}"
 large_objects="${rest%%|*}"
 rest="${rest#*|}"
 relations="${rest%%|*}"
 first_relation="${rest#*|}"
 [ "$user_exists" = "t" ] || fail "the application user $APP_USER does not exist in the server; it must exist before the restore"
+# The user creates the schemas: it must own the database (init-app.sh
+# creates it so).
+[ "$user_owns" = "t" ] || fail "database ${PGDATABASE:-?} is not owned by the application user $APP_USER, who must own everything restored"
 if [ "$relations" != "0" ]; then
     fail "database ${PGDATABASE:-?} already holds $relations tables, views or sequences (first: $first_relation): a restore never writes over data"
 fi
