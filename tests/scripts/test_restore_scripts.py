@@ -505,14 +505,19 @@ def test_selection_reads_every_page_of_the_listing(s3, bucket):
      "no backup taken before 2024-04-01T00:00:00Z in bucket {bucket} under prefix 'db/' for the names other"),
     ({"RESTORE_NAMES": "other", "RESTORE_BEFORE": "2024-04-01"}, "RESTORE_BEFORE must be 14 digits"),
     ({}, "neither RESTORE_KEY nor RESTORE_NAMES is set"),
-])
+], ids=["missing key", "partial key", "no candidate", "none before", "bad time", "no choice"])
 def test_selection_failures_say_why(s3, bucket, choice, reason):
     s3.put(bucket, "db/orders-20240101T000000Z.pgdump.partial", b"partial")
     s3.put(bucket, "db/orders-x-20240101T000000Z.pgdump", b"not orders'")
     s3.put(bucket, "db/other-20240401T000000Z.pgdump", b"other")
-    r = select(s3, bucket, prefix="db/", **choice)
+    # What an earlier, successful attempt left in the volume must not be
+    # taken for this one's choice.
+    work = new_work()
+    (work / "dump.pgdump").write_bytes(b"an earlier dump")
+    (work / "selected").write_text("bytes=15 taken=2020-01-01T00:00:00Z key=db/earlier\n")
+    r = select(s3, bucket, work, prefix="db/", **choice)
     assert_one_line_failure(r, reason.format(bucket=bucket))
-    assert not (r.work / "dump.pgdump").exists() and not (r.work / "selected").exists()
+    assert not (work / "dump.pgdump").exists() and not (work / "selected").exists()
 
 
 def test_selection_in_a_missing_bucket(s3):
