@@ -541,6 +541,11 @@ def s3_with_auth():
             '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'))
         iam.create_user(UserName="nobody")  # a known key, allowed nothing
         powerless = iam.create_access_key(UserName="nobody")["AccessKey"]
+        iam.create_user(UserName="lister")  # may list, not download
+        lister = iam.create_access_key(UserName="lister")["AccessKey"]
+        iam.put_user_policy(UserName="lister", PolicyName="list", PolicyDocument=(
+            '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", '
+            '"Resource": "*"}]}'))
         name = f"auth-{uuid.uuid4().hex[:8]}"
         server.client.create_bucket(Bucket=name)
         server.put(name, "orders-20240101T000000Z.pgdump", b"a dump")
@@ -548,12 +553,12 @@ def s3_with_auth():
         request = urllib.request.Request(f"{server.endpoint}/moto-api/reset-auth", data=b"0", method="POST",
                                          headers={"Content-Type": "text/plain"})
         urllib.request.urlopen(request, timeout=10).read()
-        yield server, name, key, powerless
+        yield server, name, key, powerless, lister
 
 
-@pytest.mark.parametrize("case", ["good", "unknown key", "wrong secret", "no permission", "none"])
+@pytest.mark.parametrize("case", ["good", "unknown key", "wrong secret", "no permission", "list only", "none"])
 def test_selection_with_bad_credentials(s3_with_auth, case):
-    server, name, key, powerless = s3_with_auth
+    server, name, key, powerless, lister = s3_with_auth
     key_id, secret = key["AccessKeyId"], key["SecretAccessKey"]
     env = s3_env(server, name, RESTORE_NAMES="orders")
     env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = {
@@ -561,6 +566,7 @@ def test_selection_with_bad_credentials(s3_with_auth, case):
         "unknown key": ("AKIAUNKNOWN000000000", secret),
         "wrong secret": (key_id, secret[:-1] + ("a" if secret[-1] != "a" else "b")),
         "no permission": (powerless["AccessKeyId"], powerless["SecretAccessKey"]),
+        "list only": (lister["AccessKeyId"], lister["SecretAccessKey"]),
         "none": ("", ""),
     }[case]
     if case == "none":
@@ -577,7 +583,9 @@ def test_selection_with_bad_credentials(s3_with_auth, case):
             assert r.rc == 0, str(r)
             assert (r.work / "dump.pgdump").read_bytes() == b"a dump"
             continue
-        if case == "no permission":
+        if case == "list only":  # found, then the download is refused
+            assert_one_line_failure(r, f"access denied to bucket {name} (while downloading orders-20240101T000000Z.pgdump)")
+        elif case == "no permission":
             assert_one_line_failure(r, f"access denied to bucket {name} (while ")
         else:
             assert_one_line_failure(r, f"the credentials were refused by the store for bucket {name} (while ")
