@@ -39,7 +39,8 @@ UPLOAD_SH = BACKUP_DIR / "upload.sh"
 # The restore and verification Jobs' scripts (test_restore_scripts.py).
 SELECT_SH = BACKUP_DIR / "select.sh"
 VERIFY_SH = BACKUP_DIR / "verify.sh"
-SCRIPTS = [DUMP_SH, UPLOAD_SH, SELECT_SH, VERIFY_SH]
+MARK_SH = BACKUP_DIR / "mark.sh"
+SCRIPTS = [DUMP_SH, UPLOAD_SH, SELECT_SH, VERIFY_SH, MARK_SH]
 
 # The aws CLI and moto come from the interpreter running the tests, where
 # requirements.txt installed them.

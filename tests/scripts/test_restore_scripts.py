@@ -4,7 +4,9 @@ src/operators/backup_job/select.sh (the AWS CLI image: picks a dump and
 downloads it), src/operators/database/restore.sh (the new Database's
 PostgreSQL image: restores it into the application database) and
 src/operators/backup_job/verify.sh (a PostgreSQL image: restores it into a
-throwaway cluster and counts) run here as the Jobs run them: each as
+throwaway cluster and counts) and src/operators/backup_job/mark.sh (the AWS
+CLI image: records a verified dump in the store, for upload.sh's retention)
+run here as the Jobs run them: each as
 `/bin/sh -c <script text>` read from its real path in src/, with only its
 container's environment, the containers meeting in a shared WORK_DIR.
 
@@ -49,6 +51,7 @@ from test_backup_job import (  # noqa: F401 (fixtures)
 REPO = Path(__file__).resolve().parents[2]
 SELECT_SH = REPO / "src" / "operators" / "backup_job" / "select.sh"
 VERIFY_SH = REPO / "src" / "operators" / "backup_job" / "verify.sh"
+MARK_SH = REPO / "src" / "operators" / "backup_job" / "mark.sh"
 RESTORE_SH = REPO / "src" / "operators" / "database" / "restore.sh"
 INIT_APP_SH = REPO / "src" / "operators" / "database" / "init-app.sh"
 
@@ -194,6 +197,12 @@ def restore(pg: Postgres, work: Path, database: str = APP_DATABASE, app_user: st
 def verify(work: Path, shell: str = "dash", path: str | None = None) -> Result:
     env = {"PATH": path or f"{backup.pg_bin()}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
     return run_script(VERIFY_SH, env, work, shell=shell, user="postgres")
+
+
+def mark(s3: S3, bucket: str, work: Path, shell: str = "bash") -> Result:
+    """The verification Job's last container, on the volume select.sh and
+    verify.sh wrote."""
+    return run_script(MARK_SH, s3_env(s3, bucket), work, shell=shell)
 
 
 def selected_line(result: Result) -> dict[str, str]:
@@ -725,6 +734,8 @@ def verify_ok(r: Result, sel: dict[str, str]) -> tuple[int, int]:
     assert m, str(r)
     assert m[4] == f"bytes={sel['bytes']} taken={sel['taken']} key={sel['key']}"
     assert r.log in r.out
+    # The line mark.sh records.
+    assert (r.work / "verified").read_text() == r.log
     return int(m[1]), int(m[2])
 
 
@@ -794,9 +805,13 @@ def test_verify_fails_on_a_corrupt_dump(source, s3, bucket, damage):
         middle = len(body) * 2 // 3
         body[middle:middle + 64] = bytes(b ^ 0x5A for b in body[middle:middle + 64])
     work = selected_dump(s3, bucket, bytes(body))
+    # An earlier attempt's success must not stand for this one.
+    (work / "verified").write_text("opshooks verify: verified tables=3 rows=1 seconds=1 "
+                                   + (work / "selected").read_text())
     r = verify(work)
     assert_one_line_failure(r, "the dump does not restore: ", "verify")
     assert_server_gone(r)
+    assert not (work / "verified").exists()
 
 
 @pytest.mark.parametrize("effect, reason", [
@@ -838,3 +853,74 @@ def test_verify_refuses_a_dump_from_a_newer_major(source, s3, bucket, header):
         reason = f"the dump was written by a newer pg_dump than this image's PostgreSQL {major} reads"
     r = verify(selected_dump(s3, bucket, body))
     assert_one_line_failure(r, reason, "verify")
+
+
+# --------------------------------------------------------------------------
+# 5. Marking a verified dump
+
+
+@pytest.mark.parametrize("shell", ["bash", "dash", "busybox"])
+def test_mark_records_the_verified_dump(source, s3, bucket, shell):
+    work = selected_dump(s3, bucket, source.dump)
+    key = selected_line(Result(0, "", "", "", work))["key"]
+    v = verify(work)
+    assert v.rc == 0, str(v)
+    r = mark(s3, bucket, work, shell)
+    assert r.rc == 0, str(r)
+    assert r.log == f"opshooks mark: marked s3://{bucket}/{key}.verified\n" and r.out == r.log, str(r)
+    assert s3.keys(bucket) == sorted([key, key + ".verified"])
+    assert s3.get(bucket, key + ".verified").decode() == v.log
+
+
+@pytest.mark.parametrize("shell", ["bash", "dash", "busybox"])
+def test_mark_takes_the_key_as_data(s3, bucket, shell):
+    """A key with quotes, spaces, shell and a file:// start: the marker is
+    written under exactly that key plus .verified, and nothing runs."""
+    key = "file://it's \"a b\" $(touch /tmp/pwned-restore) `x` *[x]?/orders-20240601T000000Z.pgdump"
+    s3.put(bucket, key, b"a dump")
+    work = new_work()
+    selected = f"bytes=6 taken=2024-06-01T00:00:00Z key={key}"
+    (work / "selected").write_text(selected + "\n")
+    (work / "verified").write_text(f"opshooks verify: verified tables=1 rows=2 seconds=3 {selected}\n")
+    r = mark(s3, bucket, work, shell)
+    assert r.rc == 0, str(r)
+    assert s3.keys(bucket) == sorted([key, key + ".verified"])
+    assert s3.get(bucket, key + ".verified") == (work / "verified").read_bytes()
+    assert not PWNED.exists()
+
+
+MARK_REFUSALS = {
+    "nothing selected": "/selected does not name a dump (select.sh did not finish): nothing to mark",
+    "not verified": "db/orders-20240601T000000Z.pgdump was not verified (",
+    "verified another dump": "db/orders-20240601T000000Z.pgdump was not verified (",
+    "verification failed": "db/orders-20240601T000000Z.pgdump was not verified (",
+    "missing bucket": "cannot write the marker s3://",
+}
+
+
+@pytest.mark.parametrize("case", list(MARK_REFUSALS))
+def test_mark_refuses_to_mark_what_it_cannot_vouch_for(s3, bucket, case):
+    reason = MARK_REFUSALS[case]
+    key = "db/orders-20240601T000000Z.pgdump"
+    s3.put(bucket, key, b"a dump")
+    work = new_work()
+    selected = f"bytes=6 taken=2024-06-01T00:00:00Z key={key}"
+    verified = f"opshooks verify: verified tables=1 rows=2 seconds=3 {selected}\n"
+    if case != "nothing selected":
+        (work / "selected").write_text(selected + "\n")
+    if case == "verified another dump":  # an earlier run's line, in a reused volume
+        verified = verified.replace(key, "db/orders-20240501T000000Z.pgdump")
+    if case == "verification failed":
+        verified = "opshooks verify: the dump does not restore: " + selected + "\n"
+    if case != "not verified":
+        (work / "verified").write_text(verified)
+    target = bucket
+    if case == "missing bucket":
+        target = f"absent-{uuid.uuid4().hex[:8]}"
+        reason += f"{target}/{key}.verified: "
+    r = mark(s3, target, work)
+    assert_one_line_failure(r, reason, "mark")
+    if case == "missing bucket":
+        assert "NoSuchBucket" in r.log, str(r)
+    assert s3.keys(bucket) == [key]
+

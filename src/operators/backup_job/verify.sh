@@ -16,7 +16,8 @@
 # ($TERMINATION_LOG, default /dev/termination-log):
 # `opshooks verify: verified tables=<n> rows=<n> seconds=<n> bytes=<n>
 # taken=<time> key=<key>`, or `opshooks verify: <why not>` with a
-# non-zero exit.
+# non-zero exit. The success line is also left in $WORK_DIR/verified, for
+# mark.sh to record in the store; only a success leaves that file.
 #
 # It must run as a user other than root (PostgreSQL refuses root); as root,
 # it runs the server as `postgres` through gosu or su-exec (the official
@@ -27,6 +28,8 @@ dump="$work/dump.pgdump"
 pgdata="$work/pgdata"
 server="$work/server" # the socket and the server's log
 started="$(date +%s)"
+# An earlier attempt's success is not this one's.
+rm -f "$work/verified" "$work/verified.tmp"
 
 say() {
     line="opshooks verify: $(printf '%s' "$1" | tr '\n\r' '  ')"
@@ -227,4 +230,10 @@ if [ "$wrong" != "0" ]; then
 fi
 stop
 trap - EXIT
-say "verified tables=$tables rows=$rows seconds=$(($(date +%s) - started)) $selected"
+# Written in two steps so mark.sh never reads half of it.
+if say "verified tables=$tables rows=$rows seconds=$(($(date +%s) - started)) $selected" \
+    >"$work/verified.tmp" && mv "$work/verified.tmp" "$work/verified"; then
+    cat "$work/verified"
+else
+    fail "cannot write $work/verified"
+fi
