@@ -335,6 +335,7 @@ def run_backup(
     name: str = "nightly",
     prefix: str = "",
     retention_days: int | str | None = None,
+    requires_verified: str | None = None,
     user: str | None = None,
     password: str | None = None,
     dump_shell: str = "dash",
@@ -384,6 +385,8 @@ def run_backup(
     }
     if retention_days is not None:
         upload_env["RETENTION_DAYS"] = str(retention_days)
+    if requires_verified is not None:
+        upload_env["RETENTION_REQUIRES_VERIFIED"] = requires_verified
 
     sides = {
         "dump": (DUMP_SH, dump_shell, dump_env, dump_cwd),
@@ -672,6 +675,87 @@ def test_retention_reads_every_page_of_the_listing(postgres, s3, bucket, shop):
     run = run_backup(postgres, s3, bucket, database=shop, name=name, prefix=prefix, retention_days=1)
     key = assert_published_one(s3, bucket, run, prefix, name, seeded=fillers + boundary)
     assert s3.keys(bucket) == sorted(fillers + [key]), str(run)
+
+
+# With RETENTION_REQUIRES_VERIFIED=1, an old dump goes only once a newer one
+# verified: mark.sh left <dump>.verified beside it (test_restore_scripts.py
+# writes those markers with the real select.sh, verify.sh and mark.sh; here
+# they are put by hand). Each case: the dumps' ages in days, "v" for one
+# with a marker; which of them go (their markers with them).
+VERIFIED_CASES = {
+    "nothing verified: every old dump stays": ("1", ["40", "31", "10"], []),
+    # 31 failed verification (no marker) and is newer than 40, the newest
+    # that verified: both stay, whatever their age.
+    "only an old one verified": ("1", ["40v", "31", "10"], []),
+    "a newer one verified": ("1", ["40v", "31", "10v"], ["40v", "31"]),
+    "the newest verified is past the cutoff too": ("1", ["50v", "45", "40v", "35", "10"], ["50v", "45"]),
+    # A marker proves nothing once its dump is gone (no dump "5" below);
+    # another backup's verified dump proves nothing about this one's.
+    "a marker without its dump": ("1", ["40", "31", "5m"], []),
+    "another backup verified": ("1", ["40", "31", "o5v"], []),
+    # Without the variable (or with 0): by age alone, as before, markers
+    # left alone.
+    "unset: by age alone": (None, ["40v", "31", "10v"], ["40", "31"]),
+    "0: by age alone": ("0", ["40", "31", "10"], ["40", "31"]),
+}
+
+
+@pytest.mark.parametrize("case", list(VERIFIED_CASES))
+def test_retention_requiring_a_newer_verified_dump(postgres, s3, bucket, shop, case):
+    requires, seeds, pruned_ages = VERIFIED_CASES[case]
+    prefix, name = "db/", "shop"
+    now = utcnow()
+
+    def dump_key(age: str) -> str:
+        other = "-other" if age.startswith("o") else ""
+        days = int(age.strip("ovm"))
+        return f"{prefix}{name}{other}-{stamp(now - dt.timedelta(days=days, hours=1))}.pgdump"
+
+    seeded = []
+    for age in seeds:
+        key = dump_key(age)
+        if not age.endswith("m"):
+            seeded.append(key)
+        if age.endswith(("v", "m")):
+            seeded.append(key + ".verified")
+    for key in seeded:
+        s3.put(bucket, key, b"opshooks verify: verified tables=1 rows=1")
+    pruned = []
+    for age in pruned_ages:
+        pruned.append(dump_key(age))
+        # Markers go with their dumps only when retention waits for them.
+        if age.endswith("v") and requires == "1":
+            pruned.append(dump_key(age) + ".verified")
+
+    run = run_backup(postgres, s3, bucket, database=shop, name=name, prefix=prefix,
+                     retention_days=30, requires_verified=requires)
+    key = assert_published_one(s3, bucket, run, prefix, name, seeded=seeded)
+    assert s3.keys(bucket) == sorted(set(seeded) - set(pruned) | {key}), str(run)
+    assert run.upload_out.count("backup: pruned") == len(pruned_ages), run.upload_out
+    for age in pruned_ages:
+        if requires == "1":
+            newest = min((a for a in seeds if a[0].isdigit() and a.endswith("v")), key=lambda a: int(a[:-1]))
+            marker = " and its marker" if age.endswith("v") else ""
+            line = (f"backup: pruned s3://{bucket}/{dump_key(age)}{marker} (older than 30 days; "
+                    f"s3://{bucket}/{dump_key(newest)} has verified since)\n")
+        else:
+            line = f"backup: pruned s3://{bucket}/{dump_key(age)} (older than 30 days)\n"
+        assert line in run.upload_out, run.upload_out
+    if requires == "1":
+        for age in seeds:
+            if age[0].isdigit() and int(age.strip("vm")) > 30 and age not in pruned_ages:
+                assert f"backup: kept s3://{bucket}/{dump_key(age)} (older than 30 days, but " in run.upload_out
+    else:
+        assert "backup: kept" not in run.upload_out, run.upload_out
+
+
+def test_retention_refuses_an_unknown_requirement(postgres, s3, bucket, shop):
+    old = f"{stamp(utcnow() - dt.timedelta(days=40))}"
+    s3.put(bucket, f"nightly-{old}.pgdump")
+    run = run_backup(postgres, s3, bucket, database=shop, retention_days=30, requires_verified="yes")
+    assert run.upload_rc == 1, str(run)
+    assert "backup: RETENTION_REQUIRES_VERIFIED must be 1 (or 0, or unset)" in run.upload_err, str(run)
+    assert f"nightly-{old}.pgdump" in s3.keys(bucket), "pruned although the requirement was not understood"
 
 
 # --------------------------------------------------------------------------

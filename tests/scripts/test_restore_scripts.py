@@ -18,6 +18,7 @@ the restores go into another, fresh PostgreSQL instance.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import pwd
 import re
@@ -856,7 +857,7 @@ def test_verify_refuses_a_dump_from_a_newer_major(source, s3, bucket, header):
 
 
 # --------------------------------------------------------------------------
-# 5. Marking a verified dump
+# 5. Marking a verified dump, and retention that waits for one
 
 
 @pytest.mark.parametrize("shell", ["bash", "dash", "busybox"])
@@ -924,3 +925,49 @@ def test_mark_refuses_to_mark_what_it_cannot_vouch_for(s3, bucket, case):
         assert "NoSuchBucket" in r.log, str(r)
     assert s3.keys(bucket) == [key]
 
+
+def test_retention_waits_for_a_newer_verified_dump(postgres, source, s3, bucket):
+    """The whole story with the real scripts: a dump that fails verification
+    is not marked, and neither it nor anything older goes while no newer dump
+    has verified; once the next real backup verified and mark.sh marked it,
+    the old dumps go, with their markers."""
+    prefix, name = "db/", "orders"
+    now = backup.utcnow()
+    old_verified = f"{prefix}{name}-{backup.stamp(now - dt.timedelta(days=40))}.pgdump"
+    failed = f"{prefix}{name}-{backup.stamp(now - dt.timedelta(days=31))}.pgdump"
+    s3.put(bucket, old_verified, source.dump)
+    s3.put(bucket, old_verified + ".verified", b"opshooks verify: verified (long ago)\n")
+    s3.put(bucket, failed, source.dump[: len(source.dump) // 2])
+
+    def verify_newest() -> tuple[Result, Result]:
+        work = select(s3, bucket, prefix=prefix, RESTORE_NAMES=name).work
+        return verify(work), mark(s3, bucket, work)
+
+    # The newest dump is truncated: verification fails, nothing is marked.
+    v, m = verify_newest()
+    assert v.rc != 0 and m.rc != 0, f"{v}\n{m}"
+    seeded = [old_verified, old_verified + ".verified", failed]
+    assert s3.keys(bucket) == sorted(seeded)
+
+    def backup_run() -> tuple[backup.Run, str]:
+        run = run_backup(postgres, s3, bucket, database=source.database, name=name, prefix=prefix,
+                         retention_days=30, requires_verified="1")
+        return run, backup.assert_published_one(s3, bucket, run, prefix, name, seeded=seeded)
+
+    # Both old dumps are past the cutoff; nothing newer verified: both stay.
+    run, first = backup_run()
+    assert s3.keys(bucket) == sorted(seeded + [first]), str(run)
+    assert "backup: pruned" not in run.upload_out, str(run)
+    seeded.append(first)
+
+    # The new dump verifies and is marked...
+    v, m = verify_newest()
+    assert v.rc == 0 and m.rc == 0, f"{v}\n{m}"
+    assert s3.get(bucket, first + ".verified").decode() == v.log
+    seeded.append(first + ".verified")
+    # ...so the next run prunes the old ones, the verified one's marker with it.
+    run, second = backup_run()
+    assert s3.keys(bucket) == sorted([first, first + ".verified", second]), str(run)
+    assert f"backup: pruned s3://{bucket}/{old_verified} and its marker (older than 30 days; " \
+        f"s3://{bucket}/{first} has verified since)\n" in run.upload_out, str(run)
+    assert f"backup: pruned s3://{bucket}/{failed} (older than 30 days; " in run.upload_out, str(run)
