@@ -66,6 +66,13 @@ pub struct ObservedPodStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub init_container_statuses: Option<Vec<ObservedContainerStatus>>,
+    /// How its containers ran.
+    #[serde(
+        rename = "containerStatuses",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub container_statuses: Option<Vec<ObservedContainerStatus>>,
 }
 
 /// How one container of an observed pod ran: its name and, when it
@@ -129,23 +136,34 @@ impl ObservedPod {
 
     /// The message the named init container left when it last stopped.
     pub fn init_container_message(&self, container: &str) -> Option<&str> {
-        let status = self
-            .status
-            .as_ref()?
-            .init_container_statuses
-            .as_ref()?
-            .iter()
-            .find(|c| c.name == container)?;
-        [&status.state, &status.last_state]
+        let statuses = self.status.as_ref()?.init_container_statuses.as_ref()?;
+        last_message(statuses, container)
+    }
+
+    /// The message the named container (init or not) left when it last
+    /// stopped.
+    pub fn container_message(&self, container: &str) -> Option<&str> {
+        let status = self.status.as_ref()?;
+        [&status.container_statuses, &status.init_container_statuses]
             .into_iter()
             .flatten()
-            .find_map(|s| s.terminated.as_ref()?.message.as_deref())
+            .find_map(|statuses| last_message(statuses, container))
     }
 
     /// The pod's phase, if reported.
     pub fn phase(&self) -> Option<&str> {
         self.status.as_ref()?.phase.as_deref()
     }
+}
+
+/// The message `container` left in its termination log, now or before its
+/// last restart.
+fn last_message<'a>(statuses: &'a [ObservedContainerStatus], container: &str) -> Option<&'a str> {
+    let status = statuses.iter().find(|c| c.name == container)?;
+    [&status.state, &status.last_state]
+        .into_iter()
+        .flatten()
+        .find_map(|s| s.terminated.as_ref()?.message.as_deref())
 }
 
 impl k8s_openapi::Resource for ObservedPod {

@@ -29,6 +29,8 @@ use crate::operators::common::{restricted_container, restricted_pod};
 pub const DUMP_SCRIPT: &str = include_str!("backup_job/dump.sh");
 /// The upload side of the backup pod.
 pub const UPLOAD_SCRIPT: &str = include_str!("backup_job/upload.sh");
+/// The first step of a restore: chooses a dump and downloads it.
+pub const SELECT_SCRIPT: &str = include_str!("backup_job/select.sh");
 /// The AWS CLI image the upload side runs when none is given.
 pub const DEFAULT_UPLOAD_IMAGE: &str = "amazon/aws-cli:2.27.0";
 /// Where the two containers meet.
@@ -252,6 +254,37 @@ pub fn s3_env(dest: &Destination) -> Vec<EnvVar> {
         }
     }
     vars
+}
+
+/// Which dump a restore reads, among a destination's objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Exactly this object key.
+    Key(String),
+    /// The newest dump stored under one of these names, taken strictly
+    /// before this UTC time (`YYYYMMDDHHMMSS`) when one is given.
+    Newest {
+        /// Backup names: a dump is `<prefix><name>-<YYYYMMDDTHHMMSSZ>.pgdump`.
+        names: Vec<String>,
+        /// The time the dump must be older than.
+        before: Option<String>,
+    },
+}
+
+/// The container that chooses a dump at `destination` (`select.sh`, in the
+/// AWS CLI image) and downloads it to `/work/dump.pgdump`, with what it
+/// chose in `/work/selected`, for the containers after it.
+pub fn select_container(destination: &Destination, choice: &Choice, image: &str) -> Container {
+    let mut vars = vec![env("WORK_DIR", WORK_DIR), env("HOME", WORK_DIR)];
+    match choice {
+        Choice::Key(key) => vars.push(env("RESTORE_KEY", key.clone())),
+        Choice::Newest { names, before } => {
+            vars.push(env("RESTORE_NAMES", names.join(" ")));
+            vars.extend(before.iter().map(|b| env("RESTORE_BEFORE", b.clone())));
+        }
+    }
+    vars.extend(s3_env(destination));
+    script_container("select", image, SELECT_SCRIPT, vars)
 }
 
 /// The pod that runs one backup.

@@ -9,7 +9,7 @@
 //! and only an invalid spec may be refused. `PROPTEST_CASES` runs more
 //! lives.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use opshooks::fixtures;
 use opshooks::operator::Operator;
@@ -491,6 +491,7 @@ proptest! {
 
     #[test]
     fn database_lives(
+        bootstrap in any::<bool>(),
         version in 14u32..17,
         size in prop::sample::select(vec!["small", "medium", "large"]),
         policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
@@ -500,15 +501,19 @@ proptest! {
             prop::sample::select(vec!["small", "medium", "large"]).prop_map(|s| Scripted::Spec("size", json!(s))),
             prop::sample::select(vec!["Snapshot", "Retain", "Delete"]).prop_map(|p| Scripted::Spec("deletionPolicy", json!(p))),
             prop::sample::select(vec!["orders-snapshot", "orders-init", "orders-pre-upgrade-17", "orders-upgrade-17",
-                                      "orders-pre-upgrade-16", "orders-upgrade-16"])
+                                      "orders-pre-upgrade-16", "orders-upgrade-16", "orders-restore"])
                 .prop_map(|j| Scripted::FailJob(j.to_string())),
             Just(Scripted::ReleaseVolumes),
             common_events(),
         ], 0..7),
     ) {
         let op = operator("database");
-        let parent = orders(&version.to_string(), size, policy);
-        let rule = |seen: &Seen<'_>| database_rule(seen);
+        let mut parent = orders(&version.to_string(), size, policy);
+        if bootstrap {
+            parent["spec"]["bootstrap"] = json!({"database": "orders"});
+        }
+        let history = History::default();
+        let rule = |seen: &Seen<'_>| database_rule(seen).and_then(|()| restore_rule(seen, &history));
         let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
@@ -657,7 +662,86 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
         object(sim, "v1", "Service", service)?;
     }
     condition_true(sim, "Initialized")?;
+    if !spec(sim, "bootstrap", &Value::Null).is_null() {
+        restored(sim)?;
+    }
     condition_true(sim, "Ready")
+}
+
+/// With `spec.bootstrap`: restored, and the dump recorded; or, over
+/// retained volumes, their data served and nothing restored.
+fn restored(sim: &Simulation<'_>) -> Result<(), String> {
+    let status = status(sim);
+    let reason = condition(sim.parent().unwrap_or(&Value::Null), "Restored")
+        .map(|c| c["reason"].clone())
+        .unwrap_or(Value::Null);
+    match reason.as_str() {
+        Some("Restored") if status["restoredFrom"].is_object() => Ok(()),
+        Some("RetainedVolumes") => Ok(()),
+        _ => Err(format!(
+            "not restored: Restored {reason}, restoredFrom {}",
+            status["restoredFrom"]
+        )),
+    }
+}
+
+/// What a Database's life showed so far, for the rules that look back.
+#[derive(Default)]
+struct History {
+    /// The restore Job was seen succeeded.
+    restored: Cell<bool>,
+    /// The init Job was seen: the Database was initialized.
+    initialized: Cell<bool>,
+}
+
+/// The bootstrap's rules, for one step: nothing serves (the read-write
+/// Service), is backed up on a schedule or snapshotted before the restore
+/// succeeded, and no restore Job is ever made for a Database that was
+/// initialized.
+fn restore_rule(seen: &Seen<'_>, history: &History) -> Result<(), String> {
+    let cluster = &seen.sim.cluster;
+    let has = |kind: &str, name: &str| {
+        cluster
+            .objects()
+            .any(|(k, _)| k.kind == kind && k.name == name)
+    };
+    let restore_done = cluster.objects().any(|(k, o)| {
+        k.kind == "Job"
+            && k.name == "orders-restore"
+            && o.pointer("/status/conditions/0/type") == Some(&json!("Complete"))
+    });
+    history.restored.set(history.restored.get() || restore_done);
+    let created = |kind: &str, name: &str| {
+        seen.step.changes.iter().any(|c| {
+            c.verb == Verb::Created
+                && c.actor != Actor::User
+                && c.key.kind == kind
+                && c.key.name == name
+        })
+    };
+    if created("Job", "orders-restore") && history.initialized.get() {
+        return Err("restore Job made for a Database that was initialized".into());
+    }
+    history
+        .initialized
+        .set(history.initialized.get() || has("Job", "orders-init"));
+    let bootstrapped = seen.before.pointer("/spec/bootstrap").is_some();
+    let restoring = bootstrapped
+        && !history.restored.get()
+        && (has("Job", "orders-restore") || created("Job", "orders-restore"));
+    if restoring {
+        for (kind, name) in [
+            ("Service", "orders"),
+            ("CronJob", "orders-backup"),
+            ("Job", "orders-snapshot"),
+            ("Job", "orders-init"),
+        ] {
+            if has(kind, name) {
+                return Err(format!("{kind} {name} exists before the restore succeeded"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The Database's data-safety rules, for one step.
@@ -902,4 +986,70 @@ fn a_restart_loses_what_metacontroller_had_not_written() {
         "the next sync writes the rest"
     );
     assert!(sim.parent().unwrap().get("status").is_some());
+}
+
+/// A Database created again, with `spec.bootstrap`, over the volumes an
+/// earlier one retained: it serves their data and never restores over it
+/// (no restore Job, ever), nor starts an empty cluster beside them (the
+/// StatefulSet takes the claims that are there).
+#[test]
+fn a_database_created_over_retained_volumes_serves_them_and_never_restores() {
+    let mut parent = orders("16", "medium", "Retain");
+    parent["spec"]["bootstrap"] = json!({"database": "orders"});
+    let retained = ["data-orders-0", "data-orders-1"];
+    let setup = |sim: &mut Simulation<'_>| {
+        for claim in retained {
+            let volume = fixtures::object("v1", "PersistentVolumeClaim", claim)
+                .namespace("ns")
+                .label("opshooks.io/database", "orders")
+                .status(json!({"phase": "Bound"}));
+            sim.cluster.create(volume.json(), Actor::User);
+        }
+    };
+    let rule = |seen: &Seen<'_>| {
+        database_rule(seen)?;
+        if let Some(c) = seen.step.changes.iter().find(|c| {
+            c.verb == Verb::Created
+                && c.actor != Actor::User
+                && c.key.kind == "PersistentVolumeClaim"
+        }) {
+            return Err(format!("{} created beside the retained volumes", c.key));
+        }
+        match seen
+            .sim
+            .cluster
+            .objects()
+            .find(|(k, _)| k.name == "orders-restore")
+        {
+            Some((key, _)) => Err(format!("{key} made over retained volumes")),
+            None => Ok(()),
+        }
+    };
+    let reached = |sim: &Simulation<'_>| {
+        database_reached(sim)?;
+        let reason = condition(sim.parent().unwrap_or(&Value::Null), "Restored")
+            .map(|c| c["reason"].clone());
+        match reason {
+            Some(r) if r == "RetainedVolumes" => Ok(()),
+            other => Err(format!("Restored reason {other:?}, not RetainedVolumes")),
+        }
+    };
+    let scripts = [
+        vec![],
+        vec![Scripted::Restart(3)],
+        vec![Scripted::FailJob("orders-init".into())],
+        vec![Scripted::Spec("size", json!("small"))],
+    ];
+    for script in scripts {
+        let result = live(
+            &operator("database"),
+            parent.clone(),
+            0,
+            &script,
+            setup,
+            rule,
+            reached,
+        );
+        assert!(result.is_ok(), "{script:?}: {}", result.unwrap_err());
+    }
 }

@@ -26,13 +26,13 @@ use super::plan::{
     superuser_secret_name,
 };
 use super::spec::{
-    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, VOLUME, claim_name, database_name,
-    name, namespace,
+    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, VOLUME, before_stamp,
+    bootstrap_destination, claim_name, database_name, name, namespace,
 };
 use crate::hook::Child;
 use crate::hook::group_key;
 use crate::operator::{Context, HookError};
-use crate::operators::backup_job::{self, Credential, Schedule, Source};
+use crate::operators::backup_job::{self, Choice, Credential, Schedule, Source};
 use crate::operators::common::{
     restricted_container, restricted_pod, selector_labels, standard_labels,
 };
@@ -45,6 +45,8 @@ pub const CLONE_SCRIPT: &str = include_str!("clone.sh");
 pub const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
 /// The upgrade Job's restore into the new version.
 pub const UPGRADE_SCRIPT: &str = include_str!("upgrade.sh");
+/// The bootstrap's restore Job: restores the chosen dump.
+pub const RESTORE_SCRIPT: &str = include_str!("restore.sh");
 /// The upgrade Job's init container: dumps the stopped old version.
 pub const DUMP_STOPPED_SCRIPT: &str = include_str!("dump-stopped.sh");
 
@@ -63,8 +65,14 @@ pub fn build(
     let mut out: Vec<Child> = secrets(db, seen, ctx).iter().map(Child::new).collect();
     out.push(Child::new(&connection(db)));
     out.push(Child::new(&initdb_scripts(db)));
-    out.extend(services(db).iter().map(Child::new));
-    out.push(Child::new(&read_only_endpoints(db, seen)));
+    let [headless, read_write, read_only] = services(db);
+    out.push(Child::new(&headless));
+    // Nobody reads or writes before the bootstrap's restore succeeded.
+    if plan.restore.lets_serve() {
+        out.push(Child::new(&read_write));
+        out.push(Child::new(&read_only));
+        out.push(Child::new(&read_only_endpoints(db, seen)));
+    }
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, plan)));
     }
@@ -72,6 +80,9 @@ pub fn build(
         out.push(Child::new(&init_job(db, plan)));
     }
     out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
+    if plan.restore_job {
+        out.extend(restore_job(db, plan).as_ref().map(Child::new));
+    }
     if plan.snapshot_job {
         out.extend(snapshot_job(db, plan).as_ref().map(Child::new));
     }
@@ -680,7 +691,13 @@ pub fn snapshot_job(db: &Database, plan: &Plan) -> Option<Job> {
 
 /// The scheduled backups, when enabled.
 pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::batch::v1::CronJob> {
-    let backup = db.spec.backup.as_ref().filter(|b| b.enabled)?;
+    // A schedule before the bootstrap's restore would store empty dumps
+    // under this Database's name, newer than the one it restores.
+    let backup = db
+        .spec
+        .backup
+        .as_ref()
+        .filter(|b| b.enabled && plan.restore.lets_serve())?;
     let source = source(db, plan.version);
     let dump_name = name(db).to_string();
     let job_plan = backup_plan(db, &source, &dump_name, backup.retention_days)?;
@@ -798,4 +815,65 @@ fn claim_volume(volume: &str, claim: String) -> Volume {
         }),
         ..Volume::default()
     }
+}
+
+/// The restore of `spec.bootstrap`'s dump into the new primary, before
+/// anyone can write: `select` chooses the dump and downloads it, `init`
+/// creates the application user and database (as the init Job does), and
+/// `restore` restores the dump into it in one transaction, everything owned
+/// by the application user. It reaches instance 0 through the headless
+/// Service, since the read-write Service does not exist yet.
+pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
+    let bootstrap = db.spec.bootstrap.as_ref()?;
+    let destination = bootstrap_destination(db)?;
+    let before = bootstrap
+        .before
+        .as_deref()
+        .and_then(|b| before_stamp(b).ok());
+    let choice = match (&bootstrap.key, &bootstrap.database, &bootstrap.backup) {
+        (Some(key), _, _) => Choice::Key(key.clone()),
+        (None, Some(database), _) => Choice::Newest {
+            names: jobs::dump_names(database),
+            before,
+        },
+        (None, None, Some(backup)) => Choice::Newest {
+            names: vec![backup.clone()],
+            before,
+        },
+        (None, None, None) => return None,
+    };
+    let connection = vec![
+        value_env(
+            "PGHOST",
+            format!("{}-0.{}.{}.svc", name(db), headless_name(db), namespace(db)),
+        ),
+        value_env("PGPORT", PORT.to_string()),
+        value_env("PGUSER", "postgres"),
+        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
+        value_env("PGCONNECT_TIMEOUT", "30"),
+    ];
+    let mut init_env = connection.clone();
+    init_env.extend(app_env(db));
+    let mut restore_env = connection;
+    restore_env.extend([
+        value_env("WORK_DIR", "/work"),
+        value_env("PGDATABASE", database_name(db)),
+        secret_env("APP_USER", credentials_secret_name(db), "username"),
+    ]);
+    let image = plan.version.image();
+    let pod = PodSpec {
+        init_containers: Some(vec![
+            backup_job::select_container(destination, &choice, backup_job::DEFAULT_UPLOAD_IMAGE),
+            script_container(("init", image.clone()), INIT_APP_SCRIPT, init_env, None),
+        ]),
+        containers: vec![script_container(
+            ("restore", image),
+            RESTORE_SCRIPT,
+            restore_env,
+            Some(vec![mount("work", "/work", false)]),
+        )],
+        volumes: Some(vec![work_volume()]),
+        ..PodSpec::default()
+    };
+    Some(script_job(db, jobs::restore(db), pod, 1))
 }

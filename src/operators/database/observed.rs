@@ -18,6 +18,44 @@ use crate::operators::backup_job::{self, RunStatus};
 /// refuses to start on its volume.
 pub const REFUSAL: &str = "opshooks: ";
 
+/// How the restore Job's scripts begin their termination messages.
+pub(super) const RESTORE_REPORT: &str = "opshooks restore: ";
+
+/// What a restore Job reported on success:
+/// `opshooks restore: restored bytes=<n> taken=<time> key=<key>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct RestoreReport<'a> {
+    /// The dump's size.
+    pub bytes: Option<u64>,
+    /// When the dump was taken, from its name.
+    pub taken: Option<&'a str>,
+    /// The object's key (last: it may hold anything).
+    pub key: &'a str,
+}
+
+impl<'a> RestoreReport<'a> {
+    /// Reads a success report; `None` for anything else.
+    pub(super) fn parse(message: &'a str) -> Option<Self> {
+        let rest = message
+            .strip_prefix(RESTORE_REPORT)?
+            .strip_prefix("restored ")?;
+        let (fields, key) = rest.split_once("key=")?;
+        let field = |name: &str| {
+            fields
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        };
+        Some(RestoreReport {
+            bytes: field("bytes").and_then(|b| b.parse().ok()),
+            taken: field("taken"),
+            key: key.trim_end_matches('\n'),
+        })
+    }
+}
+
+/// The label the Job controller puts on the pods of a Job, naming it.
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
 /// Everything observed about one Database, decoded once.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
@@ -122,6 +160,30 @@ impl Observed {
     /// The outcome of one of our Jobs, if it exists.
     pub fn job(&self, name: &str) -> Option<RunStatus> {
         self.jobs.get(name).map(backup_job::run_status)
+    }
+
+    /// The message the named container of a pod of Job `job` left when it
+    /// stopped: from the newest such pod (by name) that left one. Job pods
+    /// share the Database's label, so they are observed with the instances.
+    pub fn job_message(&self, job: &str, container: &str) -> Option<&str> {
+        self.pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(JOB_NAME_LABEL))
+                    .is_some_and(|name| name == job)
+            })
+            .filter_map(|p| {
+                let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                Some((
+                    (created, p.metadata.name.as_deref()),
+                    p.container_message(container)?,
+                ))
+            })
+            .max_by_key(|(newest, _)| *newest)
+            .map(|(_, message)| message)
     }
 
     /// The pod of instance `index`, if it exists and is ready.

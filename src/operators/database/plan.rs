@@ -5,7 +5,7 @@
 
 use super::observed::Observed;
 use super::spec::{ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
-use crate::hook::conditions::format_time;
+use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, RunStatus};
 use crate::operators::validate::InvalidSpec;
@@ -31,7 +31,31 @@ pub mod jobs {
 
     /// The snapshot before deletion.
     pub fn snapshot(db: &Database) -> String {
-        format!("{}-snapshot", name(db))
+        snapshot_of(name(db))
+    }
+
+    /// The restore of `spec.bootstrap`'s dump into a new Database.
+    pub fn restore(db: &Database) -> String {
+        format!("{}-restore", name(db))
+    }
+
+    fn snapshot_of(database: &str) -> String {
+        format!("{database}-snapshot")
+    }
+
+    /// The names a Database's dumps are stored under: a dump Job's name is
+    /// its dump's name, `<prefix><name>-<YYYYMMDDTHHMMSSZ>.pgdump` (see
+    /// `backup_job`). The scheduled dumps carry the Database's own name, the
+    /// snapshot `<name>-snapshot`, the pre-upgrade dumps
+    /// `<name>-pre-upgrade-<major>`.
+    pub fn dump_names(database: &str) -> Vec<String> {
+        let mut names = vec![database.to_string(), snapshot_of(database)];
+        names.extend(
+            Major::ALL
+                .into_iter()
+                .map(|to| format!("{database}-pre-upgrade-{}", to.as_str())),
+        );
+        names
     }
 }
 
@@ -118,6 +142,68 @@ impl Upgrade {
     }
 }
 
+/// Where the restore of `spec.bootstrap` stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restore {
+    /// No bootstrap asked for.
+    None,
+    /// Asked for, but the Database holds data of its own: nothing is
+    /// ever restored over it.
+    NotOver(Holds),
+    /// The restore Job runs (or is about to); nobody can write yet.
+    Running,
+    /// The restore Job failed; the Database does not serve.
+    Failed,
+    /// Restored, now or earlier (recorded in the status for ever).
+    Done,
+}
+
+/// What a Database asked to restore already holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// It was initialized: its own data.
+    Initialized,
+    /// It was created over the retained volumes of an earlier Database of
+    /// its name: it serves their data.
+    RetainedVolumes,
+    /// Its StatefulSet exists and no restore is recorded.
+    StatefulSet,
+}
+
+impl Restore {
+    /// True when the Database may serve: nothing to restore, or restored.
+    pub fn lets_serve(self) -> bool {
+        !matches!(self, Restore::Running | Restore::Failed)
+    }
+
+    /// The `Restored` condition's reason for this step. A later call reads
+    /// it back ([`Restore::from_reason`]): it is how a restore whose failed
+    /// Job was deleted is told from a Database that never restored.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Restore::None => "NotRequested",
+            Restore::NotOver(Holds::Initialized) => "AlreadyInitialized",
+            Restore::NotOver(Holds::RetainedVolumes) => "RetainedVolumes",
+            Restore::NotOver(Holds::StatefulSet) => "NotRestored",
+            Restore::Running => "Restoring",
+            Restore::Failed => "RestoreFailed",
+            Restore::Done => "Restored",
+        }
+    }
+
+    /// The step a recorded reason names, when the Job that decided it is
+    /// gone: a restore under way stays one (its Job is made again), any
+    /// other reason means the Database holds data of its own.
+    fn from_reason(reason: &str) -> Restore {
+        match reason {
+            "Restoring" | "RestoreFailed" => Restore::Running,
+            "AlreadyInitialized" => Restore::NotOver(Holds::Initialized),
+            "RetainedVolumes" => Restore::NotOver(Holds::RetainedVolumes),
+            _ => Restore::NotOver(Holds::StatefulSet),
+        }
+    }
+}
+
 /// What to build, decided from the observed state alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -143,6 +229,10 @@ pub struct Plan {
     pub pre_upgrade_job: bool,
     /// Whether the upgrade's restore Job (`jobs::upgrade`) should exist.
     pub upgrade_job: bool,
+    /// Where the restore of `spec.bootstrap` stands.
+    pub restore: Restore,
+    /// Whether the bootstrap's restore Job (`jobs::restore`) should exist.
+    pub restore_job: bool,
     /// Whether to keep the StatefulSet at all (false only late in finalizing).
     pub keep_statefulset: bool,
     /// Whether deleting the StatefulSet may delete its volumes.
@@ -229,9 +319,10 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
         return plan;
     }
     let to = db.spec.version;
-    if to == running {
+    if to == running || !plan.restore.lets_serve() {
         // Upgraded (or never upgraded): the Jobs have done their work and
         // go; the pre-upgrade dump stays in S3, the old data on the volume.
+        // An upgrade waits for the bootstrap's restore.
         return plan;
     }
     if db.spec.backup.is_none() {
@@ -261,6 +352,11 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
 
 /// The plan of a Database running `running` with no upgrade under way.
 fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
+    let restore = restore_step(db, seen);
+    let has = |job: &str| seen.jobs.contains_key(job);
+    // The initial configuration follows the restore, which it would
+    // otherwise race: it runs once the primary is ready and the data is in.
+    let init_job = has(&jobs::init(db)) || (restore.lets_serve() && seen.is_instance_ready(db, 0));
     Plan {
         running,
         reported: seen.running().or_else(|| reported_version(db)),
@@ -268,14 +364,62 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         target: db.spec.version,
         replicas: db.spec.size.instances(),
         upgrade: Upgrade::None,
-        init_job: seen.jobs.contains_key(&jobs::init(db)) || seen.is_instance_ready(db, 0),
+        init_job,
         pre_upgrade_job: false,
         upgrade_job: false,
+        restore,
+        // The restore connects to the primary: it starts once that is ready.
+        restore_job: has(&jobs::restore(db))
+            || (restore == Restore::Running && seen.is_instance_ready(db, 0)),
         keep_statefulset: true,
         delete_volumes: false,
         snapshot_job: false,
         deleting: false,
         volumes_pending: Vec::new(),
+    }
+}
+
+/// Where the restore of `spec.bootstrap` stands. It runs only for a
+/// Database that never held data: none was recorded restored or
+/// initialized, and on its first call neither a StatefulSet nor a volume of
+/// its name was there (retained volumes of an earlier Database are served,
+/// never restored over). Once started it goes on until it succeeded: a
+/// failed Job deleted by the user is made again.
+fn restore_step(db: &Database, seen: &Observed) -> Restore {
+    if db.spec.bootstrap.is_none() {
+        return Restore::None;
+    }
+    let status = db.status.as_ref();
+    if status.is_some_and(|s| s.restored_from.is_some()) {
+        return Restore::Done;
+    }
+    match seen.job(&jobs::restore(db)) {
+        Some(RunStatus::Succeeded) => return Restore::Done,
+        Some(RunStatus::Failed) => return Restore::Failed,
+        Some(RunStatus::Running | RunStatus::None) => return Restore::Running,
+        None => {}
+    }
+    let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let recorded = conditions
+        .iter()
+        .find(|c| c.type_ == "Restored")
+        .map(|c| Restore::from_reason(c.reason.as_deref().unwrap_or_default()));
+    // What the Database was found holding stays its reason.
+    if let Some(holds @ Restore::NotOver(_)) = recorded {
+        return holds;
+    }
+    let initialized = seen.jobs.contains_key(&jobs::init(db))
+        || conditions
+            .iter()
+            .any(|c| c.type_ == "Initialized" && c.status == ConditionStatus::True);
+    if initialized {
+        return Restore::NotOver(Holds::Initialized);
+    }
+    match recorded {
+        Some(step) => step,
+        None if seen.statefulset.is_some() => Restore::NotOver(Holds::StatefulSet),
+        None if seen.claims(db).next().is_some() => Restore::NotOver(Holds::RetainedVolumes),
+        None => Restore::Running,
     }
 }
 
@@ -356,10 +500,13 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
         .as_ref()
         .is_some_and(|s| s.metadata.deletion_timestamp.is_none());
     // The snapshot reads the running primary: not while a restore holds
-    // the volume (no instance runs), nor before the primary is ready.
-    let serving = exists && plan.replicas > 0 && seen.is_instance_ready(db, 0);
+    // the volume (no instance runs), nor before the primary is ready. A
+    // Database whose bootstrap never restored holds nothing to snapshot, and
+    // a snapshot of it would become the newest dump of its name.
+    let restored = plan.restore.lets_serve();
+    let serving = exists && plan.replicas > 0 && restored && seen.is_instance_ready(db, 0);
     let snapshotted = deletion.snapshot_time.is_some();
-    let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted);
+    let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted || !restored);
     plan.snapshot_job = seen.jobs.contains_key(&jobs::snapshot(db))
         || (db.spec.deletion_policy == DeletionPolicy::Snapshot
             && db.spec.backup.is_some()
@@ -406,6 +553,7 @@ fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
     plan.init_job = has(&jobs::init(db));
     plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
     plan.upgrade_job = has(&jobs::upgrade(db, to));
+    plan.restore_job = has(&jobs::restore(db));
     plan.deleting = true;
 }
 
@@ -530,6 +678,172 @@ mod tests {
         sts.status =
             Some(serde_json::from_value(json!({"replicas": 0, "observedGeneration": 2})).unwrap());
         seen
+    }
+
+    /// `db`, asked to start from the newest dump of Database orders, with
+    /// these status conditions (type, status, reason).
+    fn bootstrapped(conditions: &[(&str, &str, &str)]) -> Database {
+        let mut d = db("16", "Snapshot");
+        d.spec.bootstrap = Some(serde_json::from_value(json!({"database": "orders"})).unwrap());
+        let conditions: Vec<_> = conditions
+            .iter()
+            .map(|(t, s, r)| json!({"type": t, "status": s, "reason": r, "message": "m"}))
+            .collect();
+        d.status = Some(serde_json::from_value(json!({"conditions": conditions})).unwrap());
+        d
+    }
+
+    fn with_job(mut seen: Observed, name: &str, state: &str) -> Observed {
+        seen.jobs.insert(name.into(), job(state));
+        seen
+    }
+
+    #[test]
+    fn a_bootstrap_restores_only_into_a_database_that_never_held_data() {
+        let fresh = bootstrapped(&[]);
+        let mut retained = Observed::default();
+        retained
+            .volumes
+            .push(serde_json::from_value(json!({"metadata": {"name": "data-orders-0"}})).unwrap());
+        let initialized = bootstrapped(&[("Initialized", "True", "Initialized")]);
+        let failed_before = bootstrapped(&[("Restored", "False", "RestoreFailed")]);
+        let adopted_before = bootstrapped(&[("Restored", "False", "RetainedVolumes")]);
+        let mut recorded = bootstrapped(&[]);
+        recorded.status.as_mut().unwrap().restored_from = Some(Default::default());
+        let cases = [
+            (
+                "first call, nothing there",
+                &fresh,
+                Observed::default(),
+                Restore::Running,
+            ),
+            (
+                "its Job running",
+                &fresh,
+                with_job(running("16"), "orders-restore", "Running"),
+                Restore::Running,
+            ),
+            (
+                "its Job failed",
+                &fresh,
+                with_job(running("16"), "orders-restore", "Failed"),
+                Restore::Failed,
+            ),
+            (
+                "its Job succeeded",
+                &fresh,
+                with_job(running("16"), "orders-restore", "Complete"),
+                Restore::Done,
+            ),
+            (
+                "recorded, the Job gone",
+                &recorded,
+                running("16"),
+                Restore::Done,
+            ),
+            (
+                "the failed Job deleted: again",
+                &failed_before,
+                running("16"),
+                Restore::Running,
+            ),
+            (
+                "created over retained volumes",
+                &fresh,
+                retained,
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+            (
+                "adopted earlier",
+                &adopted_before,
+                running("16"),
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+            (
+                "its init Job seen",
+                &fresh,
+                with_job(running("16"), "orders-init", "Complete"),
+                Restore::NotOver(Holds::Initialized),
+            ),
+            (
+                "initialized once",
+                &initialized,
+                Observed::default(),
+                Restore::NotOver(Holds::Initialized),
+            ),
+            (
+                "a StatefulSet, no record",
+                &fresh,
+                running("16"),
+                Restore::NotOver(Holds::StatefulSet),
+            ),
+        ];
+        for (reason, d, seen, want) in cases {
+            assert_eq!(restore_step(d, &seen), want, "{reason}");
+        }
+        let mut plain = db("16", "Snapshot");
+        plain.status = None;
+        assert_eq!(restore_step(&plain, &Observed::default()), Restore::None);
+    }
+
+    #[test]
+    fn nothing_serves_or_initializes_before_the_restore_succeeded() {
+        let names = |d: &Database, seen: &Observed| -> Vec<String> {
+            let plan = plan(d, seen).unwrap();
+            let ctx = Context {
+                now: "2026-01-01T00:00:00Z".parse().unwrap(),
+                entropy: [0xAB; crate::operator::ENTROPY],
+            };
+            children::build(d, seen, &plan, &ctx)
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    let v = serde_json::to_value(c).unwrap();
+                    format!(
+                        "{}/{}",
+                        v["kind"].as_str().unwrap(),
+                        v["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let mut d = bootstrapped(&[]);
+        d.spec.backup.as_mut().unwrap().enabled = true;
+        d.spec.backup.as_mut().unwrap().schedule = Some("0 2 * * *".into());
+        let mut restoring = with_job(running("16"), "orders-restore", "Running");
+        restoring.pods.push(instance(0).ready().typed());
+        let built = names(&d, &restoring);
+        assert!(
+            built.contains(&"Job/orders-restore".to_string()),
+            "{built:?}"
+        );
+        for serving in [
+            "Service/orders",
+            "Service/orders-ro",
+            "EndpointSlice/orders-ro",
+            "CronJob/orders-backup",
+            "Job/orders-init",
+        ] {
+            assert!(
+                !built.contains(&serving.to_string()),
+                "{serving} while restoring: {built:?}"
+            );
+        }
+        let restored = with_job(restoring, "orders-restore", "Complete");
+        let built = names(&d, &restored);
+        for serving in [
+            "Service/orders",
+            "Service/orders-ro",
+            "EndpointSlice/orders-ro",
+            "CronJob/orders-backup",
+            "Job/orders-init",
+            "Job/orders-restore",
+        ] {
+            assert!(
+                built.contains(&serving.to_string()),
+                "{serving} once restored: {built:?}"
+            );
+        }
     }
 
     /// Review finding: a newer version (or no destination) asked for while

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::hook::conditions::Condition;
 use crate::operators::backup_job::{Destination, validate_destination};
 use crate::operators::validate::{self, InvalidSpec};
+use k8s_openapi::jiff::Timestamp;
 
 /// Label on every object of a Database, naming it; customize selects by it.
 pub const LABEL_DATABASE: &str = "opshooks.io/database";
@@ -57,7 +58,9 @@ pub const VOLUME: &str = "data";
     validation = Rule::new("self.version >= oldSelf.version").message("spec.version cannot go down: downgrades are refused; restore a backup into a new Database instead"),
     validation = Rule::new("has(self.credentialsSecret) == has(oldSelf.credentialsSecret) && (!has(self.credentialsSecret) || self.credentialsSecret == oldSelf.credentialsSecret)").message("spec.credentialsSecret cannot change once created: the database's user keeps the password it was created with"),
     validation = Rule::new("has(self.databaseName) == has(oldSelf.databaseName) && (!has(self.databaseName) || self.databaseName == oldSelf.databaseName)").message("spec.databaseName cannot change once created"),
-    validation = Rule::new("has(self.user) == has(oldSelf.user) && (!has(self.user) || self.user == oldSelf.user)").message("spec.user cannot change once created")
+    validation = Rule::new("has(self.user) == has(oldSelf.user) && (!has(self.user) || self.user == oldSelf.user)").message("spec.user cannot change once created"),
+    validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)").message("spec.bootstrap cannot change once created: it says where the data came from"),
+    validation = Rule::new("!has(self.bootstrap) || has(self.bootstrap.destination) || has(self.backup)").message("spec.bootstrap needs a destination to read the dump from: set spec.bootstrap.destination or spec.backup.destination")
 )]
 pub struct DatabaseSpec {
     /// The PostgreSQL major version: 14, 15, 16 or 17. Raising it upgrades
@@ -95,6 +98,46 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub user: Option<String>,
+    /// Where a new Database's data comes from: a dump restored before
+    /// anyone can write. Only a Database that never held data restores;
+    /// fixed once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<Bootstrap>,
+}
+
+/// Which dump a new Database starts from: the newest dump of a Database or
+/// of a Backup (at most one of `database`, `backup` and `key`), or one
+/// object by its key.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("[has(self.database), has(self.backup), has(self.key)].filter(x, x).size() == 1").message("spec.bootstrap names exactly one of database, backup and key"),
+    validation = Rule::new("!has(self.key) || !has(self.before)").message("spec.bootstrap.before chooses among dumps; with an exact key there is nothing to choose")
+)]
+pub struct Bootstrap {
+    /// The Database whose newest dump to restore: its scheduled dumps,
+    /// pre-upgrade dumps and final snapshot. This Database's own name
+    /// brings back a Database deleted under Snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub database: Option<String>,
+    /// The Backup whose newest dump to restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub backup: Option<String>,
+    /// Exactly this object, for example nightly/orders-20261124T020000Z.pgdump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub key: Option<String>,
+    /// With database or backup: the newest dump taken strictly before this
+    /// time (RFC 3339, for example 2026-11-24T09:00:00Z), to go back to
+    /// before a bad migration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub before: Option<String>,
+    /// Where the dumps are; spec.backup.destination when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<Destination>,
 }
 
 /// Supported PostgreSQL majors.
@@ -243,6 +286,8 @@ pub enum Phase {
     Running,
     /// Moving to a new major version.
     Upgrading,
+    /// Restoring the dump it starts from; nobody can write yet.
+    Restoring,
     /// Configured, but not every instance is ready, or a step failed.
     Degraded,
     /// Being deleted.
@@ -276,11 +321,60 @@ pub struct DatabaseStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub snapshot_time: Option<String>,
-    /// Ready, Initialized, BackupScheduled, Upgrading and, when deleting, Snapshotted.
+    /// The dump this Database was restored from, once it was: kept for ever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
+    /// Ready, Initialized, BackupScheduled, Upgrading, Restored (with
+    /// spec.bootstrap) and, when deleting, Snapshotted.
     pub conditions: Vec<Condition>,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+impl Bootstrap {
+    /// Which dump, in words: "the newest dump of Database orders taken
+    /// before 2026-11-24T09:00:00Z".
+    pub fn describe(&self) -> String {
+        let before = self
+            .before
+            .as_ref()
+            .map(|t| format!(" taken before {t}"))
+            .unwrap_or_default();
+        match (&self.database, &self.backup, &self.key) {
+            (Some(db), _, _) => format!("the newest dump of Database {db}{before}"),
+            (_, Some(backup), _) => format!("the newest dump of Backup {backup}{before}"),
+            (_, _, Some(key)) => format!("object {key}"),
+            _ => "no dump".to_string(),
+        }
+    }
+}
+
+/// Where the bootstrap's dumps are: its own destination, or the backups'.
+pub fn bootstrap_destination(db: &Database) -> Option<&Destination> {
+    let bootstrap = db.spec.bootstrap.as_ref()?;
+    bootstrap
+        .destination
+        .as_ref()
+        .or_else(|| Some(&db.spec.backup.as_ref()?.destination))
+}
+
+/// The dump a Database was restored from.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct RestoredFrom {
+    /// The object restored, s3://bucket/key.
+    pub object: String,
+    /// Its size in bytes, as the restore Job reported it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// When the dump was taken, from its name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub taken: Option<String>,
+    /// When the restore Job succeeded.
+    #[schemars(extend("format" = "date-time"))]
+    pub restored_at: String,
 }
 
 /// The parent's name.
@@ -372,5 +466,68 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
             "Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete",
         ));
     }
+    if let Some(bootstrap) = &db.spec.bootstrap {
+        validate_bootstrap(db, bootstrap)?;
+    }
     Ok(())
+}
+
+/// Checks `spec.bootstrap` as the schema's rules do, for callers that
+/// bypass the API server.
+fn validate_bootstrap(db: &Database, b: &Bootstrap) -> Result<(), InvalidSpec> {
+    let named = [&b.database, &b.backup, &b.key]
+        .into_iter()
+        .filter(|f| f.is_some())
+        .count();
+    if named != 1 {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap",
+            "names exactly one of database, backup and key",
+        ));
+    }
+    for (field, value) in [
+        ("spec.bootstrap.database", &b.database),
+        ("spec.bootstrap.backup", &b.backup),
+    ] {
+        if let Some(value) = value {
+            validate::dns_label(field, value, 63)?;
+        }
+    }
+    if let Some(key) = &b.key
+        && (key.is_empty() || key.chars().any(char::is_control))
+    {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.key",
+            "must be an object key without control characters, like nightly/orders-20261124T020000Z.pgdump",
+        ));
+    }
+    if let Some(before) = &b.before {
+        if b.key.is_some() {
+            return Err(InvalidSpec::new(
+                "spec.bootstrap.before",
+                "chooses among dumps; with an exact key there is nothing to choose",
+            ));
+        }
+        before_stamp(before)?;
+    }
+    match (&b.destination, &db.spec.backup) {
+        (Some(d), _) => validate_destination("spec.bootstrap.destination", d),
+        (None, Some(_)) => Ok(()),
+        (None, None) => Err(InvalidSpec::new(
+            "spec.bootstrap.destination",
+            "is required without spec.backup.destination: say where the dump is",
+        )),
+    }
+}
+
+/// `spec.bootstrap.before` as the 14 digits a dump's name carries
+/// (YYYYMMDDHHMMSS, UTC).
+pub fn before_stamp(before: &str) -> Result<String, InvalidSpec> {
+    let time: Timestamp = before.parse().map_err(|_| {
+        InvalidSpec::new(
+            "spec.bootstrap.before",
+            format!("{before:?} is not an RFC 3339 time; write it like 2026-11-24T09:00:00Z"),
+        )
+    })?;
+    Ok(time.strftime("%Y%m%d%H%M%S").to_string())
 }

@@ -1,8 +1,13 @@
 //! The Database's status from what was observed and the plan made from it.
 
 use super::observed::Observed;
-use super::plan::{Deletion, Plan, Upgrade, jobs};
-use super::spec::{Database, DatabaseStatus, DeletionPolicy, Phase, database_name, endpoint};
+use super::observed::RESTORE_REPORT;
+use super::observed::RestoreReport;
+use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
+use super::spec::{
+    Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
+    database_name, endpoint,
+};
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
@@ -21,7 +26,7 @@ pub fn status(
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
     let instances = db.spec.size.instances();
     let init = seen.job(&jobs::init(db));
-    let initialized = initialized(db, init);
+    let initialized = initialized(db, init, plan.restore.lets_serve());
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
     let ready = phase == Phase::Running;
     let ready_condition = if finalizing {
@@ -30,7 +35,7 @@ pub fn status(
         None
     }
     .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
-    let backup_scheduled = backup_scheduled(db, seen);
+    let backup_scheduled = backup_scheduled(db, seen, plan.restore.lets_serve());
     let upgrading_condition = upgrading_condition(db, plan);
     let mut observations = vec![
         ready_condition,
@@ -38,6 +43,10 @@ pub fn status(
         backup_scheduled,
         upgrading_condition,
     ];
+    let restored_from = restored_from(db, seen, plan, ctx);
+    if db.spec.bootstrap.is_some() {
+        observations.push(restored(db, seen, plan, restored_from.as_ref()));
+    }
     if let Some(deletion) = deletion {
         observations.push(snapshotted(db, seen, deletion));
     }
@@ -59,6 +68,7 @@ pub fn status(
             .and_then(|c| c.status.as_ref()?.last_successful_time.as_ref())
             .map(|t| format_time(t.0)),
         snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
+        restored_from,
         conditions: conditions::reconcile(previous, observations, db.metadata.generation, ctx.now),
         observed_generation: None,
     }
@@ -135,7 +145,7 @@ fn nothing_to_snapshot(seen: &Observed) -> String {
 }
 
 /// `Initialized`: how the one-time setup Job went.
-fn initialized(db: &Database, init: Option<RunStatus>) -> Observation {
+fn initialized(db: &Database, init: Option<RunStatus>, restored: bool) -> Observation {
     match init {
         Some(RunStatus::Succeeded) => Observation::new(
             "Initialized",
@@ -158,6 +168,12 @@ fn initialized(db: &Database, init: Option<RunStatus>) -> Observation {
             false,
             "Initializing",
             format!("job {} is running", jobs::init(db)),
+        ),
+        None if !restored => Observation::new(
+            "Initialized",
+            false,
+            "WaitingForRestore",
+            "the initial configuration runs once the restore succeeded",
         ),
         None => Observation::new(
             "Initialized",
@@ -225,8 +241,14 @@ fn ready_condition(phase: Phase, ready_replicas: i32, instances: i32) -> Observa
 }
 
 /// `BackupScheduled`: whether scheduled backups are asked for and set up.
-fn backup_scheduled(db: &Database, seen: &Observed) -> Observation {
+fn backup_scheduled(db: &Database, seen: &Observed, restored: bool) -> Observation {
     match &db.spec.backup {
+        Some(b) if b.enabled && !restored => Observation::new(
+            "BackupScheduled",
+            false,
+            "WaitingForRestore",
+            "scheduled backups start once the restore succeeded",
+        ),
         Some(b) if b.enabled => match &seen.cron_job {
             Some(_) => Observation::new(
                 "BackupScheduled",
@@ -351,6 +373,10 @@ fn phase(
         Phase::Deleting
     } else if plan.upgrade.in_progress() {
         Phase::Upgrading
+    } else if plan.restore == Restore::Running {
+        Phase::Restoring
+    } else if plan.restore == Restore::Failed {
+        Phase::Degraded
     } else if seen.statefulset.is_none() || (init.is_none() && !primary_ready) {
         Phase::Creating
     } else if init != Some(RunStatus::Succeeded) {
@@ -364,4 +390,130 @@ fn phase(
     } else {
         Phase::Degraded
     }
+}
+
+/// The dump this Database was restored from: as recorded, or, the first
+/// time the restore Job is seen succeeded, as its pod reported it (the
+/// choice in words when the pod is gone).
+fn restored_from(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    ctx: &Context,
+) -> Option<RestoredFrom> {
+    if let Some(recorded) = db.status.as_ref().and_then(|s| s.restored_from.clone()) {
+        return Some(recorded);
+    }
+    if plan.restore != Restore::Done {
+        return None;
+    }
+    let job_name = jobs::restore(db);
+    let job = seen.jobs.get(&job_name)?;
+    let at = job
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref())
+        .map_or(ctx.now, |t| t.0);
+    let report = seen
+        .job_message(&job_name, "restore")
+        .and_then(RestoreReport::parse);
+    let bucket = bootstrap_destination(db).map_or("", |d| d.s3_bucket.as_str());
+    let described = db.spec.bootstrap.as_ref().map(|b| b.describe());
+    Some(RestoredFrom {
+        object: report.as_ref().map_or_else(
+            || described.unwrap_or_default(),
+            |r| format!("s3://{bucket}/{}", r.key),
+        ),
+        bytes: report.as_ref().and_then(|r| r.bytes),
+        taken: report.and_then(|r| r.taken.map(String::from)),
+        restored_at: format_time(at),
+    })
+}
+
+/// `Restored`: whether the bootstrap's dump is in, or why not.
+fn restored(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    from: Option<&RestoredFrom>,
+) -> Observation {
+    let job = jobs::restore(db);
+    let reason = plan.restore.reason();
+    let (status, message) = match plan.restore {
+        Restore::Done => (
+            ConditionStatus::True,
+            from.map_or_else(|| format!("job {job} restored the dump"), restored_words),
+        ),
+        Restore::Running => (
+            ConditionStatus::Unknown,
+            format!(
+                "job {job} restores {}{}{}; nobody can write until it succeeded",
+                db.spec
+                    .bootstrap
+                    .as_ref()
+                    .map(|b| b.describe())
+                    .unwrap_or_default(),
+                bootstrap_destination(db)
+                    .map(|d| format!(" from s3://{}/{}", d.s3_bucket, d.s3_prefix))
+                    .unwrap_or_default(),
+                if plan.restore_job {
+                    ""
+                } else {
+                    " once the primary is ready"
+                }
+            ),
+        ),
+        Restore::Failed => (
+            ConditionStatus::False,
+            format!(
+                "job {job} failed: {}; the Database does not serve; fix the cause and delete the job to retry",
+                failure(seen, &job)
+            ),
+        ),
+        Restore::NotOver(holds) => (ConditionStatus::False, not_over(holds)),
+        Restore::None => (ConditionStatus::False, "no spec.bootstrap".to_string()),
+    };
+    Observation::new("Restored", status, reason, message)
+}
+
+/// The recorded restore, in words.
+fn restored_words(from: &RestoredFrom) -> String {
+    let mut words = format!("restored {}", from.object);
+    if let Some(bytes) = from.bytes {
+        words.push_str(&format!(" ({bytes} bytes)"));
+    }
+    if let Some(taken) = &from.taken {
+        words.push_str(&format!(", taken {taken}"));
+    }
+    words.push_str(&format!(", at {}", from.restored_at));
+    words
+}
+
+/// Why a restore Job failed, as its pod said it (the first container that
+/// left a reason), or where to look.
+fn failure(seen: &Observed, job: &str) -> String {
+    ["select", "init", "restore"]
+        .into_iter()
+        .find_map(|c| seen.job_message(job, c))
+        .map(|m| {
+            m.strip_prefix(RESTORE_REPORT)
+                .unwrap_or(m)
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_else(|| format!("see kubectl logs job/{job} --all-containers"))
+}
+
+/// Why nothing is restored over what the Database holds.
+fn not_over(holds: Holds) -> String {
+    match holds {
+        Holds::Initialized => "this Database was initialized: nothing is restored over its data",
+        Holds::RetainedVolumes => {
+            "volumes of an earlier Database of this name were here: it serves their data, and nothing is restored over it; to restore instead, delete those volumes and this Database, then create it again"
+        }
+        Holds::StatefulSet => {
+            "the StatefulSet exists and no restore is recorded: nothing is restored over what it holds"
+        }
+    }
+    .to_string()
 }
