@@ -124,6 +124,7 @@ refused '{"spec":{"version":"15"}}' "downgrades are refused"
 refused '{"spec":{"storage":{"size":"40Gi"}}}' "spec.storage cannot change"
 refused '{"spec":{"credentialsSecret":"other"}}' "spec.credentialsSecret cannot change"
 refused '{"spec":{"databaseName":"other"}}' "spec.databaseName cannot change"
+refused '{"spec":{"bootstrap":{"database":"other"}}}' "spec.bootstrap cannot change"
 
 step "the chart's generated hook token survives helm upgrade"
 token() { kubectl get secret token-check-opshooks-auth -n token-check -o jsonpath='{.data.token}'; }

@@ -361,15 +361,15 @@ pub fn bootstrap_destination(db: &Database) -> Option<&Destination> {
 
 /// The dump a Database was restored from.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct RestoredFrom {
     /// The object restored, s3://bucket/key.
     pub object: String,
     /// Its size in bytes, as the restore Job reported it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     /// When the dump was taken, from its name.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub taken: Option<String>,
     /// When the restore Job succeeded.

@@ -11,6 +11,7 @@ use super::spec::{
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
+use k8s_openapi::jiff::Timestamp;
 
 /// The status from the observed state and the plan made from it.
 pub fn status(
@@ -425,7 +426,10 @@ fn restored_from(
             |r| format!("s3://{bucket}/{}", r.key),
         ),
         bytes: report.as_ref().and_then(|r| r.bytes),
-        taken: report.and_then(|r| r.taken.map(String::from)),
+        // The schema says date-time: a report's time that is not one is left out.
+        taken: report
+            .and_then(|r| r.taken?.parse::<Timestamp>().ok())
+            .map(format_time),
         restored_at: format_time(at),
     })
 }
