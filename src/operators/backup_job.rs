@@ -23,6 +23,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::operator::InvalidSpec;
+
+pub mod verification;
 use crate::operators::common::{restricted_container, restricted_pod};
 
 /// The dump side of the backup pod.
@@ -306,14 +308,19 @@ pub fn pod_template(plan: &Plan<'_>) -> PodTemplateSpec {
                 ),
                 script_container("upload", plan.upload_image, UPLOAD_SCRIPT, upload_env(plan)),
             ],
-            volumes: Some(vec![Volume {
-                name: "work".to_string(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Volume::default()
-            }]),
+            volumes: Some(vec![work_volume()]),
             security_context: Some(restricted_pod(POSTGRES_UID)),
             ..PodSpec::default()
         }),
+    }
+}
+
+/// The scratch volume the containers of a pod share at /work.
+fn work_volume() -> Volume {
+    Volume {
+        name: "work".to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
     }
 }
 

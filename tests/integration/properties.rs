@@ -508,7 +508,7 @@ proptest! {
         let parent = fixtures::object(op.api_version(), &op.kind, "x").namespace("ns").set("/spec", spec);
         // With the groups Metacontroller always sends: a body without them
         // is refused (400) before the spec is read.
-        let body = fixtures::request(parent).json().to_string();
+        let body = request(parent).json().to_string();
         let Some(call) = call_slice(op, hook, body.as_bytes(), &ctx()) else {
             return Ok(());
         };

@@ -26,12 +26,13 @@ use super::plan::{
     superuser_secret_name,
 };
 use super::spec::{
-    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, VOLUME, before_stamp,
-    bootstrap_destination, claim_name, database_name, name, namespace,
+    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, VOLUME, backup_cron_name,
+    before_stamp, bootstrap_destination, claim_name, database_name, name, namespace, verify_name,
 };
 use crate::hook::Child;
 use crate::hook::group_key;
 use crate::operator::{Context, HookError};
+use crate::operators::backup_job::verification;
 use crate::operators::backup_job::{self, Choice, Credential, Schedule, Source};
 use crate::operators::common::{
     restricted_container, restricted_pod, selector_labels, standard_labels,
@@ -88,6 +89,17 @@ pub fn build(
     }
     if let Some(cron) = backup_cron_job(db, plan) {
         out.push(Child::new(&cron));
+    }
+    if let Some(run) = verification(db, plan) {
+        let verify = db.spec.backup.as_ref().and_then(|b| b.verify.as_ref());
+        if let Some(schedule) = verify.and_then(|v| v.schedule.as_deref()) {
+            out.push(Child::new(
+                &run.scheduled(meta(db, verify_name(db)), schedule.trim()),
+            ));
+        }
+        if let Some(at) = plan.verify_after {
+            out.push(Child::new(&run.after_backup(meta(db, verify_name(db)), at)));
+        }
     }
     if plan.deleting {
         out = while_deleting(db, seen, out);
@@ -708,7 +720,7 @@ pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::b
         history: (3, 3),
     };
     Some(backup_job::scheduled(
-        meta(db, format!("{}-backup", name(db))),
+        meta(db, backup_cron_name(db)),
         &schedule,
         &job_plan,
     ))
@@ -876,4 +888,19 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
         ..PodSpec::default()
     };
     Some(script_job(db, jobs::restore(db), pod, 1))
+}
+
+/// How this Database's dumps are verified, once it serves: the newest of
+/// them (scheduled, pre-upgrade or snapshot), restored with the running
+/// major's image (the dumps' own or newer).
+fn verification<'a>(db: &'a Database, plan: &Plan) -> Option<verification::Run<'a>> {
+    let backup = db.spec.backup.as_ref()?;
+    backup.verify.as_ref()?;
+    plan.restore.lets_serve().then(|| verification::Run {
+        destination: &backup.destination,
+        names: jobs::dump_names(name(db)),
+        image: plan.version.image(),
+        upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
+        labels: job_labels(db),
+    })
 }

@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::jiff::Timestamp;
 
-use super::spec::{ANNOTATION_VERSION, Database, Major, claim_ordinal, name};
+use super::spec::{ANNOTATION_VERSION, Database, Major, backup_cron_name, claim_ordinal, name};
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -65,7 +66,7 @@ pub struct Observed {
     pub jobs: BTreeMap<String, Job>,
     /// Our Secrets, by name.
     pub secrets: BTreeMap<String, Secret>,
-    /// The backup CronJob, if it exists.
+    /// The backup CronJob, if it exists (not the verification's).
     pub cron_job: Option<CronJob>,
     /// The instances' pods.
     pub pods: Vec<ObservedPod>,
@@ -108,7 +109,11 @@ impl Observed {
                 .into_iter()
                 .filter_map(|s| Some((s.metadata.name.clone()?, s)))
                 .collect(),
-            cron_job: req.children.of::<CronJob>()?.into_iter().next(),
+            cron_job: req
+                .children
+                .of::<CronJob>()?
+                .into_iter()
+                .find(|c| c.metadata.name.as_deref() == Some(&backup_cron_name(db))),
             pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
             children: BTreeSet::new(),
@@ -184,6 +189,12 @@ impl Observed {
             })
             .max_by_key(|(newest, _)| *newest)
             .map(|(_, message)| message)
+    }
+
+    /// When the backup CronJob last succeeded.
+    pub fn last_backup_time(&self) -> Option<Timestamp> {
+        let status = self.cron_job.as_ref()?.status.as_ref()?;
+        Some(status.last_successful_time.as_ref()?.0)
     }
 
     /// The pod of instance `index`, if it exists and is ready.

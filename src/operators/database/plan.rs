@@ -9,6 +9,7 @@ use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, RunStatus};
 use crate::operators::validate::InvalidSpec;
+use k8s_openapi::jiff::Timestamp;
 
 /// Job names, one place.
 pub mod jobs {
@@ -233,6 +234,9 @@ pub struct Plan {
     pub restore: Restore,
     /// Whether the bootstrap's restore Job (`jobs::restore`) should exist.
     pub restore_job: bool,
+    /// With `verify.afterEachBackup`: when the backup whose dump the
+    /// verification run after it checks succeeded.
+    pub verify_after: Option<Timestamp>,
     /// Whether to keep the StatefulSet at all (false only late in finalizing).
     pub keep_statefulset: bool,
     /// Whether deleting the StatefulSet may delete its volumes.
@@ -371,6 +375,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         // The restore connects to the primary: it starts once that is ready.
         restore_job: has(&jobs::restore(db))
             || (restore == Restore::Running && seen.is_instance_ready(db, 0)),
+        verify_after: verify_after(db, seen, restore),
         keep_statefulset: true,
         delete_volumes: false,
         snapshot_job: false,
@@ -421,6 +426,15 @@ fn restore_step(db: &Database, seen: &Observed) -> Restore {
         None if seen.claims(db).next().is_some() => Restore::NotOver(Holds::RetainedVolumes),
         None => Restore::Running,
     }
+}
+
+/// The last backup's time, when each backup is to be verified: the backup
+/// CronJob's last success, once there is something to back up.
+fn verify_after(db: &Database, seen: &Observed, restore: Restore) -> Option<Timestamp> {
+    let backup = db.spec.backup.as_ref()?;
+    let after_each = backup.enabled && backup.verify.as_ref()?.after_each_backup;
+    let last = seen.last_backup_time()?;
+    (after_each && restore.lets_serve()).then_some(last)
 }
 
 /// The major of an upgrade's restore still running that the spec no longer

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::hook::conditions::Condition;
+use crate::operators::backup_job::verification::{VerifiedBackup, Verify};
 use crate::operators::backup_job::{Destination, validate_destination};
 use crate::operators::validate::{self, InvalidSpec};
 use k8s_openapi::jiff::Timestamp;
@@ -48,7 +49,9 @@ pub const VOLUME: &str = "data";
     printcolumn(name = "Running", type_ = "string", json_path = ".status.version"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
+    printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters, so that job names fit in 63")
 )]
@@ -260,6 +263,10 @@ pub struct DatabaseBackup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 36500))]
     pub retention_days: Option<i32>,
+    /// Prove the dumps restore: restore the newest into a throwaway
+    /// PostgreSQL on a schedule, after each backup, or both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
 }
 
 /// What deleting a Database does to its data.
@@ -321,6 +328,9 @@ pub struct DatabaseStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub snapshot_time: Option<String>,
+    /// The newest dump proven to restore (with spec.backup.verify).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_verified_backup: Option<VerifiedBackup>,
     /// The dump this Database was restored from, once it was: kept for ever.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
@@ -404,6 +414,17 @@ pub fn claim_ordinal(db: &Database, claim: &str) -> Option<u32> {
         .ok()
 }
 
+/// The CronJob of the scheduled backups.
+pub fn backup_cron_name(db: &Database) -> String {
+    format!("{}-backup", name(db))
+}
+
+/// The CronJob of the scheduled verifications, and the prefix of the
+/// verification run after each backup.
+pub fn verify_name(db: &Database) -> String {
+    format!("{}-verify", name(db))
+}
+
 /// The application database's name.
 pub fn database_name(db: &Database) -> String {
     db.spec
@@ -458,6 +479,9 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
                 ));
             }
             (None, false) => {}
+        }
+        if let Some(schedule) = b.verify.as_ref().and_then(|v| v.schedule.as_ref()) {
+            validate::cron("spec.backup.verify.schedule", schedule)?;
         }
     }
     if db.spec.deletion_policy == DeletionPolicy::Snapshot && db.spec.backup.is_none() {

@@ -11,6 +11,7 @@ use super::spec::{
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
+use crate::operators::backup_job::verification::{self, VerifiedBackup};
 use k8s_openapi::jiff::Timestamp;
 
 /// The status from the observed state and the plan made from it.
@@ -30,12 +31,10 @@ pub fn status(
     let initialized = initialized(db, init, plan.restore.lets_serve());
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
     let ready = phase == Phase::Running;
-    let ready_condition = if finalizing {
-        deleting_condition(db, seen, plan)
-    } else {
-        None
-    }
-    .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
+    let ready_condition = finalizing
+        .then(|| deleting_condition(db, seen, plan))
+        .flatten()
+        .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
     let backup_scheduled = backup_scheduled(db, seen, plan.restore.lets_serve());
     let upgrading_condition = upgrading_condition(db, plan);
     let mut observations = vec![
@@ -45,17 +44,15 @@ pub fn status(
         upgrading_condition,
     ];
     let restored_from = restored_from(db, seen, plan, ctx);
+    let (verified_condition, last_verified_backup) = verified(db, seen);
+    observations.extend(verified_condition);
     if db.spec.bootstrap.is_some() {
         observations.push(restored(db, seen, plan, restored_from.as_ref()));
     }
     if let Some(deletion) = deletion {
         observations.push(snapshotted(db, seen, deletion));
     }
-    let previous = db
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
     DatabaseStatus {
         phase,
         ready,
@@ -63,14 +60,16 @@ pub fn status(
         version: plan.reported.map(|m| m.as_str().to_string()),
         replicas,
         ready_replicas,
-        last_backup_time: seen
-            .cron_job
-            .as_ref()
-            .and_then(|c| c.status.as_ref()?.last_successful_time.as_ref())
-            .map(|t| format_time(t.0)),
+        last_backup_time: seen.last_backup_time().map(format_time),
         snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
         restored_from,
-        conditions: conditions::reconcile(previous, observations, db.metadata.generation, ctx.now),
+        last_verified_backup,
+        conditions: conditions::reconcile(
+            previous.unwrap_or_default(),
+            observations,
+            db.metadata.generation,
+            ctx.now,
+        ),
         observed_generation: None,
     }
 }
@@ -520,4 +519,19 @@ fn not_over(holds: Holds) -> String {
         }
     }
     .to_string()
+}
+
+/// With `spec.backup.verify`: `BackupVerified`, from the newest finished
+/// verification run; and the newest dump proven to restore, now or before.
+fn verified(db: &Database, seen: &Observed) -> (Option<Observation>, Option<VerifiedBackup>) {
+    let report = verification::newest_report(seen.pods.iter());
+    let recorded = db
+        .status
+        .as_ref()
+        .and_then(|s| s.last_verified_backup.as_ref());
+    let verify = db.spec.backup.as_ref().and_then(|b| b.verify.as_ref());
+    (
+        verify.map(|_| verification::condition(report.as_ref(), recorded)),
+        verification::last_verified(report.as_ref(), recorded),
+    )
 }

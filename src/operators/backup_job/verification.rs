@@ -1,0 +1,354 @@
+//! Proving dumps restore. A verification run chooses the newest dump
+//! (`select.sh`, AWS CLI image) and restores it into a throwaway PostgreSQL
+//! inside its own pod (`verify.sh`: `initdb` in an `emptyDir`, a server on a
+//! unix socket only), then checks the restore against the dump's table of
+//! contents and its rows. Operators run it on a schedule and after each new
+//! dump, and read what it reported from its pod's termination message.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Choice, Destination, POSTGRES_UID, WORK_DIR, env, script_container, select_container,
+    work_volume,
+};
+use crate::hook::ObservedPod;
+use crate::hook::conditions::{ConditionStatus, Observation, format_time};
+use crate::operators::common::restricted_pod;
+
+/// Restores a dump into a throwaway PostgreSQL and checks it.
+pub const VERIFY_SCRIPT: &str = include_str!("verify.sh");
+/// Label on a verification run's pods, so they are told from backups'.
+pub const LABEL_VERIFY: &str = "opshooks.io/verify";
+/// How `verify.sh` and `select.sh` begin their termination messages.
+const VERIFIED: &str = "opshooks verify: verified ";
+
+/// How dumps are proven to restore.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    /// When to verify the newest dump, in 5-field cron syntax, for example
+    /// "0 6 * * *".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 100))]
+    pub schedule: Option<String>,
+    /// Also verify each new dump as soon as the backup CronJob reports it.
+    #[serde(default)]
+    pub after_each_backup: bool,
+}
+
+/// The newest dump proven to restore.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedBackup {
+    /// The object, as its key.
+    pub key: String,
+    /// When the dump was taken, from its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub taken: Option<String>,
+    /// When the verification run started.
+    #[schemars(extend("format" = "date-time"))]
+    pub verified_at: String,
+    /// How long the restore and the checks took, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
+    /// Tables restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<u64>,
+    /// Rows restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+}
+
+/// What one verification run needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run<'a> {
+    /// Where the dumps are.
+    pub destination: &'a Destination,
+    /// Whose dumps: backup names (see `Choice::Newest`).
+    pub names: Vec<String>,
+    /// A PostgreSQL image of the dumps' major or newer.
+    pub image: String,
+    /// The AWS CLI image.
+    pub upload_image: &'a str,
+    /// Labels of the run's Jobs and pods ([`LABEL_VERIFY`] is added).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Run<'_> {
+    fn labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.labels.clone();
+        labels.insert(LABEL_VERIFY.to_string(), "true".to_string());
+        labels
+    }
+
+    /// The pod of one run: select, then verify.
+    pub fn pod_template(&self) -> PodTemplateSpec {
+        let choice = Choice::Newest {
+            names: self.names.clone(),
+            before: None,
+        };
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(self.labels()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".to_string()),
+                init_containers: Some(vec![select_container(
+                    self.destination,
+                    &choice,
+                    self.upload_image,
+                )]),
+                containers: vec![script_container(
+                    "verify",
+                    &self.image,
+                    VERIFY_SCRIPT,
+                    vec![env("WORK_DIR", WORK_DIR)],
+                )],
+                volumes: Some(vec![work_volume()]),
+                security_context: Some(restricted_pod(POSTGRES_UID)),
+                ..PodSpec::default()
+            }),
+        }
+    }
+
+    /// One run, never retried: a dump that does not restore is the answer,
+    /// not a failure to try again.
+    pub fn job_spec(&self) -> JobSpec {
+        JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(6 * 3600),
+            template: self.pod_template(),
+            ..JobSpec::default()
+        }
+    }
+
+    /// The run after the backup that succeeded at `backed_up`: named
+    /// `<meta's name>-<YYYYMMDDHHMMSS>`, so each new dump is verified once.
+    pub fn after_backup(&self, mut meta: ObjectMeta, backed_up: Timestamp) -> Job {
+        let base = meta.name.take().unwrap_or_default();
+        meta.name = Some(after_backup_name(&base, backed_up));
+        meta.labels = Some(self.labels());
+        Job {
+            metadata: meta,
+            spec: Some(self.job_spec()),
+            status: None,
+        }
+    }
+
+    /// Runs on `schedule`: never two at once, the last run of each outcome
+    /// kept for its logs.
+    pub fn scheduled(&self, mut meta: ObjectMeta, schedule: &str) -> CronJob {
+        meta.labels = Some(self.labels());
+        CronJob {
+            metadata: meta,
+            spec: Some(CronJobSpec {
+                schedule: schedule.to_string(),
+                concurrency_policy: Some("Forbid".to_string()),
+                starting_deadline_seconds: Some(3600),
+                successful_jobs_history_limit: Some(1),
+                failed_jobs_history_limit: Some(1),
+                job_template: JobTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(self.labels()),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(self.job_spec()),
+                },
+                ..CronJobSpec::default()
+            }),
+            status: None,
+        }
+    }
+}
+
+/// The name of the run that verifies the dump of the backup that succeeded
+/// at `at`: `<base>-<YYYYMMDDHHMMSS>`.
+pub fn after_backup_name(base: &str, at: Timestamp) -> String {
+    format!("{base}-{}", at.strftime("%Y%m%d%H%M%S"))
+}
+
+/// What the newest finished run reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// The dump restored and checked out.
+    Verified(VerifiedBackup),
+    /// It did not, and why.
+    Failed(String),
+}
+
+/// The newest finished verification run among `pods`, as it reported
+/// itself: the `verify` container's message, or `select`'s when choosing or
+/// downloading failed.
+pub fn newest_report<'a>(pods: impl Iterator<Item = &'a ObservedPod>) -> Option<Report> {
+    pods.filter(|p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(LABEL_VERIFY))
+    })
+    .filter_map(|p| {
+        let message = p
+            .container_message("verify")
+            .or_else(|| p.container_message("select"))?;
+        let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        Some(((created, p.metadata.name.clone()), message))
+    })
+    .max_by_key(|(newest, _)| newest.clone())
+    .map(|((created, _), message)| read_report(message, created))
+}
+
+/// Reads one run's message: `opshooks verify: verified tables=<n> rows=<n>
+/// seconds=<n> bytes=<n> taken=<time> key=<key>`, or a reason.
+fn read_report(message: &str, finished: Option<Timestamp>) -> Report {
+    let Some(rest) = message.strip_prefix(VERIFIED) else {
+        let reason = message
+            .split_once(": ")
+            .map_or(message, |(_, why)| why)
+            .trim();
+        return Report::Failed(reason.to_string());
+    };
+    let (fields, key) = rest.split_once("key=").unwrap_or((rest, ""));
+    let field = |name: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+    };
+    let number = |name: &str| field(name).and_then(|n| n.parse().ok());
+    Report::Verified(VerifiedBackup {
+        key: key.trim_end().to_string(),
+        taken: field("taken")
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(format_time),
+        verified_at: finished.map(format_time).unwrap_or_default(),
+        seconds: number("seconds"),
+        tables: number("tables"),
+        rows: number("rows"),
+    })
+}
+
+/// The newest dump proven to restore: the newest run's, when it verified
+/// one, else the one recorded before.
+pub fn last_verified(
+    report: Option<&Report>,
+    recorded: Option<&VerifiedBackup>,
+) -> Option<VerifiedBackup> {
+    match report {
+        Some(Report::Verified(v)) if recorded.is_none_or(|r| r.verified_at <= v.verified_at) => {
+            Some(v.clone())
+        }
+        _ => recorded.cloned(),
+    }
+}
+
+/// `BackupVerified`: whether the newest dump checked restored; between
+/// runs (the last one's pod gone), the dump last proven.
+pub fn condition(report: Option<&Report>, recorded: Option<&VerifiedBackup>) -> Observation {
+    let (status, reason, message) = match report {
+        Some(Report::Verified(v)) => (
+            ConditionStatus::True,
+            "Verified",
+            format!(
+                "{} restored into a throwaway PostgreSQL: {} tables, {} rows, in {} s",
+                v.key,
+                v.tables.unwrap_or_default(),
+                v.rows.unwrap_or_default(),
+                v.seconds.unwrap_or_default()
+            ),
+        ),
+        Some(Report::Failed(why)) => (
+            ConditionStatus::False,
+            "VerificationFailed",
+            format!("the newest dump did not restore: {why}"),
+        ),
+        None => match recorded {
+            Some(v) => (
+                ConditionStatus::True,
+                "Verified",
+                format!(
+                    "{} restored at {}; no newer run has finished",
+                    v.key, v.verified_at
+                ),
+            ),
+            None => (
+                ConditionStatus::Unknown,
+                "NotYetVerified",
+                "no verification has finished yet".to_string(),
+            ),
+        },
+    };
+    Observation::new("BackupVerified", status, reason, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    fn run_pod(name: &str, created: &str, message: &str) -> ObservedPod {
+        let status = json_status(message);
+        fixtures::pod(name)
+            .label(LABEL_VERIFY, "true")
+            .created(created)
+            .status(status)
+            .typed()
+    }
+
+    fn json_status(message: &str) -> serde_json::Value {
+        serde_json::json!({"containerStatuses": [
+            {"name": "verify", "state": {"terminated": {"exitCode": 0, "message": message}}}
+        ]})
+    }
+
+    #[test]
+    fn the_newest_finished_run_is_the_report() {
+        let ok = "opshooks verify: verified tables=3 rows=4213 seconds=7 bytes=99 taken=2026-01-05T02:00:03Z key=n/orders-20260105T020003Z.pgdump\n";
+        let bad = "opshooks verify: the dump is truncated or corrupt: pg_restore: error: unexpected end of file\n";
+        let older = run_pod("v-1", "2026-01-04T00:00:00Z", ok);
+        let newer = run_pod("v-2", "2026-01-05T00:00:00Z", bad);
+        let backup_pod = fixtures::pod("b-1")
+            .created("2026-01-06T00:00:00Z")
+            .status(json_status(ok))
+            .typed::<ObservedPod>();
+        let pods = [older.clone(), newer.clone(), backup_pod];
+        assert_eq!(
+            newest_report(pods.iter()),
+            Some(Report::Failed(
+                "the dump is truncated or corrupt: pg_restore: error: unexpected end of file"
+                    .into()
+            )),
+            "the newest verification pod, not a backup's"
+        );
+        let Some(Report::Verified(v)) = newest_report([older].iter()) else {
+            panic!("a verified run reads as one");
+        };
+        assert_eq!(
+            (
+                v.key.as_str(),
+                v.tables,
+                v.rows,
+                v.seconds,
+                v.taken.as_deref()
+            ),
+            (
+                "n/orders-20260105T020003Z.pgdump",
+                Some(3),
+                Some(4213),
+                Some(7),
+                Some("2026-01-05T02:00:03Z")
+            )
+        );
+        // A failed run keeps the dump proven before; a newer success replaces it.
+        let failed = newest_report(pods.iter());
+        assert_eq!(last_verified(failed.as_ref(), Some(&v)), Some(v.clone()));
+        assert_eq!(last_verified(failed.as_ref(), None), None);
+    }
+}
