@@ -25,6 +25,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::backup_job::verification::{self, LABEL_VERIFY, VerifiedBackup, Verify};
 use super::backup_job::{
     self as job, Credential, Destination, RunStatus, Schedule, Source, run_status, scheduled,
     validate_destination,
@@ -34,7 +35,8 @@ use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
-    CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
+    CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
+    SyncResponse,
 };
 use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 
@@ -63,6 +65,7 @@ const APP: &str = "backup";
     printcolumn(name = "Target", type_ = "string", json_path = ".spec.target.name"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.lastBackupStatus"),
+    printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.size() <= 45").message("metadata.name must be at most 45 characters, so that job names fit in 63")
 )]
@@ -119,6 +122,11 @@ pub struct BackupSpec {
     #[serde(default = "default_deadline")]
     #[schemars(range(min = 60, max = 604800))]
     pub active_deadline_seconds: i64,
+    /// Prove the dumps restore: restore the newest into a throwaway
+    /// PostgreSQL (the target's image) on a schedule, after each backup, or
+    /// both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
 }
 
 fn default_upload_image() -> String {
@@ -168,7 +176,11 @@ pub struct BackupStatus {
     pub last_backup_time: Option<String>,
     /// The outcome of the most recent run.
     pub last_backup_status: RunStatus,
-    /// TargetFound, Ready and LastBackupSucceeded.
+    /// The newest dump proven to restore (with spec.verify).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_verified_backup: Option<VerifiedBackup>,
+    /// TargetFound, Ready, LastBackupSucceeded and, with spec.verify,
+    /// BackupVerified.
     pub conditions: Vec<Condition>,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,13 +190,20 @@ pub struct BackupStatus {
 /// The Backup operator and its routes.
 pub fn operator() -> Operator {
     let controller = ControllerSpec {
-        children: vec![ChildResource {
-            api_version: "batch/v1",
-            resource: "cronjobs",
-            update_method: "InPlace",
-            status_checks: vec![],
-            why: "a schedule, destination or suspend change updates the existing CronJob; runs already started are not touched",
-        }],
+        children: vec![
+            ChildResource::new(
+                "batch/v1",
+                "cronjobs",
+                "InPlace",
+                "a schedule, destination or suspend change updates the existing CronJob; runs already started are not touched",
+            ),
+            ChildResource::new(
+                "batch/v1",
+                "jobs",
+                "OnDelete",
+                "a verification run after a backup runs once; it is never replaced",
+            ),
+        ],
         generate_selector: true,
         // Job completions reach us as related objects; resync as a backstop.
         resync_period_seconds: Some(300),
@@ -222,6 +241,16 @@ pub fn customize(
                 "batch/v1",
                 "jobs",
                 BTreeMap::from([(LABEL_BACKUP.to_string(), name(b).to_string())]),
+                ns.clone(),
+            ),
+            // The verification runs' pods say how their restore went.
+            RelatedResourceRule::labelled(
+                "v1",
+                "pods",
+                BTreeMap::from([
+                    (LABEL_BACKUP.to_string(), name(b).to_string()),
+                    (LABEL_VERIFY.to_string(), "true".to_string()),
+                ]),
                 ns,
             ),
         ],
@@ -237,6 +266,9 @@ pub fn validate(b: &Backup) -> Result<(), InvalidSpec> {
         validate::in_range("spec.retentionDays", days.into(), 1, 36500)?;
     }
     validate::image("spec.uploadImage", &b.spec.upload_image)?;
+    if let Some(schedule) = b.spec.verify.as_ref().and_then(|v| v.schedule.as_ref()) {
+        validate::cron("spec.verify.schedule", schedule)?;
+    }
     Ok(())
 }
 
@@ -400,19 +432,35 @@ pub fn sync(
         .of::<StatefulSet>()?
         .into_iter()
         .find(|s| s.metadata.name.as_deref() == Some(b.spec.target.name.as_str()));
-    let jobs = req.related.of::<Job>()?;
+    // The backup runs: the verification runs share the Backup's label.
+    let jobs: Vec<Job> = req
+        .related
+        .of::<Job>()?
+        .into_iter()
+        .filter(|j| !labelled_verify(&j.metadata))
+        .collect();
+    let pods = req.related.of::<ObservedPod>()?;
 
     let usable = target
         .as_ref()
         .map(|sts| source_of(sts, b.spec.database.as_deref()));
-    let children = match (&usable, &observed_cron) {
+    let mut children = match (&usable, &observed_cron) {
         (Some(Ok(source)), _) => vec![Child::new(&cron_job(b, source, b.spec.suspend))],
         // While the target is gone or unusable, the CronJob is kept,
         // suspended, with the connection it was built with.
         (_, Some(cron)) => vec![Child::new(&cron_job(b, &built_with(b, cron)?, true))],
         (_, None) => vec![],
     };
-    let status = status(b, observed_cron.as_ref(), usable.as_ref(), &jobs, ctx);
+    if let Some(Ok(source)) = &usable {
+        children.extend(verification_children(b, source, observed_cron.as_ref()));
+    }
+    let status = status(
+        b,
+        observed_cron.as_ref(),
+        usable.as_ref(),
+        (&jobs, &pods),
+        ctx,
+    );
     Ok(SyncResponse {
         status,
         children: Child::sorted(children),
@@ -443,6 +491,68 @@ fn built_with(b: &Backup, cron: &CronJob) -> Result<Source, HookError> {
     })
 }
 
+/// True for the objects of a verification run.
+fn labelled_verify(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_VERIFY))
+}
+
+/// With `spec.verify`: the CronJob `<name>-verify` on its schedule, and
+/// after each backup the CronJob reports succeeded the Job
+/// `<name>-v-<YYYYMMDDHHMMSS>` (short: a Backup's name takes up to 45 of
+/// a Job's 63 characters).
+fn verification_children(b: &Backup, source: &Source, cron: Option<&CronJob>) -> Vec<Child> {
+    let Some(verify) = &b.spec.verify else {
+        return Vec::new();
+    };
+    let mut labels = standard_labels(APP, name(b));
+    labels.insert(LABEL_BACKUP.to_string(), name(b).to_string());
+    let run = verification::Run {
+        destination: &b.spec.destination,
+        names: vec![name(b).to_string()],
+        image: source.image.clone(),
+        upload_image: &b.spec.upload_image,
+        labels,
+    };
+    let meta = |object: String| ObjectMeta {
+        name: Some(object),
+        namespace: b.metadata.namespace.clone(),
+        ..ObjectMeta::default()
+    };
+    let mut children = Vec::new();
+    if let Some(schedule) = &verify.schedule {
+        let cron = run.scheduled(meta(format!("{}-verify", name(b))), schedule.trim());
+        children.push(Child::new(&cron));
+    }
+    let last_backup = cron
+        .and_then(|c| c.status.as_ref()?.last_successful_time.as_ref())
+        .map(|t| t.0);
+    if let Some(at) = last_backup.filter(|_| verify.after_each_backup) {
+        children.push(Child::new(
+            &run.after_backup(meta(format!("{}-v", name(b))), at),
+        ));
+    }
+    children
+}
+
+/// With `spec.verify`: `BackupVerified` and the newest dump proven to
+/// restore, from the newest finished verification run.
+fn verified(b: &Backup, pods: &[ObservedPod]) -> (Option<Observation>, Option<VerifiedBackup>) {
+    let Some(_) = &b.spec.verify else {
+        return (None, None);
+    };
+    let report = verification::newest_report(pods.iter());
+    let recorded = b
+        .status
+        .as_ref()
+        .and_then(|s| s.last_verified_backup.as_ref());
+    (
+        Some(verification::condition(report.as_ref(), recorded)),
+        verification::last_verified(report.as_ref(), recorded),
+    )
+}
+
 fn time(t: &Option<Time>) -> Option<String> {
     t.as_ref().map(|t| format_time(t.0))
 }
@@ -465,7 +575,7 @@ pub fn status(
     b: &Backup,
     cron: Option<&CronJob>,
     target: Option<&Result<Source, Unusable>>,
-    jobs: &[Job],
+    (jobs, pods): (&[Job], &[ObservedPod]),
     ctx: &Context,
 ) -> BackupStatus {
     let cron_status = cron.and_then(|c| c.status.as_ref());
@@ -483,16 +593,19 @@ pub fn status(
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let observations = vec![
+    let (verified, last_verified_backup) = verified(b, pods);
+    let mut observations = vec![
         target_found(b, target),
         ready(b, cron, target),
         last_backup_succeeded(last, last_status),
     ];
+    observations.extend(verified);
     BackupStatus {
         cron_job_name: cron.and_then(|c| c.metadata.name.clone()),
         last_schedule_time: time(&cron_status.and_then(|s| s.last_schedule_time.clone())),
         last_backup_time,
         last_backup_status: last_status,
+        last_verified_backup,
         conditions: conditions::reconcile(previous, observations, b.metadata.generation, ctx.now),
         observed_generation: None,
     }

@@ -555,7 +555,12 @@ mod tests {
 
     #[test]
     fn scripts_pass_a_shell_syntax_check() {
-        for (name, script) in [("dump.sh", DUMP_SCRIPT), ("upload.sh", UPLOAD_SCRIPT)] {
+        for (name, script) in [
+            ("dump.sh", DUMP_SCRIPT),
+            ("upload.sh", UPLOAD_SCRIPT),
+            ("select.sh", SELECT_SCRIPT),
+            ("verify.sh", verification::VERIFY_SCRIPT),
+        ] {
             let out = std::process::Command::new("sh")
                 .args(["-n", "-c", script])
                 .output()
