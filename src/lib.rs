@@ -18,7 +18,9 @@
 //! - [`operators`]: the registry (`all()`), `common` (shared labels,
 //!   security contexts, child helpers), `validate`, and one module per
 //!   operator with its CRD types, `sync`/`finalize`/`customize` and child
-//!   builders.
+//!   builders; `backup_job` (the dump Job shared by Backup and Database,
+//!   the dumps' naming, the choice of a dump to restore) with
+//!   `backup_job::verification` (proving dumps restore).
 //! - [`http`]: the listener (TLS, time limits, connection limits), the
 //!   router around [`call`], admission (429), bearer-token
 //!   auth, errors as `application/problem+json`, metrics and the OpenAPI
