@@ -261,7 +261,7 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
         return Err(InvalidSpec::new(
             "spec.version",
             format!(
-                "{} is older than the running {}; downgrades are refused, restore a backup into a new Database instead",
+                "{} is older than the running {}; downgrades are refused, restore a backup into a new Database (spec.bootstrap) instead",
                 desired.as_str(),
                 running.as_str()
             ),

@@ -331,7 +331,7 @@ fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
             true,
             "Restoring",
             format!(
-                "job {} restores the pre-upgrade backup into {}",
+                "job {} restores the dump of the stopped old version into {}",
                 jobs::upgrade(db, to),
                 to.as_str()
             ),
