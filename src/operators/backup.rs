@@ -388,6 +388,7 @@ pub fn cron_job(b: &Backup, source: &Source, suspend: bool) -> CronJob {
         destination: &b.spec.destination,
         name: name(b),
         retention_days: b.spec.retention_days,
+        retention_requires_verified: b.spec.verify.is_some(),
         upload_image: &b.spec.upload_image,
         service_account: b.spec.service_account_name.as_deref(),
         active_deadline_seconds: b.spec.active_deadline_seconds,

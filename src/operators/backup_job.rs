@@ -111,6 +111,9 @@ pub struct Plan<'a> {
     pub name: &'a str,
     /// Delete this backup's dumps older than this many days after a success.
     pub retention_days: Option<i32>,
+    /// Retention prunes an old dump only once a newer one verified (with
+    /// verification configured).
+    pub retention_requires_verified: bool,
     /// The AWS CLI image.
     pub upload_image: &'a str,
     /// The pod's service account, for cloud identities such as IRSA.
@@ -223,6 +226,9 @@ pub fn upload_env(plan: &Plan<'_>) -> Vec<EnvVar> {
     ];
     if let Some(days) = plan.retention_days {
         vars.push(env("RETENTION_DAYS", days.to_string()));
+        if plan.retention_requires_verified {
+            vars.push(env("RETENTION_REQUIRES_VERIFIED", "1"));
+        }
     }
     vars.extend(s3_env(plan.destination));
     vars
@@ -472,6 +478,7 @@ mod tests {
             destination: dest,
             name: "nightly",
             retention_days: Some(7),
+            retention_requires_verified: false,
             upload_image: DEFAULT_UPLOAD_IMAGE,
             service_account: None,
             active_deadline_seconds: 3600,
@@ -560,6 +567,7 @@ mod tests {
             ("upload.sh", UPLOAD_SCRIPT),
             ("select.sh", SELECT_SCRIPT),
             ("verify.sh", verification::VERIFY_SCRIPT),
+            ("mark.sh", verification::MARK_SCRIPT),
         ] {
             let out = std::process::Command::new("sh")
                 .args(["-n", "-c", script])

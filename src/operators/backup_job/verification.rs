@@ -2,8 +2,10 @@
 //! (`select.sh`, AWS CLI image) and restores it into a throwaway PostgreSQL
 //! inside its own pod (`verify.sh`: `initdb` in an `emptyDir`, a server on a
 //! unix socket only), then checks the restore against the dump's table of
-//! contents and its rows. Operators run it on a schedule and after each new
-//! dump, and read what it reported from its pod's termination message.
+//! contents and its rows; then `mark.sh` records the dump verified in the
+//! store (`<key>.verified`), so retention keeps older dumps until a newer
+//! one verified. Operators run it on a schedule and after each new dump, and
+//! read what it reported from its pod's termination message.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Choice, Destination, POSTGRES_UID, WORK_DIR, env, script_container, select_container,
+    Choice, Destination, POSTGRES_UID, WORK_DIR, env, s3_env, script_container, select_container,
     work_volume,
 };
 use crate::hook::ObservedPod;
@@ -24,6 +26,9 @@ use crate::operators::common::restricted_pod;
 
 /// Restores a dump into a throwaway PostgreSQL and checks it.
 pub const VERIFY_SCRIPT: &str = include_str!("verify.sh");
+/// Records a verified dump in the store as `<key>.verified`, which retention
+/// reads (`RETENTION_REQUIRES_VERIFIED`).
+pub const MARK_SCRIPT: &str = include_str!("mark.sh");
 /// Label on a verification run's pods, so they are told from backups'.
 pub const LABEL_VERIFY: &str = "opshooks.io/verify";
 /// How `verify.sh` and `select.sh` begin their termination messages.
@@ -102,16 +107,25 @@ impl Run<'_> {
             }),
             spec: Some(PodSpec {
                 restart_policy: Some("Never".to_string()),
-                init_containers: Some(vec![select_container(
-                    self.destination,
-                    &choice,
-                    self.upload_image,
-                )]),
+                // In order: choose and download, verify, and only then mark
+                // the dump verified in the store.
+                init_containers: Some(vec![
+                    select_container(self.destination, &choice, self.upload_image),
+                    script_container(
+                        "verify",
+                        &self.image,
+                        VERIFY_SCRIPT,
+                        vec![env("WORK_DIR", WORK_DIR)],
+                    ),
+                ]),
                 containers: vec![script_container(
-                    "verify",
-                    &self.image,
-                    VERIFY_SCRIPT,
-                    vec![env("WORK_DIR", WORK_DIR)],
+                    "mark",
+                    self.upload_image,
+                    MARK_SCRIPT,
+                    [env("WORK_DIR", WORK_DIR), env("HOME", WORK_DIR)]
+                        .into_iter()
+                        .chain(s3_env(self.destination))
+                        .collect(),
                 )],
                 volumes: Some(vec![work_volume()]),
                 security_context: Some(restricted_pod(POSTGRES_UID)),
@@ -186,8 +200,9 @@ pub enum Report {
 }
 
 /// The newest finished verification run among `pods`, as it reported
-/// itself: the `verify` container's message, or `select`'s when choosing or
-/// downloading failed.
+/// itself: `mark`'s message when recording the proof failed (it leaves one
+/// only then), else `verify`'s, or `select`'s when choosing or downloading
+/// failed.
 pub fn newest_report<'a>(pods: impl Iterator<Item = &'a ObservedPod>) -> Option<Report> {
     pods.filter(|p| {
         p.metadata
@@ -196,9 +211,9 @@ pub fn newest_report<'a>(pods: impl Iterator<Item = &'a ObservedPod>) -> Option<
             .is_some_and(|l| l.contains_key(LABEL_VERIFY))
     })
     .filter_map(|p| {
-        let message = p
-            .container_message("verify")
-            .or_else(|| p.container_message("select"))?;
+        let message = ["mark", "verify", "select"]
+            .into_iter()
+            .find_map(|c| p.container_message(c))?;
         let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
         Some(((created, p.metadata.name.clone()), message))
     })
@@ -267,7 +282,7 @@ pub fn condition(report: Option<&Report>, recorded: Option<&VerifiedBackup>) -> 
         Some(Report::Failed(why)) => (
             ConditionStatus::False,
             "VerificationFailed",
-            format!("the newest dump did not restore: {why}"),
+            format!("the newest dump's verification failed: {why}"),
         ),
         None => match recorded {
             Some(v) => (
@@ -345,6 +360,22 @@ mod tests {
                 Some(7),
                 Some("2026-01-05T02:00:03Z")
             )
+        );
+        // Verified, but the proof was not recorded in the store (retention
+        // then keeps the older dumps): a failure, saying so.
+        let unmarked = fixtures::pod("v-3")
+            .label(LABEL_VERIFY, "true")
+            .created("2026-01-07T00:00:00Z")
+            .status(serde_json::json!({"containerStatuses": [
+                {"name": "mark", "state": {"terminated": {"exitCode": 1, "message": "opshooks mark: access denied writing n/x.pgdump.verified\n"}}}],
+                "initContainerStatuses": [
+                {"name": "verify", "state": {"terminated": {"exitCode": 0, "message": ok}}}]}))
+            .typed::<ObservedPod>();
+        assert_eq!(
+            newest_report([unmarked].iter()),
+            Some(Report::Failed(
+                "access denied writing n/x.pgdump.verified".into()
+            ))
         );
         // A failed run keeps the dump proven before; a newer success replaces it.
         let failed = newest_report(pods.iter());

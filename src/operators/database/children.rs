@@ -679,6 +679,7 @@ fn backup_plan<'a>(
         destination: &backup.destination,
         name: dump_name,
         retention_days,
+        retention_requires_verified: backup.verify.is_some(),
         upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
         service_account: None,
         active_deadline_seconds: 6 * 3600,
