@@ -997,7 +997,12 @@ fn a_database_created_over_retained_volumes_serves_them_and_never_restores() {
     let mut parent = orders("16", "medium", "Retain");
     parent["spec"]["bootstrap"] = json!({"database": "orders"});
     let retained = ["data-orders-0", "data-orders-1"];
+    // Made by the earlier Database, a day before this one.
     let setup = |sim: &mut Simulation<'_>| {
+        let now = sim.cluster.now;
+        sim.cluster.now = now
+            .checked_sub(k8s_openapi::jiff::SignedDuration::from_hours(24))
+            .unwrap_or(now);
         for claim in retained {
             let volume = fixtures::object("v1", "PersistentVolumeClaim", claim)
                 .namespace("ns")
@@ -1005,6 +1010,7 @@ fn a_database_created_over_retained_volumes_serves_them_and_never_restores() {
                 .status(json!({"phase": "Bound"}));
             sim.cluster.create(volume.json(), Actor::User);
         }
+        sim.cluster.now = now;
     };
     let rule = |seen: &Seen<'_>| {
         database_rule(seen)?;

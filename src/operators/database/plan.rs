@@ -9,6 +9,8 @@ use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, RunStatus};
 use crate::operators::validate::InvalidSpec;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 /// Job names, one place.
@@ -167,8 +169,6 @@ pub enum Holds {
     /// It was created over the retained volumes of an earlier Database of
     /// its name: it serves their data.
     RetainedVolumes,
-    /// Its StatefulSet exists and no restore is recorded.
-    StatefulSet,
 }
 
 impl Restore {
@@ -185,7 +185,6 @@ impl Restore {
             Restore::None => "NotRequested",
             Restore::NotOver(Holds::Initialized) => "AlreadyInitialized",
             Restore::NotOver(Holds::RetainedVolumes) => "RetainedVolumes",
-            Restore::NotOver(Holds::StatefulSet) => "NotRestored",
             Restore::Running => "Restoring",
             Restore::Failed => "RestoreFailed",
             Restore::Done => "Restored",
@@ -193,14 +192,16 @@ impl Restore {
     }
 
     /// The step a recorded reason names, when the Job that decided it is
-    /// gone: a restore under way stays one (its Job is made again), any
-    /// other reason means the Database holds data of its own.
-    fn from_reason(reason: &str) -> Restore {
+    /// gone: a restore under way stays one (its Job is made again), a
+    /// restore done stays done, and what the Database was found holding
+    /// stays its reason.
+    fn from_reason(reason: &str) -> Option<Restore> {
         match reason {
-            "Restoring" | "RestoreFailed" => Restore::Running,
-            "AlreadyInitialized" => Restore::NotOver(Holds::Initialized),
-            "RetainedVolumes" => Restore::NotOver(Holds::RetainedVolumes),
-            _ => Restore::NotOver(Holds::StatefulSet),
+            "Restoring" | "RestoreFailed" => Some(Restore::Running),
+            "Restored" => Some(Restore::Done),
+            "AlreadyInitialized" => Some(Restore::NotOver(Holds::Initialized)),
+            "RetainedVolumes" => Some(Restore::NotOver(Holds::RetainedVolumes)),
+            _ => None,
         }
     }
 }
@@ -386,10 +387,14 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
 
 /// Where the restore of `spec.bootstrap` stands. It runs only for a
 /// Database that never held data: none was recorded restored or
-/// initialized, and on its first call neither a StatefulSet nor a volume of
-/// its name was there (retained volumes of an earlier Database are served,
-/// never restored over). Once started it goes on until it succeeded: a
-/// failed Job deleted by the user is made again.
+/// initialized, and no volume of its name is older than it (retained
+/// volumes of an earlier Database are served, never restored over). Its own
+/// StatefulSet and claims say nothing: Metacontroller may call again, after
+/// creating them, before the first answer's status is written, and taking
+/// them for data would serve an empty cluster that is never restored.
+/// Once started it goes on until it succeeded: a failed Job deleted by the
+/// user is made again. (`restore.sh` refuses a database that holds tables,
+/// whatever is decided here.)
 fn restore_step(db: &Database, seen: &Observed) -> Restore {
     if db.spec.bootstrap.is_none() {
         return Restore::None;
@@ -408,7 +413,7 @@ fn restore_step(db: &Database, seen: &Observed) -> Restore {
     let recorded = conditions
         .iter()
         .find(|c| c.type_ == "Restored")
-        .map(|c| Restore::from_reason(c.reason.as_deref().unwrap_or_default()));
+        .and_then(|c| Restore::from_reason(c.reason.as_deref().unwrap_or_default()));
     // What the Database was found holding stays its reason.
     if let Some(holds @ Restore::NotOver(_)) = recorded {
         return holds;
@@ -422,9 +427,22 @@ fn restore_step(db: &Database, seen: &Observed) -> Restore {
     }
     match recorded {
         Some(step) => step,
-        None if seen.statefulset.is_some() => Restore::NotOver(Holds::StatefulSet),
-        None if seen.claims(db).next().is_some() => Restore::NotOver(Holds::RetainedVolumes),
+        None if seen.claims(db).any(|(_, c)| is_older(c, db)) => {
+            Restore::NotOver(Holds::RetainedVolumes)
+        }
         None => Restore::Running,
+    }
+}
+
+/// True for a volume made before the Database (by an earlier one of its
+/// name), or of unknown age: never one its own StatefulSet made, which is
+/// at least as young as the Database (creation times count seconds, so
+/// "older" is strictly earlier).
+fn is_older(claim: &PersistentVolumeClaim, db: &Database) -> bool {
+    let created = |meta: &ObjectMeta| meta.creation_timestamp.as_ref().map(|t| t.0);
+    match (created(&claim.metadata), created(&db.metadata)) {
+        (Some(claim), Some(database)) => claim < database,
+        _ => true,
     }
 }
 
@@ -654,6 +672,7 @@ mod tests {
     use crate::operators::database::children;
     use crate::operators::database::spec::DatabaseStatus;
     use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     fn db(version: &str, policy: &str) -> Database {
@@ -786,14 +805,49 @@ mod tests {
                 Restore::NotOver(Holds::Initialized),
             ),
             (
-                "a StatefulSet, no record",
+                "its own StatefulSet, the status not yet written",
                 &fresh,
                 running("16"),
-                Restore::NotOver(Holds::StatefulSet),
+                Restore::Running,
             ),
         ];
         for (reason, d, seen, want) in cases {
             assert_eq!(restore_step(d, &seen), want, "{reason}");
+        }
+        // Found by the restore's real-loop scenario: Metacontroller called
+        // again with the StatefulSet and its claims before the first
+        // status was written, and the Database served an empty cluster,
+        // never restored. Only a volume older than the Database is data.
+        let mut dated = bootstrapped(&[]);
+        dated.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:05Z".parse().unwrap()));
+        let claim_made = |at: &str| -> Observed {
+            let mut seen = running("16");
+            seen.volumes.push(
+                serde_json::from_value(
+                    json!({"metadata": {"name": "data-orders-0", "creationTimestamp": at}}),
+                )
+                .unwrap(),
+            );
+            seen
+        };
+        for (reason, at, want) in [
+            (
+                "its own claim, the same second",
+                "2026-01-01T00:00:05Z",
+                Restore::Running,
+            ),
+            (
+                "its own claim, later",
+                "2026-01-01T00:00:09Z",
+                Restore::Running,
+            ),
+            (
+                "a claim older than it",
+                "2026-01-01T00:00:04Z",
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+        ] {
+            assert_eq!(restore_step(&dated, &claim_made(at)), want, "{reason}");
         }
         let mut plain = db("16", "Snapshot");
         plain.status = None;

@@ -514,9 +514,6 @@ fn not_over(holds: Holds) -> String {
         Holds::RetainedVolumes => {
             "volumes of an earlier Database of this name were here: it serves their data, and nothing is restored over it; to restore instead, delete those volumes and this Database, then create it again"
         }
-        Holds::StatefulSet => {
-            "the StatefulSet exists and no restore is recorded: nothing is restored over what it holds"
-        }
     }
     .to_string()
 }
