@@ -232,9 +232,10 @@ class Scenario:
 
         return self.wait(f"job {name} {outcome} (as seen by the watch)", check, timeout)
 
-    def stage(self, job, outcome, delay_ms=0):
-        """A kwok Stage that decides how the pods of one Job end."""
-        obj = job_stage(self.ns, job, outcome, delay_ms)
+    def stage(self, job, outcome, delay_ms=0, message=None):
+        """A kwok Stage that decides how the pods of one Job end (a pod that
+        succeeds leaves `message` in its containers' termination logs)."""
+        obj = job_stage(self.ns, job, outcome, delay_ms, message)
         self.k.apply(obj)
         return obj["metadata"]["name"]
 
@@ -277,11 +278,15 @@ containerStatuses:
 """
 
 
-def job_stage(ns, job, outcome, delay_ms):
+def job_stage(ns, job, outcome, delay_ms, message=None):
     """Fail (from Pending or Running) or slowly succeed (once Running) the
-    pods of Job ns/job. Its weight wins over the shared stages' (weight 0)
+    pods of Job ns/job, a success leaving `message` as its containers'
+    termination message. Its weight wins over the shared stages' (weight 0)
     whenever both match a pod."""
     phases = ["Pending", "Running"] if outcome == "fail" else ["Running"]
+    template = FAIL_TEMPLATE if outcome == "fail" else SUCCEED_TEMPLATE
+    if message is not None:
+        template = template.replace("reason: Completed,", f"reason: Completed, message: {json.dumps(message)},")
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
@@ -303,7 +308,7 @@ def job_stage(ns, job, outcome, delay_ms):
                     "patch": {
                         "subresource": "status",
                         "root": "status",
-                        "template": FAIL_TEMPLATE if outcome == "fail" else SUCCEED_TEMPLATE,
+                        "template": template,
                     }
                 }
             ],

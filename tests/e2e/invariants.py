@@ -16,7 +16,13 @@ second (and once more at the end):
   D. Metacontroller's log has no "can't update status" and no strict-decoding
      error;
   E. every hook call opshooks logged was answered 200, except calls a
-     scenario expects to be refused.
+     scenario expects to be refused;
+  F. nothing serves a Database started from a backup (spec.bootstrap)
+     before its restore Job succeeded: its read-write and read-only
+     Services and read-only EndpointSlice are written after the Job was
+     seen Succeeded (by revision, as rule A), or the Database never
+     restores (created over what it holds: Restored False with a reason
+     NOT_RESTORING names) and no restore Job of it was ever made.
 
 Timestamps are compared on one clock: the API server, the processes and the
 suite all run on this machine. Metadata timestamps have one-second
@@ -38,7 +44,7 @@ import threading
 import time
 from collections import defaultdict
 
-from kube import controller_uid, job_outcome, parse_time
+from kube import condition, controller_uid, job_outcome, parse_time
 
 WATCHED = [
     "WebServer",
@@ -58,6 +64,10 @@ WATCHED = [
 ]
 PARENTS = ("WebServer", "Memcached", "Backup", "Database")
 DB_LABEL = "opshooks.io/database"
+# The Restored reasons of a bootstrapped Database that restores nothing.
+NOT_RESTORING = ("AlreadyInitialized", "RetainedVolumes", "NotRestored")
+# How long rule F waits for a Database's status to say it restores nothing.
+STATUS_GRACE = 20.0
 # How old a record must be before rules A and B judge it: the parent's own
 # watch stream may deliver its deletion a little after the child's event.
 SETTLE = 3.0
@@ -206,6 +216,7 @@ class Recorder:
                     {"kind": kind, "ns": ns, "name": name, "uid": uid, "deleting": None, "deleting_rv": None, "gone": None, "policies": []},
                 )
                 rec["policy"] = (obj.get("spec") or {}).get("deletionPolicy", "Snapshot")
+                rec["bootstrap"] = bool((obj.get("spec") or {}).get("bootstrap"))
                 if not rec["policies"] or rec["policies"][-1][1] != rec["policy"]:
                     rec["policies"].append((fact_rv, rec["policy"]))
                 if md.get("deletionTimestamp") and rec["deleting"] is None:
@@ -225,6 +236,7 @@ class Recorder:
                     "created": parse_time(md.get("creationTimestamp")),
                     "seen": now,
                     "sync": etype == "SYNC",
+                    "rv": rv,
                 }
                 if first and etype != "DELETED":
                     self.creations.append(record)
@@ -304,6 +316,24 @@ class Recorder:
         later = " (it succeeded only after)" if snapshots else ""
         return f"{db} was being deleted under Snapshot and its snapshot Job had not succeeded yet{later}"
 
+    def served_before_restore(self, c, p):
+        """Why child c of bootstrapped Database p serves too early (None
+        when it does not): as of its write, compared with the restore Job's
+        success by revision."""
+        job = f"{p['name']}-restore"
+        succeeded = [j["rv"] for j in self.succeeded.values() if j["owner"] == p["uid"] and j["name"] == job]
+        if any(rv < c["rv"] for rv in succeeded):
+            return None
+        made = any(j["kind"] == "Job" and j["owner"] == p["uid"] and j["name"] == job for j in self.creations)
+        restored = condition(self.objects.get(("Database", p["uid"])), "Restored") or {}
+        if not made and restored.get("status") == "False" and restored.get("reason") in NOT_RESTORING:
+            return None
+        if succeeded:
+            return f"before the restore Job {job} of Database {p['name']} succeeded (it did only after)"
+        if made:
+            return f"while the restore Job {job} of Database {p['name']} had not succeeded"
+        return f"for Database {p['name']} (spec.bootstrap) with no restore Job and Restored {restored.get('reason')}"
+
     def audit(self, final):
         now = time.time()
         with self.lock:
@@ -376,6 +406,27 @@ class Recorder:
                             ("C", w["name"], d["uid"], "delete"),
                             f"{d['kind']} {d['ns']}/{d['name']} was deleted during {w['name']}",
                         )
+            # F: nothing serves a bootstrapped Database before its restore.
+            for c in self.creations:
+                if c["kind"] not in ("Service", "EndpointSlice") or ("F", c["uid"]) in self.judged:
+                    continue
+                if not final and now - c["seen"] < SETTLE:
+                    continue
+                p = self.parents.get(c["owner"])
+                if p is None:
+                    # Its parent's stream may lag: keep it a minute.
+                    if final or now - c["seen"] > 60:
+                        self.judged.add(("F", c["uid"]))
+                    continue
+                if p["kind"] != "Database" or not p.get("bootstrap") or c["name"] not in (p["name"], f"{p['name']}-ro"):
+                    self.judged.add(("F", c["uid"]))
+                    continue
+                why = self.served_before_restore(c, p)
+                if why and not final and now - c["seen"] < STATUS_GRACE:
+                    continue  # the status saying it restores nothing may be on its way
+                self.judged.add(("F", c["uid"]))
+                if why:
+                    self.violate(("F", c["uid"]), f"{c['kind']} {c['ns']}/{c['name']} was created {why}")
         # D and E: the logs.
         self.scan_metacontroller()
         self.scan_opshooks()

@@ -17,8 +17,8 @@ With --ca-file opshooks serves HTTPS (its TLS flags come as --opshooks-arg)
 and its readiness is checked with that CA (and that client certificate).
 
 The harness (processes, waits, kwok stages, the runner) is harness.py; the
-scenarios are under scenarios/, one file an operator, one for the faults and
-one for the simulator's twin (fidelity.py). This file lists them.
+scenarios are under scenarios/, one file an operator, one for the Database's restore,
+one for the faults and one for the simulator's twin (fidelity.py). This file lists them.
 """
 
 from harness import main
@@ -27,6 +27,7 @@ from scenarios.database import scenario_database, scenario_delete, scenario_reta
 from scenarios.faults import scenario_hook_outage, scenario_invalid_spec, scenario_metacontroller_restarts
 from scenarios.fidelity import scenario_fidelity
 from scenarios.memcached import scenario_memcached
+from scenarios.restore import scenario_restore, scenario_restore_fails, scenario_restore_over_retained
 from scenarios.webserver import scenario_webserver, scenario_webserver_brief
 
 LIFECYCLE = [
@@ -37,6 +38,9 @@ LIFECYCLE = [
     ("Database delete, snapshot fails", "dbsnap", scenario_snapshot_fails),
     ("Database delete, Retain", "dbkeep", scenario_retain),
     ("Database delete, Delete", "dbdrop", scenario_delete),
+    ("Database restore", "dbrestore", scenario_restore),
+    ("Database restore fails, retried", "dbrestorefail", scenario_restore_fails),
+    ("Database again over Retain volumes", "dbrestorekeep", scenario_restore_over_retained),
     ("Invalid spec refused", "invalid", scenario_invalid_spec),
     ("Simulator matches the real loop", "fid", scenario_fidelity),
 ]

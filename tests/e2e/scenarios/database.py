@@ -235,8 +235,10 @@ def scenario_snapshot_fails(s):
     s.expect(n == 2, f"snapshot job created {n} times, want 2 (the failed one and the retry)")
 
 
-def scenario_retain(s):
-    k, ns, name = s.k, s.ns, "archive"
+def deleted_under_retain(s, name):
+    """A Database (16, medium, Retain) created, then deleted: its volumes
+    stay. Returns them (name -> uid)."""
+    k, ns = s.k, s.ns
     s.step("create a Database (16, medium, Retain)")
     k.apply(database(ns, name, "16", "medium", policy="Retain"))
     db_running(s, name, 2, "16")
@@ -245,10 +247,18 @@ def scenario_retain(s):
     k.delete("Database", ns, name)
     db_gone(s, name, volumes_too=False)
     s.hold("volumes kept", lambda: same_volumes(s, name, vols))
+    return vols
+
+
+def drop_volumes(s, vols):
     s.step("clean up the retained volumes (by hand, as a user would)")
     for v in vols:
-        s.rec.allow_pvc_delete(ns, v)
-        k.delete("PersistentVolumeClaim", ns, v)
+        s.rec.allow_pvc_delete(s.ns, v)
+        s.k.delete("PersistentVolumeClaim", s.ns, v)
+
+
+def scenario_retain(s):
+    drop_volumes(s, deleted_under_retain(s, "archive"))
 
 
 def scenario_delete(s):
