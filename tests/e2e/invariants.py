@@ -64,8 +64,11 @@ WATCHED = [
 ]
 PARENTS = ("WebServer", "Memcached", "Backup", "Database")
 DB_LABEL = "opshooks.io/database"
-# The Restored reasons of a bootstrapped Database that restores nothing.
-NOT_RESTORING = ("AlreadyInitialized", "RetainedVolumes", "NotRestored")
+# The Restored reasons of a bootstrapped Database that rightly restores
+# nothing. Not NotRestored ("its StatefulSet exists, no restore recorded"):
+# in this suite, which never loses a status, that is a Database that took
+# its own StatefulSet for data and serves an empty cluster.
+NOT_RESTORING = ("AlreadyInitialized", "RetainedVolumes")
 # How long rule F waits for a Database's status to say it restores nothing.
 STATUS_GRACE = 20.0
 # How old a record must be before rules A and B judge it: the parent's own
