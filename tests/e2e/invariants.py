@@ -65,9 +65,9 @@ WATCHED = [
 PARENTS = ("WebServer", "Memcached", "Backup", "Database")
 DB_LABEL = "opshooks.io/database"
 # The Restored reasons of a bootstrapped Database that rightly restores
-# nothing. Not NotRestored ("its StatefulSet exists, no restore recorded"):
-# in this suite, which never loses a status, that is a Database that took
-# its own StatefulSet for data and serves an empty cluster.
+# nothing (no other reason excuses serving before the restore succeeded: a
+# Database that once took its own StatefulSet for data served an empty
+# cluster).
 NOT_RESTORING = ("AlreadyInitialized", "RetainedVolumes")
 # How long rule F waits for a Database's status to say it restores nothing.
 STATUS_GRACE = 20.0
