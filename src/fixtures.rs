@@ -158,6 +158,14 @@ impl Object {
         )
     }
 
+    /// A Pod not ready since `at` (its `Ready` condition's transition).
+    pub fn not_ready_since(self, at: &str) -> Self {
+        self.set(
+            "/status/conditions",
+            json!([{"type": "Ready", "status": "False", "lastTransitionTime": at}]),
+        )
+    }
+
     /// A Pod in this phase.
     pub fn phase(self, phase: &str) -> Self {
         self.set("/status/phase", json!(phase))

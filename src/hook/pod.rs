@@ -127,6 +127,23 @@ impl ObservedPod {
                 })
     }
 
+    /// Since when the pod is not ready: its `Ready` condition is not True
+    /// and says when that began. `None` when it is ready, or nothing says
+    /// since when.
+    pub fn not_ready_since(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        let ready = self
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?;
+        if ready.status == "True" {
+            return None;
+        }
+        Some(ready.last_transition_time.as_ref()?.0)
+    }
+
     /// The view of a full Pod (for tests and examples that build pods).
     pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
         serde_json::to_value(pod)

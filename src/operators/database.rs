@@ -21,6 +21,7 @@
 pub mod children;
 mod observed;
 mod plan;
+mod primary;
 mod spec;
 mod status;
 
@@ -29,6 +30,7 @@ pub use plan::{
     Deletion, Plan, Upgrade, check_volumes, has_generated_credentials, jobs, plan, plan_deletion,
     plan_finalize,
 };
+pub use primary::{Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,
     LABEL_DATABASE, MAX_NAME, Major, PORT, Phase, Size, Storage, VOLUME, claim_name, database_name,
@@ -136,7 +138,7 @@ pub fn sync(
 ) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let db = &req.parent;
     validate(db)?;
-    let seen = Observed::from_request(req)?;
+    let seen = Observed::from_request(req)?.at(ctx.now);
     check_volumes(db, &seen)?;
     let plan = plan(db, &seen)?;
     answer(db, &seen, plan, None, ctx)
@@ -178,9 +180,23 @@ pub fn finalize(
         }
         return Err(invalid.into());
     }
-    let seen = Observed::from_request(req)?.with_children(req);
+    let seen = Observed::from_request(req)?.with_children(req).at(ctx.now);
     let (plan, deletion) = plan_finalize(db, &seen, ctx)?;
     answer(db, &seen, plan, Some(&deletion), ctx)
+}
+
+/// When to look again: soon while something moves by itself, and when the
+/// failover delay of a primary that is not ready ends (nothing else would
+/// call the hook then).
+fn resync_after(waiting: bool, primary: &Primary, ctx: &Context) -> Option<f64> {
+    let delay_ends = match primary.step {
+        Step::Waiting { after, .. } => {
+            let seconds = after.duration_since(ctx.now).as_secs_f64();
+            Some(seconds.clamp(1.0, WAIT_SECONDS))
+        }
+        _ => None,
+    };
+    delay_ends.or(waiting.then_some(WAIT_SECONDS))
 }
 
 /// The answer from the plan; `deletion` is how far a deletion got, `None`
@@ -196,11 +212,11 @@ fn answer(
     let built = children::build(db, seen, &plan, ctx)?;
     let status = status(db, seen, &plan, deletion, ctx);
     let finalized = finalizing && plan.is_finalized(db, seen);
-    let waiting = finalizing && !finalized || plan.upgrade.in_progress();
+    let waiting = finalizing && !finalized || plan.upgrade.in_progress() || plan.primary.changing();
     Ok(SyncResponse {
         status,
         children: Child::sorted(built),
-        resync_after_seconds: waiting.then_some(WAIT_SECONDS),
+        resync_after_seconds: resync_after(waiting, &plan.primary, ctx),
         finalized: finalizing.then_some(finalized),
     })
 }

@@ -25,9 +25,11 @@ use super::plan::{
     Plan, credentials_secret_name, generated_credentials_name, has_generated_credentials, jobs,
     superuser_secret_name,
 };
+use super::primary::{self, Primary, pod_name};
 use super::spec::{
-    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, VOLUME, backup_cron_name,
-    before_stamp, bootstrap_destination, claim_name, database_name, name, namespace, verify_name,
+    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, Replication, VOLUME,
+    backup_cron_name, before_stamp, bootstrap_destination, claim_name, database_name, name,
+    namespace, role_name, verify_name,
 };
 use crate::hook::Child;
 use crate::hook::group_key;
@@ -40,8 +42,11 @@ use crate::operators::common::{
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
 pub const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
-/// The init container of every instance: standbys clone the primary.
-pub const CLONE_SCRIPT: &str = include_str!("clone.sh");
+/// The postgres container's command, on every start: judges the volume,
+/// clones or rejoins a standby, then starts the server.
+pub const START_SCRIPT: &str = include_str!("start.sh");
+/// The promote Job: promotes a standby once it is safe.
+pub const PROMOTE_SCRIPT: &str = include_str!("promote.sh");
 /// The initial-configuration Job.
 pub const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
 /// The upgrade Job's restore into the new version.
@@ -54,6 +59,8 @@ pub const DUMP_STOPPED_SCRIPT: &str = include_str!("dump-stopped.sh");
 const APP: &str = "postgresql";
 const JOB_APP: &str = "postgresql-job";
 const DATA_DIR: &str = "/var/lib/postgresql/data";
+/// Where every instance reads the role ConfigMap.
+const ROLE_DIR: &str = "/etc/opshooks/role";
 const POSTGRES_UID: i64 = 999;
 
 /// Every desired child of a Database.
@@ -66,20 +73,22 @@ pub fn build(
     let mut out: Vec<Child> = secrets(db, seen, ctx).iter().map(Child::new).collect();
     out.push(Child::new(&connection(db)));
     out.push(Child::new(&initdb_scripts(db)));
-    let [headless, read_write, read_only] = services(db);
+    out.push(Child::new(&role(db, plan)));
+    let [headless, read_write, read_only] = services(db, &plan.primary);
     out.push(Child::new(&headless));
     // Nobody reads or writes before the bootstrap's restore succeeded.
     if plan.restore.lets_serve() {
         out.push(Child::new(&read_write));
         out.push(Child::new(&read_only));
-        out.push(Child::new(&read_only_endpoints(db, seen)));
+        out.push(Child::new(&read_only_endpoints(db, seen, &plan.primary)));
     }
     if plan.keep_statefulset {
-        out.push(Child::new(&statefulset(db, plan)));
+        out.push(Child::new(&statefulset(db, seen, plan)));
     }
     if plan.init_job {
         out.push(Child::new(&init_job(db, plan)));
     }
+    out.extend(promote_jobs(db, seen, plan).iter().map(Child::new));
     out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
     if plan.restore_job {
         out.extend(restore_job(db, plan).as_ref().map(Child::new));
@@ -204,6 +213,22 @@ pub fn connection(db: &Database) -> ConfigMap {
     }
 }
 
+/// Who the primary is, for every instance to read when it starts
+/// (`start.sh` reads it mounted at [`ROLE_DIR`]): the designated primary's
+/// pod, the epoch, and whether the Database was ever initialized (an
+/// instance with an empty volume then never initializes a new cluster).
+pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
+    ConfigMap {
+        metadata: meta(db, role_name(db)),
+        data: Some(BTreeMap::from([
+            ("primary".to_string(), pod_name(db, plan.primary.designated)),
+            ("epoch".to_string(), plan.primary.epoch.to_string()),
+            ("initialized".to_string(), plan.initialized.to_string()),
+        ])),
+        ..ConfigMap::default()
+    }
+}
+
 /// The script the official image runs on the primary's first start.
 pub fn initdb_scripts(db: &Database) -> ConfigMap {
     ConfigMap {
@@ -229,12 +254,12 @@ fn service_port() -> ServicePort {
 /// The headless Service of the StatefulSet, the read-write Service of the
 /// primary, and the read-only Service of the standbys (its endpoints are
 /// ours: see [`read_only_endpoints`]).
-pub fn services(db: &Database) -> [Service; 3] {
+pub fn services(db: &Database, designated: &Primary) -> [Service; 3] {
     let selector = selector_labels(APP, name(db));
     let mut primary = selector.clone();
     primary.insert(
         "statefulset.kubernetes.io/pod-name".to_string(),
-        format!("{}-0", name(db)),
+        pod_name(db, designated.designated),
     );
     let service = |object: String, spec: ServiceSpec| Service {
         metadata: meta(db, object),
@@ -278,9 +303,10 @@ fn read_only_name(db: &Database) -> String {
     format!("{}-ro", name(db))
 }
 
-/// The read-only Service's endpoints: the ready standbys, as observed. A
-/// Service selector cannot say "every instance but the first".
-pub fn read_only_endpoints(db: &Database, seen: &Observed) -> EndpointSlice {
+/// The read-only Service's endpoints: the ready standbys, as observed:
+/// neither the designated primary nor, during a change, the one it
+/// replaces. A Service selector cannot say "every instance but one".
+pub fn read_only_endpoints(db: &Database, seen: &Observed, primary: &Primary) -> EndpointSlice {
     let mut slice_labels = labels(db);
     slice_labels.insert("kubernetes.io/service-name".to_string(), read_only_name(db));
     slice_labels.insert(
@@ -289,7 +315,9 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed) -> EndpointSlice {
     );
     let endpoints = seen
         .instances(db)
-        .filter(|(index, p)| *index > 0 && p.is_ready())
+        .filter(|(index, p)| {
+            *index != primary.designated && Some(*index) != primary.serving && p.is_ready()
+        })
         .map(|(_, p)| p)
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.clone()?;
@@ -379,7 +407,7 @@ fn pg_isready() -> Probe {
 /// The StatefulSet: instance 0 is the primary, the others clone it and
 /// stream from it. Its volumes are never deleted with it unless the plan
 /// says so (finalizing under Delete, or under Snapshot after a snapshot).
-pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
+pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
     let when_deleted = if plan.delete_volumes {
@@ -398,7 +426,7 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
         spec: Some(StatefulSetSpec {
             replicas: Some(plan.replicas),
             service_name: Some(headless_name(db)),
-            pod_management_policy: Some("OrderedReady".to_string()),
+            pod_management_policy: Some(pod_management_policy(seen)),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(APP, name(db))),
                 match_expressions: None,
@@ -416,9 +444,8 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     security_context: Some(restricted_pod(POSTGRES_UID)),
-                    init_containers: Some(vec![clone_container(db, plan)]),
                     containers: vec![postgres_container(db, plan)],
-                    volumes: Some(vec![initdb_volume(db)]),
+                    volumes: Some(vec![initdb_volume(db), role_volume(db)]),
                     ..PodSpec::default()
                 }),
             },
@@ -429,8 +456,20 @@ pub fn statefulset(db: &Database, plan: &Plan) -> StatefulSet {
     }
 }
 
-/// What every instance's containers know: where the data is, the
-/// passwords' Secret and where the primary is.
+/// A StatefulSet made before failover kept `OrderedReady` (the field
+/// cannot change); a new one starts its instances in parallel, since the
+/// primary need not be instance 0 and each instance waits in `start.sh` for
+/// what it needs.
+fn pod_management_policy(seen: &Observed) -> String {
+    seen.statefulset
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.pod_management_policy.clone())
+        .unwrap_or_else(|| "Parallel".to_string())
+}
+
+/// What every instance's container knows: where the data is, the
+/// passwords' Secret, where its role is and where the primary is (the
+/// read-write Service, which follows the designated primary).
 fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
     vec![
         value_env("PGDATA", pgdata(plan.version)),
@@ -440,22 +479,24 @@ fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
             superuser_secret_name(db),
             "replication-password",
         ),
-        value_env(
-            "PRIMARY_HOST",
-            format!("{}-0.{}.{}.svc", name(db), headless_name(db), namespace(db)),
-        ),
+        value_env("ROLE_DIR", ROLE_DIR),
+        value_env("RW_HOST", format!("{}.{}.svc", name(db), namespace(db))),
+        value_env("RW_PORT", PORT.to_string()),
+        // New clusters get data checksums, which pg_rewind can use.
+        value_env("POSTGRES_INITDB_ARGS", "--data-checksums"),
     ]
 }
 
-/// The init container of every instance (`clone.sh`): a standby clones
-/// the primary on its first start; instance 0 judges its volume.
-fn clone_container(db: &Database, plan: &Plan) -> Container {
-    script_container(
-        ("clone", plan.version.image()),
-        CLONE_SCRIPT,
-        instance_env(db, plan),
-        Some(vec![mount(VOLUME, DATA_DIR, false)]),
-    )
+/// The role ConfigMap, mounted where `start.sh` reads it.
+fn role_volume(db: &Database) -> Volume {
+    Volume {
+        name: "role".to_string(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: role_name(db),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }
 
 /// The server: its port, probes by `pg_isready`, the size's resources, the
@@ -466,10 +507,18 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         ("cpu".to_string(), Quantity(cpu.to_string())),
         ("memory".to_string(), Quantity(memory.to_string())),
     ]);
+    let mut command = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        START_SCRIPT.to_string(),
+        "start".to_string(),
+        "docker-entrypoint.sh".to_string(),
+    ];
+    command.extend(postgres_args(db));
     Container {
         name: "postgres".to_string(),
         image: Some(plan.version.image()),
-        args: Some(postgres_args(db)),
+        command: Some(command),
         env: Some(instance_env(db, plan)),
         ports: Some(vec![ContainerPort {
             name: Some("postgresql".to_string()),
@@ -501,6 +550,7 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         volume_mounts: Some(vec![
             mount(VOLUME, DATA_DIR, false),
             mount("initdb", "/docker-entrypoint-initdb.d", true),
+            mount("role", ROLE_DIR, true),
         ]),
         security_context: Some(restricted_container()),
         ..Container::default()
@@ -554,13 +604,28 @@ fn claim_template(db: &Database) -> PersistentVolumeClaim {
 /// node) catch up from the primary's WAL if it is still there: keep a tenth
 /// of the volume of it, between 64 MB and 4 GB, rather than a replication
 /// slot that would fill the primary's disk if a standby disappeared.
+/// `wal_log_hints` lets a former primary rejoin with `pg_rewind`. Under
+/// synchronous replication a commit waits for any one standby.
 pub fn postgres_args(db: &Database) -> Vec<String> {
     let volume_mb =
         crate::operators::validate::quantity_bytes(&db.spec.storage.size).unwrap_or(0) / 1_000_000;
     let keep_mb = (volume_mb / 10).clamp(64, 4096);
-    ["postgres", "-c", &format!("wal_keep_size={keep_mb}MB")]
-        .map(String::from)
-        .to_vec()
+    let mut args: Vec<String> = [
+        "postgres",
+        "-c",
+        &format!("wal_keep_size={keep_mb}MB"),
+        "-c",
+        "wal_log_hints=on",
+    ]
+    .map(String::from)
+    .to_vec();
+    if db.spec.replication == Some(Replication::Synchronous) {
+        args.extend([
+            "-c".to_string(),
+            "synchronous_standby_names=ANY 1 (*)".to_string(),
+        ]);
+    }
+    args
 }
 
 fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {
@@ -736,7 +801,7 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
         out.extend(backup_job(db, jobs::pre_upgrade(db, to), from));
     }
     if plan.upgrade_job {
-        out.push(upgrade_job(db, from, to));
+        out.push(upgrade_job(db, plan, from, to));
     }
     out
 }
@@ -745,7 +810,7 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
 /// version from its own volume (nothing can write any more, so the dump is
 /// complete), build the new version's cluster beside the old one, restore.
 /// The S3 pre-upgrade backup taken before stopping stays as a safety copy.
-pub fn upgrade_job(db: &Database, from: Major, to: Major) -> Job {
+pub fn upgrade_job(db: &Database, plan: &Plan, from: Major, to: Major) -> Job {
     // Whether a restore may start (only after the S3 safety copy) is the
     // plan's decision; one that started is always built, to be kept.
     let dump = "/work/dump.pgdump";
@@ -783,7 +848,10 @@ pub fn upgrade_job(db: &Database, from: Major, to: Major) -> Job {
             env,
             Some(mounts),
         )],
-        volumes: Some(vec![work_volume(), claim_volume("data", claim_name(db, 0))]),
+        volumes: Some(vec![
+            work_volume(),
+            claim_volume("data", claim_name(db, plan.primary.designated)),
+        ]),
         ..PodSpec::default()
     };
     script_job(db, jobs::upgrade(db, to), pod, 1)
@@ -834,8 +902,8 @@ fn claim_volume(volume: &str, claim: String) -> Volume {
 /// anyone can write: `select` chooses the dump and downloads it, `init`
 /// creates the application user and database (as the init Job does), and
 /// `restore` restores the dump into it in one transaction, everything owned
-/// by the application user. It reaches instance 0 through the headless
-/// Service, since the read-write Service does not exist yet.
+/// by the application user. It reaches the designated primary through the
+/// headless Service, since the read-write Service does not exist yet.
 pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
     let bootstrap = db.spec.bootstrap.as_ref()?;
     let destination = bootstrap_destination(db)?;
@@ -856,10 +924,7 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
         (None, None, None) => return None,
     };
     let connection = vec![
-        value_env(
-            "PGHOST",
-            format!("{}-0.{}.{}.svc", name(db), headless_name(db), namespace(db)),
-        ),
+        value_env("PGHOST", instance_host(db, plan.primary.designated)),
         value_env("PGPORT", PORT.to_string()),
         value_env("PGUSER", "postgres"),
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
@@ -889,6 +954,72 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
         ..PodSpec::default()
     };
     Some(script_job(db, jobs::restore(db), pod, 1))
+}
+
+/// Where instance `ordinal` answers: its own name in the headless Service.
+fn instance_host(db: &Database, ordinal: u32) -> String {
+    format!(
+        "{}.{}.{}.svc",
+        pod_name(db, ordinal),
+        headless_name(db),
+        namespace(db)
+    )
+}
+
+/// The promote Jobs: every observed one is kept (a Job runs once, and its
+/// report is the record of what it did), and the plan's, if any, made.
+pub fn promote_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
+    let wanted = plan.primary.promote_job.as_deref();
+    let mut out: Vec<Job> = seen
+        .jobs
+        .keys()
+        .filter(|job| primary::is_promote_job(db, job) && Some(job.as_str()) != wanted)
+        .map(|job| kept_job(db, job))
+        .collect();
+    out.extend(wanted.map(|_| promote_job(db, plan)));
+    out
+}
+
+/// The promote Job of the designated standby: promotes it over the
+/// network (`promote.sh`) once it is the most advanced standby and the old
+/// primary does not answer as one; refuses otherwise, changing nothing.
+fn promote_job(db: &Database, plan: &Plan) -> Job {
+    let primary = &plan.primary;
+    let others: Vec<String> = (0..u32::try_from(plan.replicas).unwrap_or(0))
+        .filter(|o| *o != primary.designated && Some(*o) != primary.serving)
+        .map(|o| instance_host(db, o))
+        .collect();
+    let env = vec![
+        value_env("CANDIDATE", instance_host(db, primary.designated)),
+        value_env(
+            "OLD_PRIMARY",
+            primary
+                .serving
+                .map(|o| instance_host(db, o))
+                .unwrap_or_default(),
+        ),
+        value_env("STANDBYS", others.join(" ")),
+        value_env(
+            "SYNCHRONOUS",
+            (db.spec.replication == Some(Replication::Synchronous)).to_string(),
+        ),
+        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
+        value_env("CONNECT_TIMEOUT", "5"),
+    ];
+    let container = script_container(("promote", plan.version.image()), PROMOTE_SCRIPT, env, None);
+    let job_name = primary
+        .promote_job
+        .clone()
+        .unwrap_or_else(|| primary::promote_job(db, primary.epoch, primary.designated));
+    script_job(
+        db,
+        job_name,
+        PodSpec {
+            containers: vec![container],
+            ..PodSpec::default()
+        },
+        0,
+    )
 }
 
 /// How this Database's dumps are verified, once it serves: the newest of

@@ -7,10 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use k8s_openapi::jiff::Timestamp;
 
-use super::spec::{ANNOTATION_VERSION, Database, Major, backup_cron_name, claim_ordinal, name};
+use super::spec::{
+    ANNOTATION_VERSION, Database, Major, backup_cron_name, claim_ordinal, name, role_name,
+};
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -57,6 +59,26 @@ impl<'a> RestoreReport<'a> {
 /// The label the Job controller puts on the pods of a Job, naming it.
 const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
+/// What the role ConfigMap says: the designated primary and its epoch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Role {
+    /// The designated primary's pod name.
+    pub primary: String,
+    /// The epoch of that designation.
+    pub epoch: u64,
+}
+
+impl Role {
+    /// Reads the role ConfigMap; `None` when it does not say both.
+    fn read(map: &ConfigMap) -> Option<Role> {
+        let data = map.data.as_ref()?;
+        Some(Role {
+            primary: data.get("primary")?.clone(),
+            epoch: data.get("epoch")?.parse().ok()?,
+        })
+    }
+}
+
 /// Everything observed about one Database, decoded once.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
@@ -75,6 +97,10 @@ pub struct Observed {
     /// Every observed child, as its group key and name: read while
     /// deleting only, so filled only by [`Observed::with_children`].
     pub children: BTreeSet<(String, String)>,
+    /// What the role ConfigMap says, if it exists and says it.
+    pub role: Option<Role>,
+    /// When this was observed: the call's time ([`Observed::at`]).
+    pub now: Timestamp,
 }
 
 impl Observed {
@@ -117,7 +143,20 @@ impl Observed {
             pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
             children: BTreeSet::new(),
+            role: req
+                .children
+                .of::<ConfigMap>()?
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(&role_name(db)))
+                .and_then(Role::read),
+            now: Timestamp::UNIX_EPOCH,
         })
+    }
+
+    /// Observed at `now`.
+    pub fn at(mut self, now: Timestamp) -> Self {
+        self.now = now;
+        self
     }
 
     /// With every observed child's group key and name, which only a
@@ -236,11 +275,12 @@ impl Observed {
             .filter_map(move |c| Some((claim_ordinal(db, c.metadata.name.as_deref()?)?, c)))
     }
 
-    /// Why instance 0 refuses to start on its volume, as its `clone` init
-    /// container left it: the volume holds another major's data.
-    pub fn volume_refusal<'a>(&'a self, db: &'a Database) -> Option<&'a str> {
-        let (_, pod) = self.instances(db).find(|(i, _)| *i == 0)?;
-        let message = pod.init_container_message("clone")?;
+    /// Why instance `ordinal` refuses to start on its volume, as its
+    /// `postgres` container left it (`start.sh`): the volume holds another
+    /// major's data, or is empty although the Database was initialized.
+    pub fn volume_refusal<'a>(&'a self, db: &'a Database, ordinal: u32) -> Option<&'a str> {
+        let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
+        let message = pod.container_message("postgres")?;
         Some(message.strip_prefix(REFUSAL)?.trim())
     }
 

@@ -4,6 +4,7 @@
 //! `children` and the conditions in `status` only read the [`Plan`].
 
 use super::observed::Observed;
+use super::primary::{self, Primary};
 use super::spec::{ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
 use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
@@ -252,6 +253,12 @@ pub struct Plan {
     /// back from it (when they are to stay). The StatefulSet is kept until
     /// there is none.
     pub volumes_pending: Vec<String>,
+    /// Who is the primary, and where a change of primary stands.
+    pub primary: Primary,
+    /// Whether the Database holds data (initialized, restored, or over
+    /// retained volumes): an instance with an empty volume must then never
+    /// initialize a new cluster.
+    pub initialized: bool,
 }
 
 /// Decides the StatefulSet's version and size and which Jobs exist.
@@ -269,7 +276,24 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
         )
         .into());
     }
-    Ok(upgrade_plan(db, seen, running))
+    let mut plan = upgrade_plan(db, seen, running);
+    let may_fail_over = plan.upgrade == Upgrade::None
+        && plan.restore.lets_serve()
+        && plan.replicas > 1
+        && was_initialized(db, seen);
+    plan.primary = primary::decide(db, seen, may_fail_over);
+    Ok(plan)
+}
+
+/// True once the initial configuration succeeded, now or earlier: the
+/// Database holds data an instance must never initialize over.
+pub(super) fn was_initialized(db: &Database, seen: &Observed) -> bool {
+    seen.job(&jobs::init(db)) == Some(RunStatus::Succeeded)
+        || db.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Initialized" && c.status == ConditionStatus::True)
+        })
 }
 
 /// Refuses (409) while instance 0 refuses to start on its volume because
@@ -277,11 +301,15 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
 /// the retained volumes of an earlier one, at another version. Nothing is
 /// initialized beside that data; what to do is a person's choice.
 pub fn check_volumes(db: &Database, seen: &Observed) -> Result<(), HookError> {
-    let Some(why) = seen.volume_refusal(db) else {
+    let designated = primary::decide(db, seen, false).designated;
+    let Some(why) = seen
+        .volume_refusal(db, designated)
+        .filter(|why| why.starts_with("volume holds"))
+    else {
         return Ok(());
     };
     Err(HookError::Unsafe(format!(
-        "instance 0 of Database {name} refuses to start: its {why}; to serve that data, set deletionPolicy Retain, delete this Database and create it again with that spec.version (raise it afterwards to upgrade); to start empty instead, delete the volumes {volume}-{name}-* first",
+        "instance {designated} of Database {name} refuses to start: its {why}; to serve that data, set deletionPolicy Retain, delete this Database and create it again with that spec.version (raise it afterwards to upgrade); to start empty instead, delete the volumes {volume}-{name}-* first",
         name = name(db),
         volume = VOLUME,
     )))
@@ -359,9 +387,11 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
 fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
     let restore = restore_step(db, seen);
     let has = |job: &str| seen.jobs.contains_key(job);
+    let primary = primary::decide(db, seen, false);
+    let primary_ready = seen.is_instance_ready(db, primary.designated);
     // The initial configuration follows the restore, which it would
     // otherwise race: it runs once the primary is ready and the data is in.
-    let init_job = has(&jobs::init(db)) || (restore.lets_serve() && seen.is_instance_ready(db, 0));
+    let init_job = has(&jobs::init(db)) || (restore.lets_serve() && primary_ready);
     Plan {
         running,
         reported: seen.running().or_else(|| reported_version(db)),
@@ -374,14 +404,16 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         upgrade_job: false,
         restore,
         // The restore connects to the primary: it starts once that is ready.
-        restore_job: has(&jobs::restore(db))
-            || (restore == Restore::Running && seen.is_instance_ready(db, 0)),
+        restore_job: has(&jobs::restore(db)) || (restore == Restore::Running && primary_ready),
         verify_after: verify_after(db, seen, restore),
         keep_statefulset: true,
         delete_volumes: false,
         snapshot_job: false,
         deleting: false,
         volumes_pending: Vec::new(),
+        primary,
+        initialized: was_initialized(db, seen)
+            || matches!(restore, Restore::Done | Restore::NotOver(_)),
     }
 }
 
@@ -536,7 +568,11 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // Database whose bootstrap never restored holds nothing to snapshot, and
     // a snapshot of it would become the newest dump of its name.
     let restored = plan.restore.lets_serve();
-    let serving = exists && plan.replicas > 0 && restored && seen.is_instance_ready(db, 0);
+    let serving = exists
+        && plan.replicas > 0
+        && restored
+        && !plan.primary.changing()
+        && seen.is_instance_ready(db, plan.primary.designated);
     let snapshotted = deletion.snapshot_time.is_some();
     let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted || !restored);
     plan.snapshot_job = seen.jobs.contains_key(&jobs::snapshot(db))

@@ -48,6 +48,7 @@ pub const VOLUME: &str = "data";
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Running", type_ = "string", json_path = ".status.version"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.currentPrimary"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
@@ -106,6 +107,39 @@ pub struct DatabaseSpec {
     /// fixed once created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<Bootstrap>,
+    /// When a standby takes over from a primary that stopped being ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
+    /// How commits wait for the standbys: asynchronous (the default: a
+    /// failover can lose the last commits the primary acknowledged) or
+    /// synchronous (every commit waits until one standby has it: no commit
+    /// is lost, writes wait while no standby is up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<Replication>,
+}
+
+/// When a standby takes over.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// Seconds the primary must stay not ready before a standby takes over
+    /// (30 when omitted). Shorter fails over faster; longer rides out a
+    /// slow restart without a change of primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub delay: Option<u32>,
+}
+
+/// How commits wait for the standbys.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Replication {
+    /// Commits return once the primary has them.
+    #[default]
+    Asynchronous,
+    /// Commits return once the primary and one standby have them
+    /// (`synchronous_standby_names = 'ANY 1 (*)'`).
+    Synchronous,
 }
 
 /// Which dump a new Database starts from: the newest dump of a Database or
@@ -334,6 +368,20 @@ pub struct DatabaseStatus {
     /// The dump this Database was restored from, once it was: kept for ever.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
+    /// The instance serving as the primary (its pod's name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+    /// While the primary changes: the instance being promoted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_primary: Option<String>,
+    /// Counts the designations of a primary; only grows.
+    pub primary_epoch: u64,
+    /// The last failover: when, from, to, at which epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<LastFailover>,
+    /// Each instance's role and readiness, as observed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceStatus>,
     /// Ready, Initialized, BackupScheduled, Upgrading, Restored (with
     /// spec.bootstrap) and, when deleting, Snapshotted.
     pub conditions: Vec<Condition>,
@@ -369,6 +417,37 @@ pub fn bootstrap_destination(db: &Database) -> Option<&Destination> {
         .or_else(|| Some(&db.spec.backup.as_ref()?.destination))
 }
 
+/// A failover that happened.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailover {
+    /// When the new primary was promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub at: Option<String>,
+    /// The primary before (its pod's name), when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The instance promoted.
+    pub to: String,
+    /// The epoch of its designation.
+    pub epoch: u64,
+    /// What happened, in words.
+    pub reason: String,
+}
+
+/// One instance, as observed.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    /// Its pod's name.
+    pub name: String,
+    /// primary, standby, or promoting (designated, not yet promoted).
+    pub role: String,
+    /// Whether its pod is ready.
+    pub ready: bool,
+}
+
 /// The dump a Database was restored from.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -385,6 +464,11 @@ pub struct RestoredFrom {
     /// When the restore Job succeeded.
     #[schemars(extend("format" = "date-time"))]
     pub restored_at: String,
+}
+
+/// The role ConfigMap: who the primary is, read by every instance.
+pub fn role_name(db: &Database) -> String {
+    format!("{}-role", name(db))
 }
 
 /// The parent's name.

@@ -4,6 +4,7 @@ use super::observed::Observed;
 use super::observed::RESTORE_REPORT;
 use super::observed::RestoreReport;
 use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
+use super::primary::pod_name;
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
     database_name, endpoint,
@@ -13,6 +14,8 @@ use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
 use crate::operators::backup_job::verification::{self, VerifiedBackup};
 use k8s_openapi::jiff::Timestamp;
+
+mod failover;
 
 /// The status from the observed state and the plan made from it.
 pub fn status(
@@ -43,6 +46,9 @@ pub fn status(
         backup_scheduled,
         upgrading_condition,
     ];
+    if instances > 1 {
+        observations.push(failover::condition(db, seen, &plan.primary));
+    }
     let restored_from = restored_from(db, seen, plan, ctx);
     let (verified_condition, last_verified_backup) = verified(db, seen);
     observations.extend(verified_condition);
@@ -53,7 +59,13 @@ pub fn status(
         observations.push(snapshotted(db, seen, deletion));
     }
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
+    let primary = &plan.primary;
     DatabaseStatus {
+        current_primary: primary.serving.map(|o| pod_name(db, o)),
+        target_primary: primary.changing().then(|| pod_name(db, primary.designated)),
+        primary_epoch: primary.epoch,
+        last_failover: failover::last(db, primary),
+        instances: failover::instances(db, seen, plan),
         phase,
         ready,
         endpoint: Some(endpoint(db)),
@@ -368,7 +380,7 @@ fn phase(
         plan.upgrade,
         Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
     );
-    let primary_ready = seen.is_instance_ready(db, 0);
+    let primary_ready = seen.is_instance_ready(db, plan.primary.designated);
     if finalizing {
         Phase::Deleting
     } else if plan.upgrade.in_progress() {
@@ -385,7 +397,12 @@ fn phase(
         } else {
             Phase::Initializing
         }
-    } else if ready_replicas >= instances && replicas == instances && !upgrade_failed {
+    } else if ready_replicas >= instances
+        && replicas == instances
+        && !upgrade_failed
+        && primary_ready
+        && !plan.primary.changing()
+    {
         Phase::Running
     } else {
         Phase::Degraded

@@ -1,0 +1,549 @@
+//! Which instance is the primary: a decision, not an ordinal.
+//!
+//! The designated primary is published in the role ConfigMap
+//! (`<name>-role`: `primary`, `epoch`, `initialized`), which every instance
+//! reads when it starts (`start.sh`), and selected by the read-write
+//! Service. Instance 0 is the first; after a failover another one is. The
+//! epoch counts designations and only grows.
+//!
+//! A failover, decided from what is observed:
+//! 1. the designated primary's pod has been not ready (its `Ready`
+//!    condition False since `lastTransitionTime`) for `spec.failover.delay`
+//!    and a standby is ready: that standby is designated at the next epoch
+//!    (fencing: the old primary leaves the read-write Service, and can no
+//!    longer start as a primary);
+//! 2. once the role ConfigMap is observed naming it, the promote Job
+//!    (`<name>-promote-<epoch>-<ordinal>`) checks that it is the most
+//!    advanced standby and that the old primary does not answer as one,
+//!    then promotes it;
+//! 3. if the Job refuses, the next ready standby is tried at the same
+//!    epoch; if every refusal said the old primary still answers as a
+//!    primary, the old primary is designated again (nothing was promoted).
+//!
+//! What survives a lost status: the role ConfigMap and the promote Jobs
+//! say who was designated at which epoch; a promote Job made again for a
+//! standby that was already promoted succeeds without doing anything.
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::observed::Observed;
+use super::spec::{Database, name};
+use crate::operators::backup_job::RunStatus;
+
+/// How a promote Job begins its termination message.
+pub(super) const PROMOTE_REPORT: &str = "opshooks promote: ";
+
+/// The failover delay when `spec.failover.delay` is not set.
+pub(super) const DEFAULT_DELAY_SECONDS: u32 = 30;
+
+/// The promote Job of `ordinal` at `epoch`.
+pub(super) fn promote_job(db: &Database, epoch: u64, ordinal: u32) -> String {
+    format!("{}-promote-{epoch}-{ordinal}", name(db))
+}
+
+/// True for the name of one of this Database's promote Jobs.
+pub(super) fn is_promote_job(db: &Database, job: &str) -> bool {
+    parse_promote_job(db, job).is_some()
+}
+
+/// The epoch and ordinal a promote Job's name carries.
+fn parse_promote_job(db: &Database, job: &str) -> Option<(u64, u32)> {
+    let rest = job.strip_prefix(name(db))?.strip_prefix("-promote-")?;
+    let (epoch, ordinal) = rest.split_once('-')?;
+    Some((epoch.parse().ok()?, ordinal.parse().ok()?))
+}
+
+/// The pod name of instance `ordinal`.
+pub(super) fn pod_name(db: &Database, ordinal: u32) -> String {
+    format!("{}-{ordinal}", name(db))
+}
+
+/// The ordinal of one of this Database's pod names.
+pub(super) fn pod_ordinal(db: &Database, pod: &str) -> Option<u32> {
+    pod.strip_prefix(name(db))?.strip_prefix('-')?.parse().ok()
+}
+
+/// The step a change of primary has reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The designated primary serves (or nothing asks for a change).
+    Steady,
+    /// The designated primary is not ready, for less than the delay: a
+    /// failover starts at `after` if it stays so.
+    Waiting {
+        /// Since when it is not ready.
+        since: Timestamp,
+        /// When the delay ends.
+        after: Timestamp,
+    },
+    /// The delay passed, but no standby is ready to take over.
+    NoCandidate {
+        /// Since when the primary is not ready.
+        since: Timestamp,
+    },
+    /// A standby was designated; the promote Job waits until the role
+    /// ConfigMap is observed naming it (the old primary is fenced first).
+    Fencing,
+    /// The promote Job runs.
+    Promoting,
+    /// Every promote Job of this epoch failed and no standby is left to
+    /// try: a person must look (the Jobs' messages say why).
+    Stuck,
+}
+
+/// Who is the primary and where a change of primary stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Primary {
+    /// The instance designated primary: the role ConfigMap names it, the
+    /// read-write Service selects it.
+    pub designated: u32,
+    /// The epoch of that designation.
+    pub epoch: u64,
+    /// The instance known to serve as the primary: the designated one,
+    /// but for a change under way, when it is the one being replaced
+    /// (`None` when nothing recorded which).
+    pub serving: Option<u32>,
+    /// Where a change stands.
+    pub step: Step,
+    /// The promote Job to keep or create: every observed promote Job is
+    /// kept (a Job runs once); this one is desired besides.
+    pub promote_job: Option<String>,
+    /// A failover that succeeded and the status has not recorded yet.
+    pub last: Option<Failover>,
+    /// The refusals of this epoch's failed promote Jobs, by Job.
+    pub refusals: Vec<(String, String)>,
+}
+
+/// A failover that happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failover {
+    /// When the new primary was promoted: its Job's completion.
+    pub at: Option<Timestamp>,
+    /// The instance that was the primary, when recorded.
+    pub from: Option<u32>,
+    /// The instance promoted.
+    pub to: u32,
+    /// The epoch it was promoted at.
+    pub epoch: u64,
+    /// The promote Job.
+    pub job: String,
+}
+
+impl Primary {
+    /// True while the primary changes (designated but not yet promoted).
+    pub fn changing(&self) -> bool {
+        self.serving != Some(self.designated)
+    }
+}
+
+/// What the status recorded of the primary, read back.
+struct Recorded {
+    current: Option<u32>,
+    target: Option<u32>,
+    epoch: u64,
+    last_failover_epoch: u64,
+}
+
+fn recorded(db: &Database) -> Recorded {
+    let status = db.status.as_ref();
+    let ordinal = |pod: Option<&String>| pod_ordinal(db, pod?);
+    Recorded {
+        current: ordinal(status.and_then(|s| s.current_primary.as_ref())),
+        target: ordinal(status.and_then(|s| s.target_primary.as_ref())),
+        epoch: status.map_or(0, |s| s.primary_epoch),
+        last_failover_epoch: status
+            .and_then(|s| s.last_failover.as_ref())
+            .map_or(0, |f| f.epoch),
+    }
+}
+
+/// The promote Jobs observed: (epoch, ordinal, name).
+fn promote_jobs<'a>(
+    db: &'a Database,
+    seen: &'a Observed,
+) -> impl Iterator<Item = (u64, u32, &'a str)> + 'a {
+    seen.jobs.keys().filter_map(move |job| {
+        let (epoch, ordinal) = parse_promote_job(db, job)?;
+        Some((epoch, ordinal, job.as_str()))
+    })
+}
+
+/// Decides who is the primary. `may_fail_over`: nothing else holds the
+/// instances (no upgrade or restore under way, not deleting) and there are
+/// standbys at all; a change already under way goes on regardless.
+pub(super) fn decide(db: &Database, seen: &Observed, may_fail_over: bool) -> Primary {
+    let rec = recorded(db);
+    let (designated, epoch) = designation(db, seen, &rec);
+    let succeeded = |e: u64, o: u32| seen.job(&promote_job(db, e, o)) == Some(RunStatus::Succeeded);
+    // The primary that serves: the designated one once promoted (or the
+    // first, at epoch 0), else the one the status recorded.
+    let promoted = epoch == 0 || succeeded(epoch, designated);
+    // No record and no success: a promote Job settles it (it succeeds at
+    // once for a standby already promoted).
+    let serving = if promoted {
+        Some(designated)
+    } else {
+        rec.current
+    };
+    let mut primary = Primary {
+        designated,
+        epoch,
+        serving,
+        step: Step::Steady,
+        promote_job: None,
+        last: last_failover(db, seen, &rec),
+        refusals: refusals(db, seen, epoch),
+    };
+    if primary.changing() {
+        change(db, seen, &mut primary);
+    } else if may_fail_over {
+        consider_failover(db, seen, &mut primary);
+    }
+    primary
+}
+
+/// The designation in force: the newest of the role ConfigMap, the status
+/// and the promote Jobs (the epoch only grows, whichever of them was lost).
+/// At one epoch the role ConfigMap wins, then the status, then the Job
+/// still running or succeeded.
+fn designation(db: &Database, seen: &Observed, rec: &Recorded) -> (u32, u64) {
+    let from_status = (rec.target.or(rec.current).unwrap_or(0), rec.epoch);
+    let from_role = seen
+        .role
+        .as_ref()
+        .and_then(|r| Some((pod_ordinal(db, &r.primary)?, r.epoch)));
+    let from_jobs = promote_jobs(db, seen)
+        .max_by_key(|(e, _, job)| (*e, seen.job(job) != Some(RunStatus::Failed)))
+        .map(|(e, o, _)| (o, e));
+    [from_jobs, Some(from_status), from_role]
+        .into_iter()
+        .flatten()
+        .max_by_key(|(_, e)| *e)
+        .unwrap_or((0, 0))
+}
+
+/// A change under way to the designated instance.
+fn change(db: &Database, seen: &Observed, primary: &mut Primary) {
+    let (designated, epoch) = (primary.designated, primary.epoch);
+    let published = seen
+        .role
+        .as_ref()
+        .is_some_and(|r| pod_ordinal(db, &r.primary) == Some(designated) && r.epoch == epoch);
+    let job = promote_job(db, epoch, designated);
+    match seen.job(&job) {
+        // Fencing first: nothing is promoted before every instance that
+        // starts reads the new primary's name.
+        None if !published => primary.step = Step::Fencing,
+        None | Some(RunStatus::Running | RunStatus::None) => {
+            primary.step = Step::Promoting;
+            primary.promote_job = Some(job);
+        }
+        Some(RunStatus::Succeeded) => primary.serving = Some(designated),
+        Some(RunStatus::Failed) => next_candidate(db, seen, primary),
+    }
+}
+
+/// The designated standby's promote Job failed: the next ready standby at
+/// the same epoch, or, when every refusal said the old primary still
+/// answers as one, the old primary again at the next epoch (nothing was
+/// promoted); else a person must look.
+fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
+    let tried: Vec<u32> = promote_jobs(db, seen)
+        .filter(|(e, _, _)| *e == primary.epoch)
+        .map(|(_, o, _)| o)
+        .collect();
+    let next = candidates(db, seen, primary.serving).find(|o| !tried.contains(o));
+    if let Some(next) = next {
+        primary.designated = next;
+        primary.step = Step::Fencing;
+        return;
+    }
+    let old_primary_answers = !primary.refusals.is_empty()
+        && primary.refusals.iter().all(|(_, why)| {
+            why.starts_with("refused") && why.contains("still answers as a primary")
+        });
+    if let (true, Some(serving)) = (old_primary_answers, primary.serving) {
+        primary.designated = serving;
+        primary.epoch += 1;
+        primary.step = Step::Steady;
+        return;
+    }
+    primary.step = Step::Stuck;
+}
+
+/// The ready instances that may take over from `serving`, in order.
+fn candidates(db: &Database, seen: &Observed, serving: Option<u32>) -> impl Iterator<Item = u32> {
+    let mut ready: Vec<u32> = seen
+        .instances(db)
+        .filter(|(o, p)| Some(*o) != serving && *o < replicas(db) && p.is_ready())
+        .map(|(o, _)| o)
+        .collect();
+    ready.sort_unstable();
+    ready.dedup();
+    ready.into_iter()
+}
+
+fn replicas(db: &Database) -> u32 {
+    u32::try_from(db.spec.size.instances()).unwrap_or(0)
+}
+
+/// No change under way: starts one when the designated primary has been
+/// not ready for longer than the delay and a standby is ready.
+fn consider_failover(db: &Database, seen: &Observed, primary: &mut Primary) {
+    let Some(pod) = seen
+        .instances(db)
+        .find(|(o, _)| *o == primary.designated)
+        .map(|(_, p)| p)
+    else {
+        // No pod: the StatefulSet makes it again; its absence alone says
+        // nothing of how long the primary has been gone.
+        return;
+    };
+    let Some(since) = pod.not_ready_since() else {
+        return;
+    };
+    let delay = SignedDuration::from_secs(i64::from(delay_seconds(db)));
+    let after = since.checked_add(delay).unwrap_or(since);
+    if seen.now < after {
+        primary.step = Step::Waiting { since, after };
+        return;
+    }
+    match candidates(db, seen, Some(primary.designated)).next() {
+        Some(next) => {
+            primary.designated = next;
+            primary.epoch += 1;
+            primary.step = Step::Fencing;
+        }
+        None => primary.step = Step::NoCandidate { since },
+    }
+}
+
+/// `spec.failover.delay`, or its default.
+pub(super) fn delay_seconds(db: &Database) -> u32 {
+    db.spec
+        .failover
+        .as_ref()
+        .and_then(|f| f.delay)
+        .unwrap_or(DEFAULT_DELAY_SECONDS)
+}
+
+/// What this epoch's failed promote Jobs reported, by Job.
+fn refusals(db: &Database, seen: &Observed, epoch: u64) -> Vec<(String, String)> {
+    promote_jobs(db, seen)
+        .filter(|(e, _, job)| *e == epoch && seen.job(job) == Some(RunStatus::Failed))
+        .map(|(_, _, job)| {
+            let why = seen
+                .job_message(job, "promote")
+                .and_then(|m| m.strip_prefix(PROMOTE_REPORT))
+                .map_or("failed without a report; see its logs", str::trim);
+            (job.to_string(), why.to_string())
+        })
+        .collect()
+}
+
+/// The newest promote Job that succeeded, when the status has not
+/// recorded it yet: from the primary the status recorded.
+fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failover> {
+    let (epoch, to, job) = promote_jobs(db, seen)
+        .filter(|(_, _, job)| seen.job(job) == Some(RunStatus::Succeeded))
+        .max_by_key(|(e, _, _)| *e)?;
+    if epoch <= rec.last_failover_epoch {
+        return None;
+    }
+    let at = seen
+        .jobs
+        .get(job)
+        .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
+        .map(|t| t.0);
+    Some(Failover {
+        at,
+        from: rec.current.filter(|c| *c != to),
+        to,
+        epoch,
+        job: job.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+    use crate::operators::common::LABEL_NAME;
+    use crate::operators::database::observed::Role;
+    use serde_json::json;
+
+    const NOW: &str = "2026-03-04T05:06:07Z";
+
+    fn db(status: serde_json::Value) -> Database {
+        serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "prod"},
+            "spec": {"version": "16", "size": "large", "storage": {"size": "1Gi"}},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn instance(i: u32) -> fixtures::Object {
+        fixtures::pod(&format!("orders-{i}")).label(LABEL_NAME, "postgresql")
+    }
+
+    /// Three instances: 0 not ready since `since` (ready if `None`), 1 and
+    /// 2 ready; the role ConfigMap as given; these Jobs.
+    fn seen(since: Option<&str>, role: Option<(&str, u64)>, jobs: &[fixtures::Object]) -> Observed {
+        let first = match since {
+            Some(at) => instance(0).not_ready_since(at),
+            None => instance(0).ready(),
+        };
+        Observed {
+            pods: vec![
+                first.typed(),
+                instance(1).ready().typed(),
+                instance(2).ready().typed(),
+            ],
+            jobs: jobs
+                .iter()
+                .map(|j| {
+                    let job: k8s_openapi::api::batch::v1::Job = j.clone().typed();
+                    (job.metadata.name.clone().unwrap(), job)
+                })
+                .collect(),
+            role: role.map(|(primary, epoch)| Role {
+                primary: primary.to_string(),
+                epoch,
+            }),
+            ..Observed::default()
+        }
+        .at(NOW.parse().unwrap())
+    }
+
+    #[test]
+    fn a_ready_primary_stays() {
+        let p = decide(
+            &db(json!({})),
+            &seen(None, Some(("orders-0", 0)), &[]),
+            true,
+        );
+        assert_eq!(
+            (p.designated, p.epoch, p.serving, p.step),
+            (0, 0, Some(0), Step::Steady)
+        );
+    }
+
+    #[test]
+    fn no_failover_within_the_delay() {
+        // 20 s not ready, delay 30 s.
+        let p = decide(
+            &db(json!({})),
+            &seen(Some("2026-03-04T05:05:47Z"), None, &[]),
+            true,
+        );
+        assert_eq!(p.designated, 0);
+        assert_eq!(
+            p.step,
+            Step::Waiting {
+                since: "2026-03-04T05:05:47Z".parse().unwrap(),
+                after: "2026-03-04T05:06:17Z".parse().unwrap()
+            }
+        );
+    }
+
+    #[test]
+    fn past_the_delay_the_first_ready_standby_is_designated_and_fenced_first() {
+        let p = decide(
+            &db(json!({})),
+            &seen(Some("2026-03-04T05:05:00Z"), None, &[]),
+            true,
+        );
+        assert_eq!((p.designated, p.epoch, p.serving), (1, 1, Some(0)));
+        assert_eq!(p.step, Step::Fencing);
+        assert_eq!(
+            p.promote_job, None,
+            "nothing is promoted before the fence is read"
+        );
+    }
+
+    #[test]
+    fn nothing_fails_over_when_not_allowed() {
+        let p = decide(
+            &db(json!({})),
+            &seen(Some("2026-03-04T05:00:00Z"), None, &[]),
+            false,
+        );
+        assert_eq!((p.designated, p.step), (0, Step::Steady));
+    }
+
+    fn changing() -> Database {
+        db(json!({"currentPrimary": "orders-0", "targetPrimary": "orders-1", "primaryEpoch": 1}))
+    }
+
+    #[test]
+    fn once_the_role_names_the_candidate_its_promote_job_runs() {
+        let p = decide(
+            &changing(),
+            &seen(Some("2026-03-04T05:00:00Z"), Some(("orders-1", 1)), &[]),
+            true,
+        );
+        assert_eq!(p.step, Step::Promoting);
+        assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-1"));
+    }
+
+    #[test]
+    fn a_promote_job_that_succeeded_makes_the_candidate_the_primary() {
+        let done = fixtures::job("orders-promote-1-1").succeeded();
+        let p = decide(
+            &changing(),
+            &seen(Some("2026-03-04T05:00:00Z"), Some(("orders-1", 1)), &[done]),
+            true,
+        );
+        assert_eq!((p.designated, p.serving, p.epoch), (1, Some(1), 1));
+        assert!(!p.changing());
+        let last = p.last.expect("the failover is reported");
+        assert_eq!((last.from, last.to, last.epoch), (Some(0), 1, 1));
+    }
+
+    #[test]
+    fn a_refused_candidate_gives_way_to_the_next_at_the_same_epoch() {
+        let refused = fixtures::job("orders-promote-1-1").failed();
+        let p = decide(
+            &changing(),
+            &seen(
+                Some("2026-03-04T05:00:00Z"),
+                Some(("orders-1", 1)),
+                &[refused],
+            ),
+            true,
+        );
+        assert_eq!((p.designated, p.epoch, p.step), (2, 1, Step::Fencing));
+    }
+
+    #[test]
+    fn when_every_candidate_failed_a_person_must_look() {
+        let jobs = [
+            fixtures::job("orders-promote-1-1").failed(),
+            fixtures::job("orders-promote-1-2").failed(),
+        ];
+        let p = decide(
+            &changing(),
+            &seen(Some("2026-03-04T05:00:00Z"), Some(("orders-2", 1)), &jobs),
+            true,
+        );
+        assert_eq!(p.step, Step::Stuck);
+        assert_eq!(p.epoch, 1, "the epoch never goes back");
+        assert_eq!(p.refusals.len(), 2);
+    }
+
+    #[test]
+    fn the_epoch_survives_a_lost_status_and_role() {
+        // Status and role ConfigMap gone; the promote Job remembers.
+        let done = fixtures::job("orders-promote-3-2").succeeded();
+        let p = decide(&db(json!({})), &seen(None, None, &[done]), true);
+        assert_eq!((p.designated, p.epoch, p.serving), (2, 3, Some(2)));
+    }
+
+    #[test]
+    fn an_older_role_never_wins_over_a_newer_status() {
+        let status = json!({"currentPrimary": "orders-2", "primaryEpoch": 4});
+        let p = decide(&db(status), &seen(None, Some(("orders-0", 0)), &[]), true);
+        assert_eq!((p.designated, p.epoch), (2, 4));
+    }
+}

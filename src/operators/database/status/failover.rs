@@ -1,0 +1,140 @@
+//! What the status says of the primary: who it is, each instance's role,
+//! the last failover, and the `FailingOver` condition.
+
+use super::super::observed::Observed;
+use super::super::plan::Plan;
+use super::super::primary::{Primary, Step, delay_seconds, pod_name};
+use super::super::spec::{Database, InstanceStatus, LastFailover};
+use crate::hook::conditions::{ConditionStatus, Observation, format_time};
+
+/// The last failover: the one the plan saw succeed now, else the one
+/// recorded.
+pub(super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
+    let Some(new) = &primary.last else {
+        return db.status.as_ref()?.last_failover.clone();
+    };
+    let from = new.from.map(|o| pod_name(db, o));
+    let to = pod_name(db, new.to);
+    Some(LastFailover {
+        at: new.at.map(format_time),
+        reason: format!(
+            "{} was not ready for longer than spec.failover.delay; job {} promoted {to}",
+            from.as_deref().unwrap_or("the primary"),
+            new.job
+        ),
+        from,
+        to,
+        epoch: new.epoch,
+    })
+}
+
+/// Each observed instance the StatefulSet runs: its role and readiness.
+pub(super) fn instances(db: &Database, seen: &Observed, plan: &Plan) -> Vec<InstanceStatus> {
+    let primary = &plan.primary;
+    let mut out: Vec<(u32, InstanceStatus)> = seen
+        .instances(db)
+        .filter(|(o, _)| i64::from(*o) < i64::from(plan.replicas))
+        .map(|(o, pod)| {
+            let role = match (o == primary.designated, Some(o) == primary.serving) {
+                (true, true) => "primary",
+                (true, false) => "promoting",
+                (false, true) => "fenced",
+                (false, false) => "standby",
+            };
+            let status = InstanceStatus {
+                name: pod_name(db, o),
+                role: role.to_string(),
+                ready: pod.is_ready(),
+            };
+            (o, status)
+        })
+        .collect();
+    out.sort_by_key(|(o, _)| *o);
+    out.dedup_by_key(|(o, _)| *o);
+    out.into_iter().map(|(_, s)| s).collect()
+}
+
+/// `FailingOver`: True while the primary changes or a change is stuck;
+/// False otherwise, saying whether the primary is not ready and what
+/// happens next.
+pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Observation {
+    let designated = pod_name(db, primary.designated);
+    let epoch = primary.epoch;
+    let why_down = seen
+        .volume_refusal(db, primary.designated)
+        .map(|why| format!(" (it refuses to start: {why})"))
+        .unwrap_or_default();
+    let delay = delay_seconds(db);
+    let (status, reason, message) = match &primary.step {
+        Step::Steady if primary.changing() => (
+            ConditionStatus::True,
+            "Promoting",
+            format!("{designated} is being promoted at epoch {epoch}"),
+        ),
+        Step::Steady => (
+            ConditionStatus::False,
+            "Stable",
+            format!("{designated} is the primary (epoch {epoch})"),
+        ),
+        Step::Waiting { since, after } => (
+            ConditionStatus::False,
+            "PrimaryNotReady",
+            format!(
+                "primary {designated} not ready since {}{why_down}; a ready standby takes over at {} (spec.failover.delay {delay}s) if it stays so",
+                format_time(*since),
+                format_time(*after)
+            ),
+        ),
+        Step::NoCandidate { since } => (
+            ConditionStatus::False,
+            "NoCandidate",
+            format!(
+                "primary {designated} not ready since {}{why_down}, longer than spec.failover.delay ({delay}s), and no standby is ready to take over; writes wait until one is",
+                format_time(*since)
+            ),
+        ),
+        Step::Fencing => (
+            ConditionStatus::True,
+            "Fencing",
+            format!(
+                "{designated} is designated primary at epoch {epoch}{}; the read-write Service selects it, and its promote job starts once every instance reads the role ConfigMap",
+                replacing(db, primary)
+            ),
+        ),
+        Step::Promoting => (
+            ConditionStatus::True,
+            "Promoting",
+            format!(
+                "job {} promotes {designated}{} once it is the most advanced standby and the old primary does not answer as one",
+                primary.promote_job.as_deref().unwrap_or_default(),
+                replacing(db, primary)
+            ),
+        ),
+        Step::Stuck => (
+            ConditionStatus::True,
+            "PromoteRefused",
+            format!(
+                "no standby could be promoted at epoch {epoch}: {}; writes wait; fix the cause and delete the failed promote jobs to try again",
+                refusals(primary)
+            ),
+        ),
+    };
+    Observation::new("FailingOver", status, reason, message)
+}
+
+fn replacing(db: &Database, primary: &Primary) -> String {
+    primary
+        .serving
+        .filter(|o| *o != primary.designated)
+        .map(|o| format!(" in place of {}", pod_name(db, o)))
+        .unwrap_or_default()
+}
+
+fn refusals(primary: &Primary) -> String {
+    primary
+        .refusals
+        .iter()
+        .map(|(job, why)| format!("job {job}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
