@@ -30,7 +30,7 @@ pub use plan::{
     Deletion, Plan, Upgrade, check_volumes, has_generated_credentials, jobs, plan, plan_deletion,
     plan_finalize,
 };
-pub use primary::{Failover, Primary, Step};
+pub use primary::{ANNOTATION_SWITCHOVER, Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,
     LABEL_DATABASE, MAX_NAME, Major, PORT, Phase, Size, Storage, VOLUME, claim_name, database_name,

@@ -1003,6 +1003,14 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
             "SYNCHRONOUS",
             (db.spec.replication == Some(Replication::Synchronous)).to_string(),
         ),
+        value_env(
+            "MODE",
+            if primary.planned {
+                "switchover"
+            } else {
+                "failover"
+            },
+        ),
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
         value_env("CONNECT_TIMEOUT", "5"),
     ];

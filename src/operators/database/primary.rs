@@ -33,6 +33,12 @@ use crate::operators::backup_job::RunStatus;
 /// How a promote Job begins its termination message.
 pub(super) const PROMOTE_REPORT: &str = "opshooks promote: ";
 
+/// Annotation on a Database asking for a planned switchover:
+/// `<pod>@<epoch>`, the instance to promote and the `status.primaryEpoch`
+/// the request was made at. A request of another epoch is stale (the
+/// primary changed since) and is never carried out.
+pub const ANNOTATION_SWITCHOVER: &str = "opshooks.io/switchover";
+
 /// The failover delay when `spec.failover.delay` is not set.
 pub(super) const DEFAULT_DELAY_SECONDS: u32 = 30;
 
@@ -112,6 +118,13 @@ pub struct Primary {
     pub last: Option<Failover>,
     /// The refusals of this epoch's failed promote Jobs, by Job.
     pub refusals: Vec<(String, String)>,
+    /// The change under way is a switchover asked for: the old primary
+    /// serves until the promote Job stops its writes and the candidate has
+    /// all of its WAL.
+    pub planned: bool,
+    /// Why a switchover asked for is not carried out, if one is asked for
+    /// and is not.
+    pub request_ignored: Option<String>,
 }
 
 /// A failover that happened.
@@ -127,6 +140,8 @@ pub struct Failover {
     pub epoch: u64,
     /// The promote Job.
     pub job: String,
+    /// A switchover asked for, not the loss of the primary.
+    pub planned: bool,
 }
 
 impl Primary {
@@ -193,13 +208,66 @@ pub(super) fn decide(db: &Database, seen: &Observed, may_fail_over: bool) -> Pri
         promote_job: None,
         last: last_failover(db, seen, &rec),
         refusals: refusals(db, seen, epoch),
+        planned: false,
+        request_ignored: None,
     };
+    let request = switchover_request(db);
     if primary.changing() {
+        primary.planned = epoch > 0 && request == Some((designated, epoch - 1));
         change(db, seen, &mut primary);
     } else if may_fail_over {
         consider_failover(db, seen, &mut primary);
+        if primary.step == Step::Steady {
+            consider_switchover(db, seen, request, &mut primary);
+        }
     }
     primary
+}
+
+/// The switchover asked for by annotation: (instance, epoch). An
+/// annotation that does not read as `<pod>@<epoch>` asks for nothing.
+fn switchover_request(db: &Database) -> Option<(u32, u64)> {
+    let value = db
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_SWITCHOVER)?;
+    let (pod, epoch) = value.trim().rsplit_once('@')?;
+    Some((pod_ordinal(db, pod)?, epoch.parse().ok()?))
+}
+
+/// Starts a switchover asked for, when it is current and its instance is
+/// a ready standby; says why not otherwise.
+fn consider_switchover(
+    db: &Database,
+    seen: &Observed,
+    request: Option<(u32, u64)>,
+    primary: &mut Primary,
+) {
+    let Some((to, epoch)) = request else {
+        return;
+    };
+    if to == primary.designated {
+        return;
+    }
+    let ignored = if epoch != primary.epoch {
+        format!(
+            "it was asked at epoch {epoch} and the primary changed since (epoch {}); ask again with @{}",
+            primary.epoch, primary.epoch
+        )
+    } else if !candidates(db, seen, primary.serving).any(|o| o == to) {
+        format!("{} is not a ready standby", pod_name(db, to))
+    } else {
+        primary.designated = to;
+        primary.epoch += 1;
+        primary.step = Step::Fencing;
+        primary.planned = true;
+        return;
+    };
+    primary.request_ignored = Some(format!(
+        "switchover to {} not carried out: {ignored}",
+        pod_name(db, to)
+    ));
 }
 
 /// The designation in force: the newest of the role ConfigMap, the status
@@ -252,16 +320,29 @@ fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
         .filter(|(e, _, _)| *e == primary.epoch)
         .map(|(_, o, _)| o)
         .collect();
-    let next = candidates(db, seen, primary.serving).find(|o| !tried.contains(o));
+    // A switchover is for one instance: it never moves on to another.
+    let next = candidates(db, seen, primary.serving)
+        .find(|o| !tried.contains(o))
+        .filter(|_| !primary.planned);
     if let Some(next) = next {
         primary.designated = next;
         primary.step = Step::Fencing;
         return;
     }
-    let old_primary_answers = !primary.refusals.is_empty()
-        && primary.refusals.iter().all(|(_, why)| {
-            why.starts_with("refused") && why.contains("still answers as a primary")
-        });
+    // Nothing was promoted when every Job refused (its report says so)
+    // because the old primary answers or, for a switchover, for any
+    // reason: the old primary serves on.
+    let all_refused = !primary.refusals.is_empty()
+        && primary
+            .refusals
+            .iter()
+            .all(|(_, why)| why.starts_with("refused"));
+    let old_primary_answers = all_refused
+        && (primary.planned
+            || primary
+                .refusals
+                .iter()
+                .all(|(_, why)| why.contains("still answers as a primary")));
     if let (true, Some(serving)) = (old_primary_answers, primary.serving) {
         primary.designated = serving;
         primary.epoch += 1;
@@ -361,6 +442,7 @@ fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failo
         to,
         epoch,
         job: job.to_string(),
+        planned: switchover_request(db) == Some((to, epoch - 1)),
     })
 }
 
@@ -545,5 +627,65 @@ mod tests {
         let status = json!({"currentPrimary": "orders-2", "primaryEpoch": 4});
         let p = decide(&db(status), &seen(None, Some(("orders-0", 0)), &[]), true);
         assert_eq!((p.designated, p.epoch), (2, 4));
+    }
+
+    fn asking(switchover: &str, status: serde_json::Value) -> Database {
+        let mut d = db(status);
+        d.metadata.annotations =
+            Some([(ANNOTATION_SWITCHOVER.to_string(), switchover.to_string())].into());
+        d
+    }
+
+    #[test]
+    fn a_current_switchover_request_designates_its_standby() {
+        let d = asking("orders-2@0", json!({}));
+        let p = decide(&d, &seen(None, Some(("orders-0", 0)), &[]), true);
+        assert_eq!(
+            (p.designated, p.epoch, p.serving, p.planned),
+            (2, 1, Some(0), true)
+        );
+        assert_eq!(p.step, Step::Fencing);
+        // Once the role names it, the Job runs in switchover mode.
+        let d = asking(
+            "orders-2@0",
+            json!({"currentPrimary": "orders-0", "primaryEpoch": 1}),
+        );
+        let p = decide(&d, &seen(None, Some(("orders-2", 1)), &[]), true);
+        assert_eq!((p.step, p.planned), (Step::Promoting, true));
+        assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-2"));
+    }
+
+    #[test]
+    fn a_stale_switchover_request_is_never_carried_out() {
+        let d = asking(
+            "orders-0@0",
+            json!({"currentPrimary": "orders-1", "primaryEpoch": 1}),
+        );
+        let p = decide(&d, &seen(None, Some(("orders-1", 1)), &[]), true);
+        assert_eq!((p.designated, p.epoch, p.step), (1, 1, Step::Steady));
+        assert!(p.request_ignored.unwrap().contains("ask again with @1"));
+    }
+
+    #[test]
+    fn a_refused_switchover_leaves_the_old_primary_serving() {
+        let d = asking(
+            "orders-2@0",
+            json!({"currentPrimary": "orders-0", "primaryEpoch": 1}),
+        );
+        let refused = fixtures::job("orders-promote-1-2").failed();
+        let mut s = seen(None, Some(("orders-2", 1)), &[refused]);
+        s.pods.push(
+            fixtures::pod("orders-promote-1-2-x")
+                .label("batch.kubernetes.io/job-name", "orders-promote-1-2")
+                .set(
+                    "/status/containerStatuses",
+                    json!([{"name": "promote", "state": {"terminated": {"exitCode": 3,
+                        "message": "opshooks promote: refused orders-2 did not catch up in 60s"}}}]),
+                )
+                .typed(),
+        );
+        let p = decide(&d, &s, true);
+        assert_eq!((p.designated, p.epoch, p.serving), (0, 2, Some(0)), "{p:?}");
+        assert!(!p.changing());
     }
 }

@@ -17,11 +17,15 @@ pub(super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
     let to = pod_name(db, new.to);
     Some(LastFailover {
         at: new.at.map(format_time),
-        reason: format!(
-            "{} was not ready for longer than spec.failover.delay; job {} promoted {to}",
-            from.as_deref().unwrap_or("the primary"),
-            new.job
-        ),
+        reason: if new.planned {
+            format!("switchover asked for; job {} promoted {to}", new.job)
+        } else {
+            format!(
+                "{} was not ready for longer than spec.failover.delay; job {} promoted {to}",
+                from.as_deref().unwrap_or("the primary"),
+                new.job
+            )
+        },
         from,
         to,
         epoch: new.epoch,
@@ -71,11 +75,18 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
             "Promoting",
             format!("{designated} is being promoted at epoch {epoch}"),
         ),
-        Step::Steady => (
-            ConditionStatus::False,
-            "Stable",
-            format!("{designated} is the primary (epoch {epoch})"),
-        ),
+        Step::Steady => match &primary.request_ignored {
+            Some(why) => (
+                ConditionStatus::False,
+                "SwitchoverIgnored",
+                format!("{designated} is the primary (epoch {epoch}); {why}"),
+            ),
+            None => (
+                ConditionStatus::False,
+                "Stable",
+                format!("{designated} is the primary (epoch {epoch})"),
+            ),
+        },
         Step::Waiting { since, after } => (
             ConditionStatus::False,
             "PrimaryNotReady",
@@ -98,6 +109,15 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
             "Fencing",
             format!(
                 "{designated} is designated primary at epoch {epoch}{}; the read-write Service selects it, and its promote job starts once every instance reads the role ConfigMap",
+                replacing(db, primary)
+            ),
+        ),
+        Step::Promoting if primary.planned => (
+            ConditionStatus::True,
+            "SwitchingOver",
+            format!(
+                "job {} stops writes on the old primary, waits until {designated} has all of its WAL, then promotes it{}",
+                primary.promote_job.as_deref().unwrap_or_default(),
                 replacing(db, primary)
             ),
         ),
