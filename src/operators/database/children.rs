@@ -41,7 +41,7 @@ use crate::operators::common::{
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
 pub const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
 /// The init container of every instance: standbys clone the primary.
-pub const CLONE_SCRIPT: &str = include_str!("clone.sh");
+pub const CLONE_SCRIPT: &str = include_str!("start.sh");
 /// The initial-configuration Job.
 pub const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
 /// The upgrade Job's restore into the new version.
