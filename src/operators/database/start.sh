@@ -212,15 +212,17 @@ else
     say "a former primary: rewinding it onto the primary at $rw_host:$rw_port"
     wait_for_primary postgres "${POSTGRES_PASSWORD:-}"
     # pg_rewind finishes an unclean shutdown itself, in single-user mode
-    # with postgresql.conf's settings; the server's own `-c` options (among
-    # them wal_log_hints=on, which pg_rewind needs) are not among them. So
-    # crash recovery runs here first, with the options pg_rewind checks.
+    # with postgresql.conf's settings only: not the server's `-c` options,
+    # so wal_log_hints (which pg_rewind then checks) goes off, and the
+    # checkpoints of that recovery recycle the WAL before it (wal_keep_size
+    # 0), where pg_rewind looks for the last checkpoint the two timelines
+    # share. Crash recovery runs here first, keeping both.
     state="$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p')" || state=""
     case "$state" in
         "shut down" | "shut down in recovery") ;;
         *)
             say "finishing the unclean shutdown ($state) in single-user mode"
-            postgres --single -D "$PGDATA" -c wal_log_hints=on template1 </dev/null >&2 || true
+            postgres --single -D "$PGDATA" -c wal_log_hints=on -c wal_keep_size=1000000 template1 </dev/null >&2 || true
             ;;
     esac
     if PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
