@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "src" / "operators" / "database"
 # restore.sh runs in test_restore_scripts.py; it is checked here with the rest.
 # start.sh, promote.sh and probe.sh run in test_failover_scripts.py too.
-SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
+SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "probe.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
                 "restore.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -83,7 +83,7 @@ class Proxy:
     def close(self) -> None:
         self.closed = True
         self.retarget(None)
-        self.listener.close()
+        self._close(self.listener)  # shutdown wakes the accepting thread
 
     @staticmethod
     def _close(s: socket.socket) -> None:
@@ -122,6 +122,9 @@ class Proxy:
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        """One direction; the first to end ends both. Only retarget()
+        closes: a socket closed here could have its descriptor reused while
+        the other direction's thread still uses it."""
         try:
             while data := src.recv(65536):
                 dst.sendall(data)
@@ -352,7 +355,10 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2) -> Da
     primary.start()
     assert primary.in_recovery() == "f"
     for standby in instances[1:]:
-        standby.start()
+        try:
+            standby.start()
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- the primary's log\n{primary.output()}") from None
         assert standby.in_recovery() == "t"
     wait_for("every standby streams", lambda: primary.sql(
         "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == str(standbys))
@@ -510,10 +516,25 @@ def test_an_empty_instance_clones_only_from_a_primary(database: Database):
     assert not PWNED.exists()
 
 
-def test_primary_conninfo_is_data(database: Database):
+BUSYBOX_TOOLS = ["awk", "sed", "grep", "tr", "cat", "head", "mv", "rm", "mkdir", "chmod", "touch"]
+
+
+def busybox_path() -> str:
+    """PATH of an alpine image: busybox's applets first."""
+    tools = fresh_path("busybox-bin")
+    tools.mkdir()
+    for tool in BUSYBOX_TOOLS:
+        (tools / tool).symlink_to(shutil.which(SHELLS["busybox"]) or "busybox")
+    tools.chmod(0o755)
+    return f"{tools}:{PG_PATH}"
+
+
+@pytest.mark.parametrize("image", ["debian", "alpine"])
+def test_primary_conninfo_is_data(database: Database, image):
     """Every value in primary_conninfo reaches the server as it was given:
     the conninfo the server parses from postgresql.auto.conf, parsed again
-    as libpq would, has exactly the environment's values."""
+    as libpq would, has exactly the environment's values. Under dash with
+    Debian's tools (mawk), and under busybox with its own awk, sed, grep."""
     b = database.instances[1]
     b.stop()
     weird = {
@@ -522,9 +543,10 @@ def test_primary_conninfo_is_data(database: Database):
         "HOSTNAME": "db-1 'app' \\ \"name\"",
         "REPLICATION_PASSWORD": REPLICATION_PASSWORD + "\nsecond line\r\tand tab",
     }
-    env = {**b.env(), **weird}
+    shell = "dash" if image == "debian" else "busybox"
+    env = {**b.env(PG_PATH if image == "debian" else busybox_path()), **weird}
     r = run(script_argv("start.sh") + ["start", str(BIN / "postgres"), "-C", "primary_conninfo"],
-            env, as_postgres=True, timeout=30)
+            env, as_postgres=True, timeout=30, executable=shell_path(shell))
     assert r.rc == 0, str(r)
     assert parse_conninfo(r.out.rstrip("\n")) == {
         "host": weird["RW_HOST"], "port": weird["RW_PORT"], "user": "replicator",
@@ -680,6 +702,81 @@ def test_a_rewind_that_fails_moves_the_data_aside_and_clones(database: Database)
     assert not (diverged / "standby.signal").exists()
     assert sorted(d.name for d in p.volume.iterdir() if d.name.startswith("pg")) == \
         [f"pg{MAJOR}", f"pg{MAJOR}.diverged"]
+
+
+def test_a_designated_standby_starts_as_a_standby(database: Database):
+    """The role ConfigMap names b before the promote Job ran, and b's
+    container restarts meanwhile: it starts as a standby, following the
+    Service; only the Job promotes."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
+    wait_for("b has the row", lambda: has_rows(b, "t", 1))
+    database.designate(None)
+    p.stop("immediate")
+    write_roles(database.roles, b.name, 2)
+    b.stop()
+    b.start()
+    assert "designated primary, still a standby" in b.output(), b.output()
+    assert b.in_recovery() == "t"
+    assert_promoted(promote(b, p, [c]), b)
+    database.designate(b)
+    rw_sql(database.proxy, "INSERT INTO t VALUES (2)")
+    wait_for("c follows b", lambda: has_rows(c, "t", 2), timeout=60)
+
+
+# --------------------------------------------------------------------------
+# probe.sh
+
+
+def probe(instance: Instance, what: str, *, shell: str = "dash", **extra: str) -> Result:
+    """The kubelet's exec probe in the postgres container."""
+    env = {**instance.env(), "PGPORT": str(instance.port), **extra}
+    for key in ("PGDATA", "REPLICATION_PASSWORD", "TERMINATION_LOG"):
+        env.pop(key)
+    return run(script_argv("probe.sh") + ["probe", what], env, as_postgres=True, timeout=30,
+               executable=shell_path(shell))
+
+
+def test_probes(database: Database):
+    p, b, c = database.instances
+    for shell in SHELLS:
+        for i in (p, b):
+            for what in ("live", "ready"):
+                r = probe(i, what, shell=shell)
+                assert r.rc == 0, f"{i.name} {what} under {shell}: {r}"
+
+    # A standby that lags: with MAX_LAG_BYTES it is not ready (still live);
+    # without, or with the primary out of reach, it is.
+    b.sql("SELECT pg_wal_replay_pause()")
+    rw_sql(database.proxy, "CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 20000) g")
+    wait_for("b received the WAL", lambda: b.sql(
+        "SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) > 2000000") == "t")
+    lagging = probe(b, "ready", MAX_LAG_BYTES="1000000")
+    assert lagging.rc != 0 and "bytes behind the primary, more than 1000000" in lagging.out, str(lagging)
+    assert probe(b, "ready", MAX_LAG_BYTES="100000000").rc == 0
+    assert probe(b, "ready").rc == 0
+    assert probe(b, "live", MAX_LAG_BYTES="1000000").rc == 0
+    database.designate(None)
+    unjudged = probe(b, "ready", MAX_LAG_BYTES="1000000")
+    assert unjudged.rc == 0 and "not judged" in unjudged.out, str(unjudged)
+    database.proxy.retarget(p.port)
+    b.sql("SELECT pg_wal_replay_resume()")
+    wait_for("b caught up", lambda: probe(b, "ready", MAX_LAG_BYTES="1000000").rc == 0)
+
+    # A primary that is not the designated one: fenced, neither live nor ready.
+    write_roles(database.roles, b.name, 2)
+    for what in ("live", "ready"):
+        r = probe(p, what)
+        assert r.rc != 0 and "fenced" in r.out, str(r)
+    assert probe(b, "live").rc == 0  # a designated standby waiting for its promotion
+    write_roles(database.roles, p.name, 3)
+    assert probe(p, "live").rc == 0
+
+    # No server.
+    c.stop()
+    for what in ("live", "ready"):
+        r = probe(c, what)
+        assert r.rc != 0 and "does not accept connections" in r.out, str(r)
 
 
 # --------------------------------------------------------------------------
