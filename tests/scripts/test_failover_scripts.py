@@ -1,4 +1,4 @@
-"""Failover (issue 21), run for real: start.sh and promote.sh.
+"""Failover (issue 21), run for real: start.sh, promote.sh and probe.sh.
 
 Three PostgreSQL instances on loopback play a Database's pods, each started
 as its postgres container starts (children.rs): `/bin/sh -c <start.sh>
@@ -8,7 +8,8 @@ The role ConfigMap is a directory the test writes (primary, epoch,
 initialized); the read-write Service is a small TCP proxy the test
 retargets, so standbys really clone from and stream from "the Service" and
 follow a new primary by themselves. promote.sh runs as the promote Job
-runs, over TCP with the superuser's password.
+runs, over TCP with the superuser's password; probe.sh as the kubelet's
+exec probes.
 
 Every server starts with `-c wal_log_hints=on`, as the hook starts them
 (pg_rewind needs it). The passwords are the hostile ones of
@@ -668,6 +669,35 @@ def test_promote_refuses_an_unreachable_candidate(database: Database):
     refused = promote(b, p, [c], timeout="2")
     assert_refused(refused, f"candidate {b.address} does not answer")
     assert c.in_recovery() == "t"
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_promote_takes_its_values_as_data(shell):
+    """Hostile addresses reach libpq as host names (which do not resolve),
+    never shell or SQL; the report stays one line; a bad port or a missing
+    value fails (exit 1) before anything is asked."""
+    work = pg_dir(fresh_path("promote-hostile"))
+    log = work / "termination-log"
+    base = {"PATH": PG_PATH, "HOME": str(work), "PGPASSWORD": SUPERUSER_PASSWORD,
+            "TERMINATION_LOG": str(log), "CONNECT_TIMEOUT": "2", "SYNCHRONOUS": "false",
+            "OLD_PRIMARY": "127.0.0.1:1", "STANDBYS": ""}
+    hostile = "h'o\"st $(touch /tmp/pwned-repl) `touch /tmp/pwned-repl`\n; SELECT pg_promote() --"
+    cases = [
+        ({"CANDIDATE": hostile + ":5432"}, 3, "refused candidate h'o\"st $(touch /tmp/pwned-repl)"),
+        ({"CANDIDATE": "127.0.0.1:54x"}, 1, "failed cannot read a port from '127.0.0.1:54x'"),
+        ({"CANDIDATE": ""}, 1, "failed CANDIDATE is not set"),
+        ({"CANDIDATE": "127.0.0.1:1", "OLD_PRIMARY": ""}, 1, "failed OLD_PRIMARY is not set"),
+        ({"CANDIDATE": "127.0.0.1:1", "SYNCHRONOUS": "yes"}, 1, "failed SYNCHRONOUS is 'yes'"),
+    ]
+    for over, rc, start in cases:
+        log.unlink(missing_ok=True)
+        r = run(script_argv("promote.sh"), {**base, **over}, as_postgres=True, timeout=60,
+                executable=shell_path(shell))
+        line = log.read_text()
+        assert r.rc == rc, f"{over}: {r}"
+        assert line.startswith("opshooks promote: " + start), f"{over}: {line!r}"
+        assert line.count("\n") == 1 and line.endswith("\n"), line
+    assert not PWNED.exists()
 
 
 def test_a_rewind_that_fails_moves_the_data_aside_and_clones(database: Database):
