@@ -894,6 +894,36 @@ def lose_the_primary(template: Path, sync: bool, seconds: float = 1.5) -> tuple[
         db.stop()
 
 
+def test_a_planned_switchover_loses_nothing_even_asynchronous(template):
+    """The primary shut down cleanly (fast: the WAL senders send every
+    record up to the shutdown checkpoint before it exits), a standby
+    promoted: every acknowledged commit is there, without synchronous
+    replication, and the old primary rejoins (pg_rewind finds nothing to
+    undo)."""
+    db = new_database(template)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id int PRIMARY KEY)")
+        writer = Writer(db.proxy, "w")
+        time.sleep(1)
+        p.stop("fast")
+        db.designate(None)
+        acked = writer.acknowledged()
+        assert len(acked) > 100, "the writer hardly wrote"
+        new = promote_the_most_advanced(db, p, sync=False)
+        present = {int(v) for v in new.sql("SELECT id FROM w").split()}
+        assert acked <= present, f"{len(acked - present)} acknowledged commits lost in a switchover"
+        p.start()
+        out = p.output()
+        assert "rewound" in out and "pg_rewind failed" not in out, out
+        assert "finishing the unclean shutdown" not in out, out
+        assert p.in_recovery() == "t"
+        rw_sql(db.proxy, "INSERT INTO w VALUES (-1)")
+        wait_for("the old primary follows", lambda: p.sql("SELECT count(*) FROM w WHERE id = -1") == "1")
+    finally:
+        db.stop()
+
+
 def test_synchronous_replication_loses_no_acknowledged_commit(template):
     for run_no in range(3):
         acked, lost, seconds = lose_the_primary(template, sync=True)
