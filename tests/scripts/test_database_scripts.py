@@ -1,15 +1,15 @@
 """The Database operator's shell scripts, run for real.
 
 src/operators/database/*.sh run here as the pods run them (children.rs):
-clone.sh, init-app.sh, upgrade.sh and dump-stopped.sh as `/bin/sh -c
-<script text>`; primary-init.sh from /docker-entrypoint-initdb.d, where the
+start.sh as `/bin/sh -c <script text> start <command...>`, init-app.sh,
+upgrade.sh and dump-stopped.sh as `/bin/sh -c <script text>`; primary-init.sh from /docker-entrypoint-initdb.d, where the
 initdb ConfigMap mounts it with mode 0555, so the official image's
 entrypoint executes it (it still works sourced, as from a 0644 file, and
 one test runs it that way too). Each is read from its real path in src/
 for every run and gets only the environment its container would have (the
 variables children.rs sets, plus the PATH and HOME an image supplies):
 
-* primary-init.sh, clone.sh, dump-stopped.sh and upgrade.sh act as the
+* primary-init.sh, start.sh, dump-stopped.sh and upgrade.sh act as the
   database server's OS user (`postgres`), against real PostgreSQL clusters
   made with initdb, on loopback ports and private socket directories;
 * init-app.sh is a client Job: it talks to the primary over TCP with
@@ -46,7 +46,9 @@ from pyhelpers import free_port  # tests/support, on sys.path by conftest.py
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "src" / "operators" / "database"
 # restore.sh runs in test_restore_scripts.py; it is checked here with the rest.
-SCRIPT_NAMES = ["primary-init.sh", "clone.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh", "restore.sh"]
+# start.sh, promote.sh and probe.sh run in test_failover_scripts.py too.
+SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "probe.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
+                "restore.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /bin/sh of the images the scripts run in: dash (Debian-based postgres
@@ -465,43 +467,73 @@ def test_primary_init_second_run(primary: Primary):
 
 
 # --------------------------------------------------------------------------
-# 2. clone.sh
+# 2. start.sh (what clone.sh, the init container it replaced, did; the
+# failover paths are in test_failover_scripts.py)
+
+# What start.sh execs once the data directory is ready: in the pod, the
+# image's entrypoint and the server; here a marker on stdout.
+STARTED = ["echo", "started"]
 
 
-def clone_env(pgdata: Path, hostname: str, port: int, *, password: str = REPLICATION_PASSWORD,
-              path: str = PG_PATH) -> dict[str, str]:
+def role_dir(primary: str | None, initialized: str | None = "true", epoch: str = "1") -> Path:
+    """The mounted role ConfigMap: a file per key; None leaves a key out."""
+    d = fresh_path("role")
+    d.mkdir()
+    for key, value in (("primary", primary), ("initialized", initialized), ("epoch", epoch)):
+        if value is not None:
+            (d / key).write_text(value)
+    d.chmod(0o755)
+    return d
+
+
+def start_env(pgdata: Path, hostname: str, port: int, *, primary: str | None = "db-0",
+              initialized: str | None = "true", password: str = REPLICATION_PASSWORD,
+              path: str = PG_PATH, roles: Path | None = None, log: Path | None = None) -> dict[str, str]:
+    """The postgres container's environment (children.rs): the read-write
+    Service is 127.0.0.1:port here."""
     return {
         "PATH": path,
         "HOME": str(pgdata.parent),
         "HOSTNAME": hostname,
         "PGDATA": str(pgdata),
-        "PRIMARY_HOST": "127.0.0.1",
-        "PRIMARY_PORT": str(port),
+        "ROLE_DIR": str(roles or role_dir(primary, initialized)),
+        "RW_HOST": "127.0.0.1",
+        "RW_PORT": str(port),
         "REPLICATION_PASSWORD": password,
+        "POSTGRES_PASSWORD": SUPERUSER_PASSWORD,
+        "TERMINATION_LOG": str(log or pgdata.parent / "termination-log"),
     }
 
 
+def run_start(env: dict[str, str], *, shell: str = "dash", as_postgres: bool = True,
+              timeout: float = 120) -> Result:
+    return run(script_argv("start.sh") + ["start", *STARTED], env, as_postgres=as_postgres,
+               timeout=timeout, executable=shell_path(shell))
+
+
 @pytest.mark.parametrize("shell", list(SHELLS))
-def test_clone_instance_zero_does_nothing(shell):
+def test_start_first_start_of_the_primary_execs_at_once(shell):
+    """The designated primary, never initialized: nothing to prepare, the
+    image's entrypoint (initdb) runs. No contact with anything."""
     closed_port = free_port()  # nothing listens: any contact would hang or fail
     missing = fresh_path("c0") / "data"
     pg_dir(missing.parent)
-    r = run_script("clone.sh", clone_env(missing, "db-0", closed_port), shell=shell,
-                   as_postgres=True, timeout=20)
+    r = run_start(start_env(missing, "db-0", closed_port, initialized="false"), shell=shell, timeout=20)
     assert r.rc == 0, str(r)
-    assert "nothing to clone" in r.out
-    assert not missing.exists(), "instance 0 created its PGDATA"
+    assert r.out == "started\n", str(r)
+    assert not missing.exists(), "the primary created its PGDATA"
 
     empty = pg_dir(fresh_path("c0") / "data")
-    r = run_script("clone.sh", clone_env(empty, "my-db-0", closed_port), shell=shell,
-                   as_postgres=True, timeout=20)
+    r = run_start(start_env(empty, "my-db-0", closed_port, primary="my-db-0", initialized="false"),
+                  shell=shell, timeout=20)
     assert r.rc == 0, str(r)
+    assert r.out == "started\n", str(r)
     assert list(empty.iterdir()) == []
 
 
 # Issue 18: a Database re-created over retained volumes with a higher
 # spec.version started an empty cluster beside the old data. The volume's
-# layout is what instance 0 judges by: pg<major> directories, PG_VERSION,
+# layout is what the primary judges by: pg<major> directories, PG_VERSION,
 # and the marker a finished upgrade leaves.
 @pytest.mark.parametrize("shell", list(SHELLS))
 @pytest.mark.parametrize("mine, layout, refused", [
@@ -512,7 +544,7 @@ def test_clone_instance_zero_does_nothing(shell):
     ("17", {"17": False}, None),
     ("17", {}, None),
 ])
-def test_clone_instance_zero_never_starts_beside_other_data(shell, mine, layout, refused):
+def test_start_primary_never_starts_beside_other_data(shell, mine, layout, refused):
     volume = pg_dir(fresh_path("vol"))
     for major, upgraded in layout.items():
         data = pg_dir(volume / f"pg{major}")
@@ -520,29 +552,63 @@ def test_clone_instance_zero_never_starts_beside_other_data(shell, mine, layout,
         if upgraded:
             (data / ".opshooks-upgrade-complete").touch()
     log = volume / "termination-log"
-    env = {**clone_env(volume / f"pg{mine}", "orders-0", free_port()), "TERMINATION_LOG": str(log)}
-    r = run_script("clone.sh", env, shell=shell, timeout=20)
+    env = start_env(volume / f"pg{mine}", "orders-0", free_port(), primary="orders-0",
+                    initialized="false", log=log)
+    r = run_start(env, shell=shell, as_postgres=False, timeout=20)
     if refused:
         assert r.rc != 0, str(r)
         assert refused in r.err, str(r)
+        assert r.out == "", "refused, and exec'd the server anyway"
         assert log.read_text() == f"opshooks: volume {refused}: nothing is initialized or served beside it\n"
     else:
         assert r.rc == 0, str(r)
-        assert "nothing to clone" in r.out
+        assert r.out == "started\n", str(r)
         assert not log.exists()
 
 
-@pytest.mark.parametrize("hostname", ["db", "db-", "db-x", "db-1a", "db-1 "])
-def test_clone_rejects_a_hostname_without_ordinal(hostname):
+@pytest.mark.parametrize("case", ["no primary file", "empty primary file", "no HOSTNAME"])
+def test_start_refuses_without_a_role(case):
+    """Never a guess: without a designated primary (or its own name) an
+    instance neither starts nor clones nor initializes."""
     pgdata = fresh_path("cbad") / "data"
     pg_dir(pgdata.parent)
-    r = run_script("clone.sh", clone_env(pgdata, hostname, free_port()), as_postgres=True, timeout=20)
+    env = start_env(pgdata, "db-1", free_port(), primary=None if case == "no primary file" else "")
+    if case == "no HOSTNAME":
+        env = start_env(pgdata, "", free_port())
+        del env["HOSTNAME"]
+    r = run_start(env, timeout=20)
     assert r.rc != 0, str(r)
-    assert "cannot read an ordinal" in r.err
+    assert r.out == "", "started without a role"
+    log = (pgdata.parent / "termination-log").read_text()
+    assert log.startswith("opshooks: ") and log.count("\n") == 1, log
     assert not pgdata.exists()
 
 
-def test_clone_streams_from_the_primary(primary: Primary):
+def wait_streaming(primary: Cluster, standby: Cluster, marker_table: str = "stream_check") -> None:
+    """The standby streams (as replicator) and a row written on the primary
+    reaches it."""
+    deadline = time.monotonic() + 20
+    while primary.sql("SELECT count(*) FROM pg_stat_replication "
+                      "WHERE usename = 'replicator' AND state = 'streaming'") == "0":
+        assert time.monotonic() < deadline, primary.sql("SELECT * FROM pg_stat_replication")
+        time.sleep(0.2)
+    marker = f"row-{uuid.uuid4().hex}"
+    primary.sql(f"CREATE TABLE IF NOT EXISTS {marker_table} (v text)")
+    primary.sql(f"INSERT INTO {marker_table} VALUES (:'v')", v=marker)
+    deadline = time.monotonic() + 30
+    seen = ""
+    while time.monotonic() < deadline:
+        try:
+            seen = standby.sql(f"SELECT v FROM {marker_table} WHERE v = :'v'", v=marker)
+        except SqlError:
+            seen = ""
+        if seen == marker:
+            break
+        time.sleep(0.2)
+    assert seen == marker, "the row inserted on the primary never reached the standby"
+
+
+def test_start_clones_and_streams_from_the_primary(primary: Primary):
     p = primary.cluster
     root = fresh_path("standby")
     standby = Cluster(root / "data", root / "sock", password=p.password)
@@ -550,54 +616,40 @@ def test_clone_streams_from_the_primary(primary: Primary):
     pg_dir(standby.sock)
     pg_dir(standby.data)  # an empty PGDATA: the volume on its first start
 
-    r = run_script("clone.sh", clone_env(standby.data, "db-1", p.port), as_postgres=True)
+    r = run_start(start_env(standby.data, "db-1", p.port))
     assert r.rc == 0, str(r)
-    assert "cloned the primary" in r.out
+    assert "cloned the primary" in r.err, str(r)
+    assert r.out == "started\n", str(r)
     assert (standby.data / "standby.signal").exists()
     assert (standby.data / "global" / "pg_control").exists()
     assert stat.S_IMODE(standby.data.stat().st_mode) == 0o700
+    auto = (standby.data / "postgresql.auto.conf").read_text()
+    assert auto.count("primary_conninfo") == 1, auto
 
     standby.start()
     try:
         assert standby.sql("SELECT pg_is_in_recovery()") == "t"
-        deadline = time.monotonic() + 20
-        while p.sql("SELECT count(*) FROM pg_stat_replication "
-                    "WHERE usename = 'replicator' AND state = 'streaming'") != "1":
-            assert time.monotonic() < deadline, p.sql("SELECT * FROM pg_stat_replication")
-            time.sleep(0.2)
-
-        marker = f"row-{uuid.uuid4().hex}"
-        p.sql("CREATE TABLE IF NOT EXISTS stream_check (v text)")
-        p.sql("INSERT INTO stream_check VALUES (:'v')", v=marker)
-        deadline = time.monotonic() + 30
-        seen = ""
-        while time.monotonic() < deadline:
-            try:
-                seen = standby.sql("SELECT v FROM stream_check WHERE v = :'v'", v=marker)
-            except SqlError:
-                seen = ""
-            if seen == marker:
-                break
-            time.sleep(0.2)
-        assert seen == marker, "the row inserted on the primary never reached the standby"
+        wait_streaming(p, standby)
+        # The hostile password reached the server as data: it authenticated.
+        assert standby.sql("SELECT status FROM pg_stat_wal_receiver") == "streaming"
     finally:
         standby.stop()
+    assert not PWNED.exists(), "REPLICATION_PASSWORD ran as shell"
 
     # Second start of the pod: PGDATA holds the clone; nothing may change.
     before = tree_digest(standby.data)
-    again = run_script("clone.sh", clone_env(standby.data, "db-1", p.port), as_postgres=True, timeout=30)
+    again = run_start(start_env(standby.data, "db-1", p.port), timeout=30)
     assert again.rc == 0, str(again)
-    assert "already holds a cluster" in again.out
+    assert "a standby: starting it as it is" in again.err, str(again)
     assert tree_digest(standby.data) == before
 
 
-def test_clone_starts_over_after_a_killed_clone(primary: Primary):
-    """BUG pin. The script says "a half-finished clone from an earlier
-    attempt is useless: start over", but it takes any PGDATA with a
-    PG_VERSION file for a finished cluster. pg_basebackup receives
-    PG_VERSION among the very first files (global/pg_control comes last),
-    so a pod killed during its clone (eviction, OOM, node loss) comes back
-    with a PGDATA that clone.sh leaves alone and PostgreSQL cannot start."""
+def test_start_starts_over_after_a_killed_clone(primary: Primary):
+    """pg_basebackup receives PG_VERSION among the very first files
+    (global/pg_control comes last), so a pod killed during its clone
+    (eviction, OOM, node loss) comes back with a PGDATA that has a
+    PG_VERSION and cannot start: backup_label tells it apart, and the
+    clone starts over."""
     p = primary.cluster
     root = fresh_path("killed")
     pg_dir(root)
@@ -614,8 +666,8 @@ def test_clone_starts_over_after_a_killed_clone(primary: Primary):
     slow.chmod(0o755)
     uid, gid = postgres_ids()
     proc = subprocess.Popen(
-        script_argv("clone.sh"), executable=shell_path("dash"),
-        env=clone_env(data, "db-2", p.port, path=f"{slow}:{PG_PATH}"),
+        script_argv("start.sh") + ["start", *STARTED], executable=shell_path("dash"),
+        env=start_env(data, "db-2", p.port, path=f"{slow}:{PG_PATH}"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         start_new_session=True, user=uid, group=gid, extra_groups=[], cwd=root,
     )
@@ -634,12 +686,12 @@ def test_clone_starts_over_after_a_killed_clone(primary: Primary):
         proc.wait()
     assert not (data / "global" / "pg_control").exists(), "the clone finished before the kill"
 
-    # The pod restarts: the init container runs again.
-    r = run_script("clone.sh", clone_env(data, "db-2", p.port), as_postgres=True)
+    # The pod restarts: start.sh runs again.
+    r = run_start(start_env(data, "db-2", p.port))
     assert r.rc == 0, str(r)
+    assert r.out == "started\n", str(r)
     assert (data / "global" / "pg_control").exists(), (
-        "clone.sh kept a half-finished clone (it only checks PG_VERSION); "
-        f"the standby cannot start from it.\n{r}"
+        f"start.sh kept a half-finished clone; the standby cannot start from it.\n{r}"
     )
 
 

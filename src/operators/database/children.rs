@@ -47,6 +47,8 @@ pub const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
 pub const START_SCRIPT: &str = include_str!("start.sh");
 /// The promote Job: promotes a standby once it is safe.
 pub const PROMOTE_SCRIPT: &str = include_str!("promote.sh");
+/// The postgres container's probes: `ready` and `live`.
+pub const PROBE_SCRIPT: &str = include_str!("probe.sh");
 /// The initial-configuration Job.
 pub const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
 /// The upgrade Job's restore into the new version.
@@ -253,13 +255,20 @@ fn service_port() -> ServicePort {
 
 /// The headless Service of the StatefulSet, the read-write Service of the
 /// primary, and the read-only Service of the standbys (its endpoints are
-/// ours: see [`read_only_endpoints`]).
+/// ours: see [`read_only_endpoints`]). The read-write Service selects the
+/// designated primary, but during a switchover, the primary it replaces
+/// until the candidate is promoted: the standbys stream from it through
+/// this Service, and the promote Job stops its writes first.
 pub fn services(db: &Database, designated: &Primary) -> [Service; 3] {
     let selector = selector_labels(APP, name(db));
     let mut primary = selector.clone();
+    let selected = match designated.serving {
+        Some(serving) if designated.planned => serving,
+        _ => designated.designated,
+    };
     primary.insert(
         "statefulset.kubernetes.io/pod-name".to_string(),
-        pod_name(db, designated.designated),
+        pod_name(db, selected),
     );
     let service = |object: String, spec: ServiceSpec| Service {
         metadata: meta(db, object),
@@ -383,6 +392,20 @@ fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
+/// `probe.sh ready` or `probe.sh live`.
+fn script_probe(what: &str) -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(
+                ["/bin/sh", "-c", PROBE_SCRIPT, "probe", what]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+        }),
+        ..Probe::default()
+    }
+}
+
 fn pg_isready() -> Probe {
     Probe {
         exec: Some(ExecAction {
@@ -471,7 +494,7 @@ fn pod_management_policy(seen: &Observed) -> String {
 /// passwords' Secret, where its role is and where the primary is (the
 /// read-write Service, which follows the designated primary).
 fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
-    vec![
+    let mut env = vec![
         value_env("PGDATA", pgdata(plan.version)),
         secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
         secret_env(
@@ -484,7 +507,18 @@ fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
         value_env("RW_PORT", PORT.to_string()),
         // New clusters get data checksums, which pg_rewind can use.
         value_env("POSTGRES_INITDB_ARGS", "--data-checksums"),
-    ]
+    ];
+    if let Some(bytes) = max_standby_lag(db) {
+        env.push(value_env("MAX_LAG_BYTES", bytes.to_string()));
+    }
+    env
+}
+
+/// `spec.failover.maxStandbyLag` in bytes: a standby further behind is not
+/// ready, so it leaves the read-only endpoints and is no failover candidate.
+fn max_standby_lag(db: &Database) -> Option<u64> {
+    let lag = db.spec.failover.as_ref()?.max_standby_lag.as_deref()?;
+    crate::operators::validate::quantity_bytes(lag)
 }
 
 /// The role ConfigMap, mounted where `start.sh` reads it.
@@ -526,9 +560,13 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
             protocol: Some("TCP".to_string()),
             ..ContainerPort::default()
         }]),
+        // probe.sh: a server answering as a primary while the role names
+        // another pod is neither ready nor live (the restart rejoins it as
+        // a standby); a standby too far behind is not ready.
         readiness_probe: Some(Probe {
             period_seconds: Some(5),
-            ..pg_isready()
+            timeout_seconds: Some(5),
+            ..script_probe("ready")
         }),
         // Crash recovery after an unclean stop can take long: liveness
         // starts only once the server answered.
@@ -539,8 +577,9 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         }),
         liveness_probe: Some(Probe {
             period_seconds: Some(10),
+            timeout_seconds: Some(5),
             failure_threshold: Some(6),
-            ..pg_isready()
+            ..script_probe("live")
         }),
         resources: Some(ResourceRequirements {
             requests: Some(resources.clone()),
@@ -1011,6 +1050,10 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
                 "failover"
             },
         ),
+        // The role the instances must read before anything is promoted.
+        value_env("EXPECT_PRIMARY", pod_name(db, primary.designated)),
+        value_env("EXPECT_EPOCH", primary.epoch.to_string()),
+        value_env("ROLE_DIR", ROLE_DIR),
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
         value_env("CONNECT_TIMEOUT", "5"),
     ];

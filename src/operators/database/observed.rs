@@ -17,7 +17,7 @@ use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
 
-/// How `clone.sh` begins the termination message of an instance 0 that
+/// How `start.sh` begins the termination message of an instance that
 /// refuses to start on its volume.
 pub const REFUSAL: &str = "opshooks: ";
 

@@ -128,6 +128,12 @@ pub struct FailoverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub delay: Option<u32>,
+    /// How far behind the primary a standby may replay (a quantity of
+    /// WAL, for example 64Mi) and still serve reads and be a failover
+    /// candidate; no limit when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub max_standby_lag: Option<String>,
 }
 
 /// How commits wait for the standbys.
@@ -532,6 +538,17 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
                 "{:?} is not a storage size; write it like 20Gi",
                 db.spec.storage.size
             ),
+        ));
+    }
+    let lag = db
+        .spec
+        .failover
+        .as_ref()
+        .and_then(|f| f.max_standby_lag.as_ref());
+    if let Some(lag) = lag.filter(|l| validate::quantity_bytes(l).is_none_or(|b| b == 0)) {
+        return Err(InvalidSpec::new(
+            "spec.failover.maxStandbyLag",
+            format!("{lag:?} is not an amount of WAL; write it like 64Mi"),
         ));
     }
     // PostgreSQL cuts names at 63 bytes, not characters: a longer name is
