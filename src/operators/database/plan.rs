@@ -277,15 +277,28 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
         .into());
     }
     let mut plan = upgrade_plan(db, seen, running);
-    // Also while deleting: the final snapshot reads the primary, and a
-    // primary lost for good would otherwise hold the deletion for ever.
-    let may_fail_over = plan.upgrade == Upgrade::None
-        && plan.restore.lets_serve()
-        && plan.replicas > 1
-        && was_initialized(db, seen);
-    plan.primary = primary::decide(db, seen, may_fail_over);
-    plan.replicas = with_primary(plan.replicas, &plan.primary);
+    let upgrading = plan.upgrade != Upgrade::None;
+    decide_primary(db, seen, &mut plan, upgrading);
     Ok(plan)
+}
+
+/// Who is the primary, and the instances to run for it. A failover may
+/// start unless an upgrade or a restore holds the instances; also while
+/// deleting: the final snapshot reads the primary, and a primary lost for
+/// good would otherwise hold the deletion for ever.
+fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bool) {
+    // The standbys counted with the instances kept up to the primary: a
+    // size made smaller after a failover still has one below it.
+    let steady = primary::decide(db, seen, false);
+    let may_fail_over = !upgrading
+        && plan.restore.lets_serve()
+        && with_primary(plan.replicas, &steady) > 1
+        && was_initialized(db, seen);
+    plan.primary = match may_fail_over {
+        true => primary::decide(db, seen, true),
+        false => steady,
+    };
+    plan.replicas = with_primary(plan.replicas, &plan.primary);
 }
 
 /// The instances to run: at least up to the designated primary, which a
@@ -629,7 +642,9 @@ fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
     let to = plan.target;
     if !has(&jobs::upgrade(db, to)) {
         plan.version = plan.running;
-        plan.replicas = with_primary(db.spec.size.instances(), &plan.primary);
+        plan.replicas = db.spec.size.instances();
+        // Nothing holds the instances then: they may fail over.
+        decide_primary(db, seen, plan, false);
     }
     plan.init_job = has(&jobs::init(db));
     plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
@@ -1174,6 +1189,54 @@ mod tests {
         d.status = None;
         let first = plan(&d, &serving("16")).unwrap();
         assert_eq!(first.replicas, 1, "instance 0 the primary: the size alone");
+    }
+
+    /// Found by the lives (issue 21), after the fix above: that small
+    /// Database's primary, orders-1, then lost its volume. Its standby,
+    /// orders-0, was never counted (the size has one instance), so nothing
+    /// failed over. And a Database deleted with a refused spec (a
+    /// downgrade) never decided its primary at all, so its deletion waited
+    /// for ever for a primary whose volume was lost.
+    #[test]
+    fn regression_standbys_below_a_kept_primary_and_under_a_refused_spec_take_over() {
+        let ctx = Context::fixed();
+        let lost = |ordinal: usize, version: &str| {
+            let mut seen = serving(version);
+            seen.pods = vec![instance(0).ready().typed(), instance(1).ready().typed()];
+            seen.pods[ordinal] = instance(ordinal)
+                .not_ready_since("2026-03-04T05:00:00Z")
+                .typed();
+            seen.jobs
+                .insert(jobs::init(&db(version, "Snapshot")), job("Complete"));
+            seen.at(ctx.now)
+        };
+        let mut small = db("16", "Snapshot");
+        small.spec.size = serde_json::from_value(json!("small")).unwrap();
+        small.status = Some(
+            serde_json::from_value(json!({"currentPrimary": "orders-1", "primaryEpoch": 1}))
+                .unwrap(),
+        );
+        let mut seen = lost(1, "16");
+        seen.jobs
+            .insert("orders-promote-1-1".into(), job("Complete"));
+        let planned = plan(&small, &seen).unwrap();
+        assert_eq!(
+            (planned.primary.designated, planned.primary.epoch),
+            (0, 2),
+            "orders-0 takes over"
+        );
+
+        let mut downgraded = db("14", "Delete");
+        downgraded.metadata.deletion_timestamp =
+            Some(Time("2026-03-04T05:06:00Z".parse().unwrap()));
+        let seen = lost(0, "16");
+        assert!(plan(&downgraded, &seen).is_err(), "the spec is refused");
+        let (planned, _) = plan_finalize(&downgraded, &seen, &ctx).unwrap();
+        assert_eq!(
+            (planned.primary.designated, planned.primary.epoch),
+            (1, 1),
+            "orders-1 takes over, so the deletion can go on"
+        );
     }
 
     /// Found by the lives (issue 21): a Database deleted while its primary
