@@ -321,7 +321,9 @@ pub struct Simulation<'a> {
     /// Whether this step's answer was cut short by that restart.
     interrupted: bool,
     steps: u32,
-    /// Children and volumes that existed before the parent's deletion began.
+    /// Children and volumes that existed before the parent's deletion
+    /// began, none of which may be created again, but a Job the user
+    /// deleted since (a retry asked for).
     had: BTreeSet<Key>,
     deleting: bool,
 }
@@ -404,6 +406,11 @@ impl<'a> Simulation<'a> {
             }
             Event::Delete { kind, name } => {
                 let key = self.find(kind, name)?;
+                // Deleting a failed Job is how a user asks for a retry,
+                // also while the parent is deleted.
+                if self.deleting && kind == "Job" {
+                    self.had.remove(&key);
+                }
                 self.cluster.delete(&key, Actor::User);
                 self.cluster.collect_garbage();
             }
