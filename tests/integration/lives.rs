@@ -1004,10 +1004,11 @@ fn failover_delay(parent: &Value) -> i64 {
 /// What a Database's life showed of its primary, for the failover rules.
 #[derive(Default)]
 struct Primaries {
-    /// Since when each instance has been seen not ready, as the cluster
-    /// showed it after every step (the loop's own record, not the pods'
-    /// `lastTransitionTime`, which the model writes and the hook reads).
-    not_ready_since: RefCell<BTreeMap<String, Timestamp>>,
+    /// Since when each instance (by pod uid) has been seen not ready, as
+    /// the cluster showed it after every step (the loop's own record, not
+    /// the pods' `lastTransitionTime`, which the model writes and the hook
+    /// reads).
+    not_ready_since: RefCell<BTreeMap<String, (String, Timestamp)>>,
     /// The highest epoch the role ConfigMap has said.
     role_epoch: Cell<u64>,
     /// The highest epoch the status has said.
@@ -1020,12 +1021,15 @@ struct Primaries {
 ///   step Metacontroller was killed in the middle of writing, the one it
 ///   named before), and the status lists at most one instance as primary;
 /// - the epoch, in the role ConfigMap and in the status, only grows;
+/// - progress: a primary down for 30 s past the delay while another
+///   instance stays ready has been replaced (unless a scripted failure,
+///   an upgrade, a restore, a refused spec or a deletion holds it);
 /// - no promotion before the delay: a new epoch designates another
 ///   instance only once the primary that served (the status's
 ///   `currentPrimary`) has been not ready for `spec.failover.delay`, and a
 ///   promote Job is created only for the instance and epoch the role
 ///   ConfigMap named before that step (fencing first), which the read-write
-///   Service selects by the end of it. (The old primary may come back
+///   Service (if there is one) selects by the end of it. (The old primary may come back
 ///   between the designation and its Job: the change then goes on.)
 fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
     let cluster = &seen.sim.cluster;
@@ -1033,11 +1037,14 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
     {
         let mut since = primaries.not_ready_since.borrow_mut();
         for pod in instances(cluster) {
-            let key = Key::new("v1", "Pod", "ns", &pod);
-            if cluster.get(&key).is_some_and(is_ready_pod) {
+            let object = cluster.get(&Key::new("v1", "Pod", "ns", &pod));
+            let uid = object.and_then(|o| o.pointer("/metadata/uid")?.as_str());
+            let uid = uid.unwrap_or_default().to_string();
+            if object.is_some_and(is_ready_pod) {
                 since.remove(&pod);
-            } else {
-                since.entry(pod).or_insert(now);
+            } else if since.get(&pod).is_none_or(|(was, _)| *was != uid) {
+                // A pod made again is a new start: its time begins anew.
+                since.insert(pod, (uid, now));
             }
         }
     }
@@ -1046,7 +1053,7 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
             .not_ready_since
             .borrow()
             .get(pod)
-            .map_or(0, |since| now.duration_since(*since).as_secs())
+            .map_or(0, |(_, since)| now.duration_since(*since).as_secs())
     };
     let status = seen.sim.parent().map(|p| &p["status"]);
     let role_now = role(cluster);
@@ -1123,6 +1130,42 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
             ));
         }
     }
+    // Progress while it happens: a primary down well past the delay while
+    // another instance stays ready has been replaced, unless something
+    // else holds the instances or a person must look (a scripted failure,
+    // an upgrade or a restore, a refused spec, a deletion).
+    let answered = matches!(seen.step.outcome, Outcome::Answered { .. });
+    let held = status.is_some_and(|s| s["phase"] == "Upgrading" || s["phase"] == "Restoring");
+    if let Some((primary, _)) = &role_now
+        && answered
+        && !held
+        && !is_deleting(seen.before)
+        && cluster.failing_jobs.is_empty()
+        && not_ready_for(primary) >= failover_delay(seen.before) + 30
+    {
+        let size = match seen.before.pointer("/spec/size").and_then(Value::as_str) {
+            Some("large") => 3,
+            Some("medium") => 2,
+            _ => 1,
+        };
+        let ready_in = |c: &Cluster, pod: &str| {
+            c.get(&Key::new("v1", "Pod", "ns", pod))
+                .is_some_and(is_ready_pod)
+        };
+        let standby = instances(cluster).into_iter().find(|pod| {
+            pod != primary
+                && instance_ordinal(pod).is_some_and(|o| o < size)
+                && ready_in(cluster, pod)
+                && ready_in(seen.before_cluster, pod)
+        });
+        if let Some(standby) = standby {
+            return Err(format!(
+                "{primary} has been not ready for {}s (delay {}s) while {standby} is ready, and nothing replaced it",
+                not_ready_for(primary),
+                failover_delay(seen.before)
+            ));
+        }
+    }
     // Fencing first: a promote Job only for what the role named before.
     for change in seen.step.changes.iter().filter(|c| {
         c.verb == Verb::Created
@@ -1143,8 +1186,9 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
                 "{job} created while the role ConfigMap said {role_before:?}: nothing is promoted before every instance can read who the primary is"
             ));
         }
+        // (No read-write Service at all, as while deleting, routes nothing.)
         let selected = read_write_pod(cluster)?;
-        if !seen.step.interrupted && selected.as_deref() != Some(candidate.as_str()) {
+        if !seen.step.interrupted && selected.as_ref().is_some_and(|pod| *pod != candidate) {
             return Err(format!(
                 "{job} created while the read-write Service selects {selected:?}"
             ));
