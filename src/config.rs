@@ -98,15 +98,19 @@ pub struct SimulateArgs {
     pub file: PathBuf,
     /// An event to apply once the loop has settled, in order: spec.PATH=VALUE,
     /// delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE,
-    /// unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME,
-    /// not-ready POD, ready POD, run-cronjob NAME, restart-metacontroller N.
+    /// unannotate KIND/NAME KEY, hook-down N, fail-job NAME (NAME* for
+    /// every Job whose name starts so), heal-job NAME, not-ready POD,
+    /// ready POD, kill-primary (the pod the role ConfigMap names stays not
+    /// ready until ready POD), lose-volume POD, run-cronjob NAME,
+    /// restart-metacontroller N.
     #[arg(long = "then", value_name = "EVENT")]
     pub then: Vec<String>,
     /// Objects that exist before the parent (YAML or JSON, one per file),
     /// such as the StatefulSet a Backup targets.
     #[arg(long = "with", value_name = "FILE")]
     pub with: Vec<PathBuf>,
-    /// Jobs whose runs fail from the start.
+    /// Jobs whose runs fail from the start (NAME* for every Job whose
+    /// name starts so).
     #[arg(long = "fail-job", value_name = "NAME")]
     pub fail_job: Vec<String>,
     /// The most steps to wait for the loop to settle after each event.

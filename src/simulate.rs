@@ -70,12 +70,22 @@ pub enum Event {
     },
     /// The hook does not answer for this many steps.
     HookDown(u32),
-    /// Every run of this Job fails, from now on.
+    /// Every run of this Job fails, from now on; a name ending in `*`
+    /// stands for every Job whose name starts so (`orders-promote-*`).
     FailJob(String),
     /// Runs of this Job succeed again.
     HealJob(String),
     /// This pod is (or, with `false`, is no longer) kept not ready.
     NotReady(String, bool),
+    /// The designated primary's pod, as the parent's role ConfigMap
+    /// (`<parent>-role`, `data.primary`) names it, is kept not ready until
+    /// `ready POD`.
+    KillPrimary,
+    /// This StatefulSet pod's volumes are lost: its claims are deleted and
+    /// made again empty, and the pod with them (see
+    /// [`cluster::Cluster::lose_volume`] for how an instance starts on an
+    /// empty volume).
+    LoseVolume(String),
     /// The CronJob's schedule fires: one Job from its template.
     RunCronJob(String),
     /// Metacontroller is killed in the middle of its next sync, after this
@@ -88,7 +98,8 @@ impl Event {
     /// Parses the words of `--then`: `spec.PATH=VALUE`, `delete`,
     /// `delete KIND/NAME`, `annotate KIND/NAME KEY=VALUE`,
     /// `unannotate KIND/NAME KEY`, `hook-down N`, `fail-job NAME`,
-    /// `heal-job NAME`, `not-ready POD`, `ready POD`, `run-cronjob NAME`, `restart-metacontroller N`.
+    /// `heal-job NAME`, `not-ready POD`, `ready POD`, `kill-primary`,
+    /// `lose-volume POD`, `run-cronjob NAME`, `restart-metacontroller N`.
     pub fn parse(text: &str) -> Result<Event, String> {
         let words: Vec<&str> = text.split_whitespace().collect();
         match words.as_slice() {
@@ -127,13 +138,15 @@ impl Event {
             ["heal-job", name] => Ok(Event::HealJob(name.to_string())),
             ["not-ready", pod] => Ok(Event::NotReady(pod.to_string(), true)),
             ["ready", pod] => Ok(Event::NotReady(pod.to_string(), false)),
+            ["kill-primary"] => Ok(Event::KillPrimary),
+            ["lose-volume", pod] => Ok(Event::LoseVolume(pod.to_string())),
             ["run-cronjob", name] => Ok(Event::RunCronJob(name.to_string())),
             ["restart-metacontroller", writes] => writes
                 .parse()
                 .map(Event::RestartMetacontroller)
                 .map_err(|_| format!("{text:?}: restart-metacontroller takes a number of writes")),
             _ => Err(format!(
-                "{text:?} is not an event; use spec.PATH=VALUE, delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE, unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME, not-ready POD, ready POD, run-cronjob NAME or restart-metacontroller N"
+                "{text:?} is not an event; use spec.PATH=VALUE, delete, delete KIND/NAME, annotate KIND/NAME KEY=VALUE, unannotate KIND/NAME KEY, hook-down N, fail-job NAME, heal-job NAME, not-ready POD, ready POD, kill-primary, lose-volume POD, run-cronjob NAME or restart-metacontroller N"
             )),
         }
     }
@@ -202,6 +215,9 @@ pub struct Step {
     /// The Jobs still running when the hook was called (after the
     /// controllers' round), as the hook saw them.
     pub running_jobs: Vec<String>,
+    /// Metacontroller was killed in the middle of writing this step's
+    /// answer (a scripted restart): only part of it was written.
+    pub interrupted: bool,
 }
 
 impl fmt::Display for Step {
@@ -302,8 +318,12 @@ pub struct Simulation<'a> {
     hook_down: u32,
     /// After a scripted restart: how many writes of the next answer happen.
     crash_after: Option<usize>,
+    /// Whether this step's answer was cut short by that restart.
+    interrupted: bool,
     steps: u32,
-    /// Children and volumes that existed before the parent's deletion began.
+    /// Children and volumes that existed before the parent's deletion
+    /// began, none of which may be created again, but a Job the user
+    /// deleted since (a retry asked for).
     had: BTreeSet<Key>,
     deleting: bool,
 }
@@ -349,6 +369,7 @@ impl<'a> Simulation<'a> {
             seed,
             hook_down: 0,
             crash_after: None,
+            interrupted: false,
             steps: 0,
             had: BTreeSet::new(),
             deleting: false,
@@ -385,6 +406,11 @@ impl<'a> Simulation<'a> {
             }
             Event::Delete { kind, name } => {
                 let key = self.find(kind, name)?;
+                // Deleting a failed Job is how a user asks for a retry,
+                // also while the parent is deleted.
+                if self.deleting && kind == "Job" {
+                    self.had.remove(&key);
+                }
                 self.cluster.delete(&key, Actor::User);
                 self.cluster.collect_garbage();
             }
@@ -403,6 +429,7 @@ impl<'a> Simulation<'a> {
                 self.cluster.failing_jobs.insert(name.clone());
             }
             Event::HealJob(name) => {
+                // As failed: by name, or by a pattern given to fail-job.
                 self.cluster.failing_jobs.remove(name);
             }
             Event::NotReady(pod, not_ready) => {
@@ -412,12 +439,37 @@ impl<'a> Simulation<'a> {
                     self.cluster.not_ready_pods.remove(pod);
                 }
             }
+            Event::KillPrimary => {
+                let pod = self.designated_primary()?;
+                self.cluster.not_ready_pods.insert(pod);
+            }
+            Event::LoseVolume(pod) => {
+                let key = self.find("Pod", pod)?;
+                if self.cluster.lose_volume(&key).is_empty() {
+                    return Err(format!("{pod} has no volume of a StatefulSet to lose"));
+                }
+            }
             Event::RunCronJob(name) => {
                 let key = self.find("CronJob", name)?;
                 self.cluster.run_cronjob(&key);
             }
         }
         Ok(())
+    }
+
+    /// The pod the parent's role ConfigMap (`<parent>-role`) names as the
+    /// designated primary.
+    pub fn designated_primary(&self) -> Result<String, String> {
+        let role = format!("{}-role", self.parent.name);
+        let map = self.find("ConfigMap", &role).map_err(|_| {
+            format!("kill-primary: no ConfigMap/{role} says which pod is the primary")
+        })?;
+        self.cluster
+            .get(&map)
+            .and_then(|m| m.pointer("/data/primary"))
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| format!("kill-primary: ConfigMap/{role} names no primary"))
     }
 
     /// The object of `kind` named `name` in the parent's namespace.
@@ -487,6 +539,7 @@ impl<'a> Simulation<'a> {
             .checked_add(SignedDuration::from_secs(STEP_SECONDS))
             .unwrap_or(self.cluster.now);
         self.cluster.reconcile();
+        self.interrupted = false;
         let running_jobs = self.cluster.running_jobs();
         let mut violations = Vec::new();
         let (outcome, answer) = if self.parent().is_none() {
@@ -522,6 +575,7 @@ impl<'a> Simulation<'a> {
                 .unwrap_or_default(),
             violations,
             answer,
+            interrupted: self.interrupted,
         }
     }
 
@@ -580,6 +634,7 @@ impl<'a> Simulation<'a> {
         let response: Value = serde_json::from_slice(body).expect("answers are JSON");
         let finalized = response["finalized"] == true;
         let applied = self.apply_answer(parent, &response, violations);
+        self.interrupted = !applied;
         if finalizing && finalized && applied {
             if let Some(finalizer) = self.finalizer.clone() {
                 self.cluster
@@ -975,16 +1030,29 @@ mod tests {
                 name: "orders-snapshot".into()
             }
         );
-        assert!(
-            Event::parse("explode")
-                .unwrap_err()
-                .contains("is not an event")
+        assert_eq!(Event::parse("kill-primary").unwrap(), Event::KillPrimary);
+        assert_eq!(
+            Event::parse("lose-volume orders-0").unwrap(),
+            Event::LoseVolume("orders-0".into())
         );
+        let wrong = Event::parse("explode").unwrap_err();
+        assert!(wrong.contains("is not an event"), "{wrong}");
+        assert!(wrong.contains("kill-primary, lose-volume POD"), "{wrong}");
         assert!(
             Event::parse("delete orders")
                 .unwrap_err()
                 .contains("KIND/NAME")
         );
+    }
+
+    #[test]
+    fn kill_primary_needs_a_role_config_map() {
+        let op = all().into_iter().find(|op| op.name == "webserver").unwrap();
+        let parent = webserver("web").namespace("ns").spec("replicas", 1).json();
+        let mut sim =
+            Simulation::new(&op, parent, "2026-01-01T00:00:00Z".parse().unwrap(), 1).unwrap();
+        let why = sim.apply(&Event::KillPrimary).unwrap_err();
+        assert!(why.contains("no ConfigMap/web-role"), "{why}");
     }
 
     #[test]

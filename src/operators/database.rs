@@ -187,12 +187,15 @@ pub fn finalize(
 
 /// When to look again: soon while something moves by itself, and when the
 /// failover delay of a primary that is not ready ends (nothing else would
-/// call the hook then).
+/// call the hook then; the controller's resync period still calls it
+/// meanwhile). Each call while waiting answers how long is left, so an
+/// answer that stays the same means nothing is waiting for time to pass
+/// (the simulator takes two such answers for a settled loop).
 fn resync_after(waiting: bool, primary: &Primary, ctx: &Context) -> Option<f64> {
     let delay_ends = match primary.step {
         Step::Waiting { after, .. } => {
             let seconds = after.duration_since(ctx.now).as_secs_f64();
-            Some(seconds.clamp(1.0, WAIT_SECONDS))
+            Some(seconds.max(1.0))
         }
         _ => None,
     };
@@ -219,4 +222,42 @@ fn answer(
         resync_after_seconds: resync_after(waiting, &plan.primary, ctx),
         finalized: finalizing.then_some(finalized),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `opshooks simulate` with `spec.failover.delay: 60`: the
+    /// answer while waiting said 15 s every time, so the loop looked
+    /// settled and the failover never came in the timeline.
+    #[test]
+    fn regression_the_resync_while_waiting_is_the_time_left_of_the_delay() {
+        let ctx = Context::fixed();
+        let at = |seconds: i64| {
+            ctx.now
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+                .unwrap()
+        };
+        let waiting = |left: i64| Primary {
+            designated: 0,
+            epoch: 0,
+            serving: Some(0),
+            step: Step::Waiting {
+                since: at(-10),
+                after: at(left),
+            },
+            promote_job: None,
+            last: None,
+            refusals: Vec::new(),
+        };
+        assert_eq!(resync_after(false, &waiting(50), &ctx), Some(50.0));
+        assert_eq!(resync_after(false, &waiting(0), &ctx), Some(1.0));
+        let steady = Primary {
+            step: Step::Steady,
+            ..waiting(0)
+        };
+        assert_eq!(resync_after(true, &steady, &ctx), Some(WAIT_SECONDS));
+        assert_eq!(resync_after(false, &steady, &ctx), None);
+    }
 }

@@ -1,12 +1,14 @@
 //! A small, explicit model of a cluster for the simulator: an object store
 //! and the few Kubernetes controllers whose work an operator reads back.
 //!
-//! What it models, and nothing more: StatefulSets create their pods and
-//! claims, hand claims to themselves when their retention policy says
-//! `Delete`, and replace pods whose template changed; Deployments keep their
-//! pod count; Jobs run for a few steps and then succeed or fail as scripted;
-//! pods become ready one step after they appear (unless scripted not to);
-//! the garbage collector deletes what its owners left behind; a CronJob
+//! What it models, and nothing more: StatefulSets create their pods (each
+//! labelled with its name) and claims, hand claims to themselves when
+//! their retention policy says `Delete`, and replace pods whose template
+//! changed; Deployments keep their pod count; Jobs run for a few steps and
+//! then succeed or fail as scripted; pods become ready one step after they
+//! appear (unless scripted not to, or an instance refuses to start on an
+//! empty volume, as `start.sh` does), their `Ready` condition's
+//! `lastTransitionTime` moving only when it flips; the garbage collector deletes what its owners left behind; a CronJob
 //! starts a Job only when told to. Everything is deterministic: uids,
 //! addresses and times come from counters, never from a clock or a random
 //! source. The e2e suite runs the real controllers; this model is only for
@@ -19,6 +21,13 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use crate::hook::conditions::format_time;
+
+/// The label the StatefulSet controller puts on each of its pods, naming it.
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+
+/// What an instance that refuses to start on an empty volume leaves in its
+/// container's termination message (the words of `start.sh`).
+pub const EMPTY_VOLUME_REFUSAL: &str = "opshooks: the data directory is empty although the Database was initialized: nothing is initialized over lost data; a standby takes over\n";
 
 /// Where an object lives.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,12 +113,16 @@ pub struct Cluster {
     age: BTreeMap<String, u32>,
     /// The model's clock: advanced by the simulation, read by nobody else.
     pub now: Timestamp,
-    /// Jobs (by name) whose runs fail.
+    /// Jobs whose runs fail: by name, or by the start of their names for
+    /// an entry that ends in `*` (`orders-promote-*`).
     pub failing_jobs: BTreeSet<String>,
     /// Pods (by name) that never become ready.
     pub not_ready_pods: BTreeSet<String>,
     /// How many steps a Job runs before it finishes.
     pub job_steps: u32,
+    /// Claims (by name) whose volumes are empty: made again after a
+    /// volume was lost, until a pod starts on them.
+    pub empty_volumes: BTreeSet<String>,
     changes: Vec<Change>,
 }
 
@@ -124,6 +137,7 @@ impl Cluster {
             failing_jobs: BTreeSet::new(),
             not_ready_pods: BTreeSet::new(),
             job_steps: 1,
+            empty_volumes: BTreeSet::new(),
             changes: Vec::new(),
         }
     }
@@ -421,9 +435,20 @@ impl Cluster {
             }
             return;
         }
+        let mut labels = template
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        // The StatefulSet controller names each pod in a label, which a
+        // Service can select one pod by.
+        if owner["kind"] == "StatefulSet"
+            && let Some(map) = labels.as_object_mut()
+        {
+            map.insert(POD_NAME_LABEL.into(), json!(pod_key.name));
+        }
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_key.name, "namespace": pod_key.namespace,
-                         "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                         "labels": labels,
                          "ownerReferences": [owner_ref(owner)]},
             "spec": spec,
             "status": {"phase": "Pending"}});
@@ -489,7 +514,7 @@ impl Cluster {
             return;
         }
         let done = self.age_of(job) >= self.job_steps;
-        let fails = self.failing_jobs.contains(&key.name);
+        let fails = self.failing_jobs.iter().any(|f| job_matches(f, &key.name));
         let now = format_time(self.now);
         let status = match (done, fails) {
             (false, _) => json!({"active": 1, "startTime": now}),
@@ -506,12 +531,27 @@ impl Cluster {
     }
 
     /// A pod runs once scheduled and is ready from its second round on,
-    /// unless scripted not to be.
+    /// unless scripted not to be, or unless it refuses to start on an empty
+    /// volume (see [`Cluster::refuses_empty_volume`]). Its `Ready`
+    /// condition's `lastTransitionTime` moves only when its status flips,
+    /// as the kubelet's does: how long a pod has been not ready is read
+    /// from it.
     fn pod(&mut self, key: &Key) {
         let Some(pod) = self.objects.get(key) else {
             return;
         };
-        let ready = self.age_of(pod) >= 1 && !self.not_ready_pods.contains(&key.name);
+        let empty = self.empty_claims(pod, &key.name);
+        let refuses = !empty.is_empty() && self.refuses_empty_volume(pod, &key.name);
+        let ready = self.age_of(pod) >= 1 && !self.not_ready_pods.contains(&key.name) && !refuses;
+        let status = if ready { "True" } else { "False" };
+        let was = pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+        let since = was
+            .filter(|c| c["status"] == status)
+            .and_then(|c| c.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(format_time(self.now)));
         let ip = format!(
             "10.{}.{}.{}",
             self.next_uid % 200,
@@ -522,13 +562,121 @@ impl Cluster {
             .pointer("/status/podIP")
             .and_then(Value::as_str)
             .map_or(ip, String::from);
-        let status = json!({"phase": "Running", "podIP": ip, "conditions": [
-            {"type": "Ready", "status": if ready { "True" } else { "False" }}]});
+        let mut status = json!({"phase": "Running", "podIP": ip, "conditions": [
+            {"type": "Ready", "status": status, "lastTransitionTime": since}]});
+        if refuses {
+            // As `start.sh` leaves it: the hook reads why from here.
+            status["containerStatuses"] = json!([{"name": "postgres", "restartCount": 1,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 1, "message": EMPTY_VOLUME_REFUSAL}}}]);
+        }
         if let Some(object) = self.objects.get_mut(key) {
             object
                 .as_object_mut()
                 .map(|o| o.insert("status".into(), status));
         }
+        // A pod that starts on an empty volume fills it (it cloned).
+        if ready {
+            for claim in empty {
+                self.empty_volumes.remove(&claim);
+            }
+        }
+    }
+
+    /// The StatefulSet that owns `pod`, if one does.
+    fn statefulset_of(&self, pod: &Value) -> Option<(&Key, &Value)> {
+        let owners = owners(pod);
+        self.objects.iter().find(|(k, o)| {
+            k.kind == "StatefulSet" && uid_of(o).is_some_and(|u| owners.iter().any(|w| w == u))
+        })
+    }
+
+    /// The claims of a StatefulSet's pod (`<template>-<pod>`, for each of
+    /// its owner's claim templates) that are empty.
+    fn empty_claims(&self, pod: &Value, name: &str) -> Vec<String> {
+        if self.empty_volumes.is_empty() {
+            return Vec::new();
+        }
+        let Some((_, sts)) = self.statefulset_of(pod) else {
+            return Vec::new();
+        };
+        sts.pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str))
+            .map(|t| format!("{t}-{name}"))
+            .filter(|claim| self.empty_volumes.contains(claim))
+            .collect()
+    }
+
+    /// `start.sh`'s rule for an instance whose volume is empty: it reads
+    /// its role from the ConfigMap its pod mounts as the volume `role`
+    /// (`primary`, `initialized`). If it is the designated primary of a
+    /// Database that was initialized, it refuses to start (initializing
+    /// there would serve an empty cluster over lost data), and stays not
+    /// ready, saying why in its container's termination message; any other
+    /// instance clones the primary and becomes ready, as on a first start.
+    fn refuses_empty_volume(&self, pod: &Value, name: &str) -> bool {
+        let namespace = pod
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let role = pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "role")
+            .and_then(|v| v.pointer("/configMap/name"))
+            .and_then(Value::as_str)
+            .and_then(|map| {
+                self.objects
+                    .get(&Key::new("v1", "ConfigMap", namespace, map))
+            });
+        role.is_some_and(|role| {
+            role.pointer("/data/primary").and_then(Value::as_str) == Some(name)
+                && role.pointer("/data/initialized").and_then(Value::as_str) == Some("true")
+        })
+    }
+
+    /// Loses the volume of a StatefulSet's pod (a disk or its zone lost):
+    /// its claims and the pod are deleted, and the StatefulSet makes them
+    /// again on its next round, the claims bound to new, empty volumes.
+    /// Returns the claims lost; none when `pod` is not a StatefulSet's.
+    pub fn lose_volume(&mut self, pod: &Key) -> Vec<String> {
+        let Some(object) = self.objects.get(pod) else {
+            return Vec::new();
+        };
+        let Some((sts_key, sts)) = self
+            .statefulset_of(object)
+            .map(|(k, o)| (k.clone(), o.clone()))
+        else {
+            return Vec::new();
+        };
+        let Some(index) = pod
+            .name
+            .strip_prefix(&format!("{}-", sts_key.name))
+            .and_then(|i| i.parse::<usize>().ok())
+        else {
+            return Vec::new();
+        };
+        let templates = sts
+            .pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let claims: Vec<Key> = self.ensure_claims(&sts_key, index, &templates);
+        for claim in &claims {
+            self.delete(claim, Actor::User);
+        }
+        self.delete(pod, Actor::User);
+        self.collect_garbage();
+        // The StatefulSet makes them again, empty, on its next round, and
+        // the pod on them.
+        let names: Vec<String> = claims.into_iter().map(|k| k.name).collect();
+        self.empty_volumes.extend(names.iter().cloned());
+        names
     }
 
     /// Deletes, until none is left, objects whose every owner is gone.
@@ -555,6 +703,15 @@ impl Cluster {
                 self.delete(&key, Actor::Controllers);
             }
         }
+    }
+}
+
+/// True when `pattern` (a Job's name, or the start of names followed by
+/// `*`) names the Job `name`.
+pub fn job_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(start) => name.starts_with(start),
+        None => pattern == name,
     }
 }
 
@@ -755,6 +912,102 @@ mod tests {
         assert!(!held(&cluster, 2), "still never for an ordinal scaled away");
     }
 
+    fn ready_condition(cluster: &Cluster, pod: &str) -> (Value, Value) {
+        let pod = cluster.get(&Key::new("v1", "Pod", "ns", pod)).unwrap();
+        let ready = &pod["status"]["conditions"][0];
+        (ready["status"].clone(), ready["lastTransitionTime"].clone())
+    }
+
+    /// The hook measures how long a pod has been not ready from its Ready
+    /// condition's lastTransitionTime: it moves only when the status flips.
+    /// Under `Parallel` every pod is made in the first round and becomes
+    /// ready in the next, whether or not the others are.
+    #[test]
+    fn parallel_pods_start_together_and_ready_moves_only_when_it_flips() {
+        let mut cluster = Cluster::new(at());
+        let mut sts = statefulset(3, "Retain");
+        sts["spec"]["podManagementPolicy"] = json!("Parallel");
+        cluster.not_ready_pods.insert("db-0".into());
+        cluster.create(sts, Actor::User).unwrap();
+        let tick = |cluster: &mut Cluster| {
+            cluster.now = cluster
+                .now
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(10))
+                .unwrap();
+            cluster.reconcile();
+        };
+        tick(&mut cluster);
+        assert_eq!(count(&cluster, "Pod"), 3, "all at once");
+        tick(&mut cluster);
+        assert_eq!(ready_condition(&cluster, "db-1").0, "True");
+        assert_eq!(ready_condition(&cluster, "db-2").0, "True");
+        let (status, since) = ready_condition(&cluster, "db-0");
+        assert_eq!(
+            (status, &since),
+            (json!("False"), &json!("2026-01-01T00:00:20Z"))
+        );
+        for _ in 0..3 {
+            tick(&mut cluster);
+        }
+        assert_eq!(
+            ready_condition(&cluster, "db-0").1,
+            since,
+            "kept while False"
+        );
+        assert_eq!(
+            ready_condition(&cluster, "db-1").1,
+            json!("2026-01-01T00:00:20Z"),
+            "kept while True"
+        );
+        cluster.not_ready_pods.clear();
+        tick(&mut cluster);
+        assert_eq!(
+            ready_condition(&cluster, "db-0"),
+            (json!("True"), json!("2026-01-01T00:01:00Z")),
+            "moved when it flipped"
+        );
+    }
+
+    /// `start.sh`'s rule on an empty volume: the designated primary of an
+    /// initialized Database refuses to start; another instance clones.
+    #[test]
+    fn on_a_lost_volume_the_designated_primary_refuses_and_a_standby_clones() {
+        for (role, pod, ready) in [
+            (("db-0", "true"), "db-0", false),
+            (("db-0", "true"), "db-1", true),
+            (("db-0", "false"), "db-0", true),
+        ] {
+            let mut cluster = Cluster::new(at());
+            let mut sts = statefulset(2, "Retain");
+            sts["spec"]["template"]["spec"]["volumes"] =
+                json!([{"name": "role", "configMap": {"name": "db-role"}}]);
+            let map = fixtures::object("v1", "ConfigMap", "db-role")
+                .namespace("ns")
+                .set("/data", json!({"primary": role.0, "initialized": role.1}));
+            cluster.create(map.json(), Actor::User);
+            cluster.create(sts, Actor::User).unwrap();
+            for _ in 0..4 {
+                cluster.reconcile();
+            }
+            let claim = format!("data-{pod}");
+            let uid = |cluster: &Cluster| {
+                let key = Key::new("v1", "PersistentVolumeClaim", "ns", &claim);
+                uid_of(cluster.get(&key).unwrap()).unwrap().to_string()
+            };
+            let before = uid(&cluster);
+            let lost = cluster.lose_volume(&Key::new("v1", "Pod", "ns", pod));
+            assert_eq!(lost, vec![claim.clone()]);
+            for _ in 0..3 {
+                cluster.reconcile();
+            }
+            assert_ne!(uid(&cluster), before, "a new claim");
+            let (status, _) = ready_condition(&cluster, pod);
+            let why = format!("{role:?} {pod}");
+            assert_eq!(status, json!(if ready { "True" } else { "False" }), "{why}");
+            assert_eq!(cluster.empty_volumes.contains(&claim), !ready, "{why}");
+        }
+    }
+
     #[test]
     fn scale_down_keeps_claims_and_jobs_finish_as_scripted() {
         let (mut cluster, sts) = three_running();
@@ -766,7 +1019,8 @@ mod tests {
         assert_eq!(cluster.get(&sts).unwrap()["metadata"]["generation"], 2);
 
         cluster.failing_jobs.insert("bad".into());
-        for name in ["good", "bad"] {
+        cluster.failing_jobs.insert("worse-*".into());
+        for name in ["good", "bad", "worse-1"] {
             // As a user creates it: no status yet.
             let job = fixtures::object("batch/v1", "Job", name).namespace("ns");
             cluster.create(job.json(), Actor::User);
@@ -782,5 +1036,6 @@ mod tests {
         };
         assert_eq!(condition("good"), "Complete");
         assert_eq!(condition("bad"), "Failed");
+        assert_eq!(condition("worse-1"), "Failed", "by the start of its name");
     }
 }

@@ -10,10 +10,12 @@
 //! lives.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 
+use k8s_openapi::jiff::Timestamp;
 use opshooks::fixtures;
 use opshooks::operator::Operator;
-use opshooks::simulate::cluster::{Actor, Cluster, Key, Verb};
+use opshooks::simulate::cluster::{Actor, Cluster, Key, POD_NAME_LABEL, Verb};
 use opshooks::simulate::{Event, Outcome, Simulation, Step};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -44,9 +46,21 @@ enum Scripted {
     /// The event after this one arrives mid-flight: after only this many
     /// steps, not once the loop has settled.
     Soon(u32),
+    /// The Database's designated primary is kept not ready (`kill-primary`)
+    /// for this many steps, then back (`ready POD`); with 0, until the life
+    /// ends.
+    KillPrimaryFor(u32),
+    /// The user deletes this object (kind, name).
+    Delete(&'static str, &'static str),
+    /// One of the Database's instances that is not its designated primary
+    /// becomes not ready, and stays so until the life ends.
+    StandbyNotReady(usize),
+    /// One of the Database's instances loses its volume, while another is
+    /// ready (else nothing holds the data, and nothing may serve again).
+    LoseVolume(usize),
 }
 
-fn start() -> k8s_openapi::jiff::Timestamp {
+fn start() -> Timestamp {
     "2026-01-01T00:00:00Z".parse().unwrap()
 }
 
@@ -166,6 +180,10 @@ fn live(
                 .filter(|(k, _)| k.kind == "Pod")
                 .nth(*i)
                 .map(|(k, _)| Event::NotReady(k.name.clone(), true)),
+            Scripted::Delete(kind, name) => Some(Event::Delete {
+                kind: kind.to_string(),
+                name: name.to_string(),
+            }),
             Scripted::DeleteTarget => Some(Event::Delete {
                 kind: "StatefulSet".into(),
                 name: "db".into(),
@@ -189,7 +207,30 @@ fn live(
                 .iter()
                 .find(|k| k.kind == "CronJob")
                 .map(|k| Event::RunCronJob(k.name.clone())),
+            Scripted::KillPrimaryFor(_) => {
+                sim.designated_primary().ok().map(|_| Event::KillPrimary)
+            }
+            Scripted::StandbyNotReady(i) => {
+                let primary = sim.designated_primary().ok();
+                instances(&sim.cluster)
+                    .into_iter()
+                    .filter(|pod| Some(pod) != primary.as_ref())
+                    .nth(*i)
+                    .map(|pod| Event::NotReady(pod, true))
+            }
+            Scripted::LoseVolume(i) => {
+                let pods = instances(&sim.cluster);
+                let ready = |pod: &String| {
+                    sim.cluster
+                        .get(&Key::new("v1", "Pod", "ns", pod))
+                        .is_some_and(is_ready_pod)
+                };
+                pods.get(*i)
+                    .filter(|pod| !sim.is_deleting() && pods.iter().any(|o| o != *pod && ready(o)))
+                    .map(|pod| Event::LoseVolume(pod.clone()))
+            }
         };
+        let killed = matches!(event, Some(Event::KillPrimary));
         if let Some(event) = event {
             statefulset_deleted_by_hand |=
                 matches!(&event, Event::Delete { kind, .. } if kind == "StatefulSet");
@@ -210,6 +251,13 @@ fn live(
                     return Err(format!("{scripted:?} could not be applied: {why}"));
                 }
             }
+        }
+        // The primary killed for a while: back after that many steps.
+        if let (Scripted::KillPrimaryFor(steps @ 1..), true) = (scripted, killed) {
+            // Nothing ran since the event: the role still names the pod killed.
+            let pod = sim.designated_primary()?;
+            run(&mut sim, &format!("after {scripted:?}"), Some(*steps))?;
+            sim.apply(&Event::NotReady(pod, false))?;
         }
         let soon = match script.get(index + 1) {
             Some(Scripted::Soon(steps)) => Some(*steps),
@@ -495,16 +543,21 @@ proptest! {
         version in 14u32..17,
         size in prop::sample::select(vec!["small", "medium", "large"]),
         policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
+        delay in prop::option::of(prop::sample::select(vec![0u32, 10, 30, 60])),
         seed in any::<u64>(),
         script in prop::collection::vec(prop_oneof![
-            (14u32..=17).prop_map(|v| Scripted::Spec("version", json!(v.to_string()))),
-            prop::sample::select(vec!["small", "medium", "large"]).prop_map(|s| Scripted::Spec("size", json!(s))),
-            prop::sample::select(vec!["Snapshot", "Retain", "Delete"]).prop_map(|p| Scripted::Spec("deletionPolicy", json!(p))),
-            prop::sample::select(vec!["orders-snapshot", "orders-init", "orders-pre-upgrade-17", "orders-upgrade-17",
-                                      "orders-pre-upgrade-16", "orders-upgrade-16", "orders-restore"])
+            1 => (14u32..=17).prop_map(|v| Scripted::Spec("version", json!(v.to_string()))),
+            1 => prop::sample::select(vec!["small", "medium", "large"]).prop_map(|s| Scripted::Spec("size", json!(s))),
+            1 => prop::sample::select(vec!["Snapshot", "Retain", "Delete"]).prop_map(|p| Scripted::Spec("deletionPolicy", json!(p))),
+            1 => prop::sample::select(vec!["orders-snapshot", "orders-init", "orders-pre-upgrade-17", "orders-upgrade-17",
+                                      "orders-pre-upgrade-16", "orders-upgrade-16", "orders-restore", "orders-promote-*"])
                 .prop_map(|j| Scripted::FailJob(j.to_string())),
-            Just(Scripted::ReleaseVolumes),
-            common_events(),
+            1 => Just(Scripted::ReleaseVolumes),
+            3 => (1u32..10).prop_map(Scripted::KillPrimaryFor),
+            1 => (0usize..3).prop_map(Scripted::StandbyNotReady),
+            1 => (0usize..3).prop_map(Scripted::LoseVolume),
+            1 => Just(Scripted::FailJob("orders-promote-*".to_string())),
+            4 => common_events(),
         ], 0..7),
     ) {
         let op = operator("database");
@@ -512,8 +565,16 @@ proptest! {
         if bootstrap {
             parent["spec"]["bootstrap"] = json!({"database": "orders"});
         }
+        if let Some(delay) = delay {
+            parent["spec"]["failover"] = json!({"delay": delay});
+        }
         let history = History::default();
-        let rule = |seen: &Seen<'_>| database_rule(seen).and_then(|()| restore_rule(seen, &history));
+        let primaries = Primaries::default();
+        let rule = |seen: &Seen<'_>| {
+            database_rule(seen)?;
+            restore_rule(seen, &history)?;
+            failover_rule(seen, &primaries)
+        };
         let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
@@ -665,7 +726,34 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
     if !spec(sim, "bootstrap", &Value::Null).is_null() {
         restored(sim)?;
     }
-    condition_true(sim, "Ready")
+    condition_true(sim, "Ready")?;
+    primary_reached(sim)
+}
+
+/// A settled Database has one primary, ready and serving: the role
+/// ConfigMap names it, the status reports it with no change under way,
+/// and the read-write Service selects it.
+fn primary_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let (primary, epoch) = role(&sim.cluster).ok_or("no role ConfigMap says who is primary")?;
+    let status = status(sim);
+    if status["currentPrimary"] != json!(primary) || status["primaryEpoch"] != json!(epoch) {
+        return Err(format!(
+            "the role ConfigMap names {primary} at epoch {epoch}, the status {} at {}",
+            status["currentPrimary"], status["primaryEpoch"]
+        ));
+    }
+    if !status["targetPrimary"].is_null() {
+        return Err(format!("still changing to {}", status["targetPrimary"]));
+    }
+    if !is_ready_pod(object(sim, "v1", "Pod", &primary)?) {
+        return Err(format!("the primary {primary} is not ready"));
+    }
+    match read_write_pod(&sim.cluster)? {
+        Some(pod) if pod == primary => Ok(()),
+        other => Err(format!(
+            "the read-write Service selects {other:?}, not {primary}"
+        )),
+    }
 }
 
 /// With `spec.bootstrap`: restored, and the dump recorded; or, over
@@ -852,6 +940,263 @@ fn database_rule(seen: &Seen<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// The Database's instance pods (`orders-<ordinal>`), in name order.
+fn instances(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .objects()
+        .filter(|(k, _)| k.kind == "Pod" && instance_ordinal(&k.name).is_some())
+        .map(|(k, _)| k.name.clone())
+        .collect()
+}
+
+/// The ordinal of an instance pod's name (`orders-2`).
+fn instance_ordinal(pod: &str) -> Option<u32> {
+    pod.strip_prefix("orders-")?.parse().ok()
+}
+
+/// What the role ConfigMap says: the designated primary and the epoch.
+fn role(cluster: &Cluster) -> Option<(String, u64)> {
+    let map = cluster.get(&Key::new("v1", "ConfigMap", "ns", "orders-role"))?;
+    let primary = map.pointer("/data/primary")?.as_str()?.to_string();
+    let epoch = map.pointer("/data/epoch")?.as_str()?.parse().ok()?;
+    Some((primary, epoch))
+}
+
+/// The pod the read-write Service selects by name, `Ok(None)` when there
+/// is no such Service, an error when it selects pods by anything else.
+fn read_write_pod(cluster: &Cluster) -> Result<Option<String>, String> {
+    let Some(service) = cluster.get(&Key::new("v1", "Service", "ns", "orders")) else {
+        return Ok(None);
+    };
+    let selector = service.pointer("/spec/selector").and_then(Value::as_object);
+    let pod = selector.and_then(|s| s.get(POD_NAME_LABEL)?.as_str());
+    let Some(pod) = pod else {
+        return Err(format!(
+            "the read-write Service selects more than one pod: {}",
+            service["spec"]["selector"]
+        ));
+    };
+    // And nothing but that pod, whatever else the selector says.
+    let selected: Vec<&Key> = cluster
+        .objects()
+        .filter(|(k, _)| k.kind == "Pod")
+        .filter(|(_, p)| {
+            selector.into_iter().flatten().all(|(label, value)| {
+                p.pointer(&format!("/metadata/labels/{}", label.replace('/', "~1"))) == Some(value)
+            })
+        })
+        .map(|(k, _)| k)
+        .collect();
+    if selected.len() > 1 {
+        return Err(format!("the read-write Service selects {selected:?}"));
+    }
+    Ok(Some(pod.to_string()))
+}
+
+/// The Database's `spec.failover.delay`, in seconds (30 when unset).
+fn failover_delay(parent: &Value) -> i64 {
+    parent
+        .pointer("/spec/failover/delay")
+        .and_then(Value::as_i64)
+        .unwrap_or(30)
+}
+
+/// What a Database's life showed of its primary, for the failover rules.
+#[derive(Default)]
+struct Primaries {
+    /// Since when each instance (by pod uid) has been seen not ready, as
+    /// the cluster showed it after every step (the loop's own record, not
+    /// the pods' `lastTransitionTime`, which the model writes and the hook
+    /// reads).
+    not_ready_since: RefCell<BTreeMap<String, (String, Timestamp)>>,
+    /// The highest epoch the role ConfigMap has said.
+    role_epoch: Cell<u64>,
+    /// The highest epoch the status has said.
+    status_epoch: Cell<u64>,
+}
+
+/// The failover rules, for one step (issue 21):
+/// - never two designated primaries: the role ConfigMap names one
+///   instance, the read-write Service selects exactly that pod (or, in a
+///   step Metacontroller was killed in the middle of writing, the one it
+///   named before), and the status lists at most one instance as primary;
+/// - the epoch, in the role ConfigMap and in the status, only grows;
+/// - progress: a primary down for 30 s past the delay while another
+///   instance stays ready has been replaced (unless a scripted failure,
+///   an upgrade, a restore, a refused spec or a deletion holds it);
+/// - no promotion before the delay: a new epoch designates another
+///   instance only once the primary that served (the status's
+///   `currentPrimary`) has been not ready for `spec.failover.delay`, and a
+///   promote Job is created only for the instance and epoch the role
+///   ConfigMap named before that step (fencing first), which the read-write
+///   Service (if there is one) selects by the end of it. (The old primary may come back
+///   between the designation and its Job: the change then goes on.)
+fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
+    let cluster = &seen.sim.cluster;
+    let now = cluster.now;
+    {
+        let mut since = primaries.not_ready_since.borrow_mut();
+        for pod in instances(cluster) {
+            let object = cluster.get(&Key::new("v1", "Pod", "ns", &pod));
+            let uid = object.and_then(|o| o.pointer("/metadata/uid")?.as_str());
+            let uid = uid.unwrap_or_default().to_string();
+            if object.is_some_and(is_ready_pod) {
+                since.remove(&pod);
+            } else if since.get(&pod).is_none_or(|(was, _)| *was != uid) {
+                // A pod made again is a new start: its time begins anew.
+                since.insert(pod, (uid, now));
+            }
+        }
+    }
+    let not_ready_for = |pod: &str| {
+        primaries
+            .not_ready_since
+            .borrow()
+            .get(pod)
+            .map_or(0, |(_, since)| now.duration_since(*since).as_secs())
+    };
+    let status = seen.sim.parent().map(|p| &p["status"]);
+    let role_now = role(cluster);
+    let role_before = role(seen.before_cluster);
+    // Who is designated: the role ConfigMap, or while a user deleted it,
+    // what the status says.
+    let designated = role_now.as_ref().map(|(p, _)| p.clone()).or_else(|| {
+        let status = status?;
+        let pod = status
+            .get("targetPrimary")
+            .or(status.get("currentPrimary"))?;
+        pod.as_str().map(String::from)
+    });
+    if let Some((primary, _)) = &role_now
+        && instance_ordinal(primary).is_none()
+    {
+        return Err(format!(
+            "the role ConfigMap names {primary:?}, not one instance"
+        ));
+    }
+    if let (Some(pod), Some(designated)) = (read_write_pod(cluster)?, &designated)
+        && &pod != designated
+    {
+        let named_before = role_before.as_ref().is_some_and(|(p, _)| *p == pod);
+        if !(seen.step.interrupted && named_before) {
+            return Err(format!(
+                "the read-write Service selects {pod}, the designated primary is {designated}"
+            ));
+        }
+    }
+    let primaries_listed = status
+        .and_then(|s| s["instances"].as_array())
+        .into_iter()
+        .flatten()
+        .filter(|i| i["role"] == "primary")
+        .count();
+    if primaries_listed > 1 {
+        return Err(format!(
+            "{primaries_listed} instances listed as primary: {}",
+            status.map_or(Value::Null, |s| s["instances"].clone())
+        ));
+    }
+    // The epochs only grow.
+    if let Some(epoch) = status.and_then(|s| s["primaryEpoch"].as_u64()) {
+        if epoch < primaries.status_epoch.get() {
+            return Err(format!(
+                "status.primaryEpoch went from {} to {epoch}",
+                primaries.status_epoch.get()
+            ));
+        }
+        primaries.status_epoch.set(epoch);
+    }
+    if let Some((primary, epoch)) = &role_now {
+        let highest = primaries.role_epoch.get();
+        if *epoch < highest {
+            return Err(format!(
+                "the role ConfigMap's epoch went from {highest} to {epoch}"
+            ));
+        }
+        primaries.role_epoch.set(*epoch);
+        // A new epoch: no promotion before the delay.
+        let serving = seen
+            .before
+            .pointer("/status/currentPrimary")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .or_else(|| role_before.as_ref().map(|(p, _)| p.clone()))
+            .unwrap_or_else(|| "orders-0".to_string());
+        let delay = failover_delay(seen.before);
+        if *epoch > highest && *primary != serving && not_ready_for(&serving) < delay {
+            return Err(format!(
+                "{primary} designated at epoch {epoch} when {serving} had been not ready for {}s, under the {delay}s delay",
+                not_ready_for(&serving)
+            ));
+        }
+    }
+    // Progress while it happens: a primary down well past the delay while
+    // another instance stays ready has been replaced, unless something
+    // else holds the instances or a person must look (a scripted failure,
+    // an upgrade or a restore, a refused spec, a deletion).
+    let answered = matches!(seen.step.outcome, Outcome::Answered { .. });
+    let held = status.is_some_and(|s| s["phase"] == "Upgrading" || s["phase"] == "Restoring");
+    if let Some((primary, _)) = &role_now
+        && answered
+        && !held
+        && !is_deleting(seen.before)
+        && cluster.failing_jobs.is_empty()
+        && not_ready_for(primary) >= failover_delay(seen.before) + 30
+    {
+        let size = match seen.before.pointer("/spec/size").and_then(Value::as_str) {
+            Some("large") => 3,
+            Some("medium") => 2,
+            _ => 1,
+        };
+        let ready_in = |c: &Cluster, pod: &str| {
+            c.get(&Key::new("v1", "Pod", "ns", pod))
+                .is_some_and(is_ready_pod)
+        };
+        let standby = instances(cluster).into_iter().find(|pod| {
+            pod != primary
+                && instance_ordinal(pod).is_some_and(|o| o < size)
+                && ready_in(cluster, pod)
+                && ready_in(seen.before_cluster, pod)
+        });
+        if let Some(standby) = standby {
+            return Err(format!(
+                "{primary} has been not ready for {}s (delay {}s) while {standby} is ready, and nothing replaced it",
+                not_ready_for(primary),
+                failover_delay(seen.before)
+            ));
+        }
+    }
+    // Fencing first: a promote Job only for what the role named before.
+    for change in seen.step.changes.iter().filter(|c| {
+        c.verb == Verb::Created
+            && c.actor != Actor::User
+            && c.key.kind == "Job"
+            && c.key.name.starts_with("orders-promote-")
+    }) {
+        let job = &change.key.name;
+        let (epoch, ordinal) = job["orders-promote-".len()..]
+            .split_once('-')
+            .ok_or_else(|| format!("{job}: not a promote Job's name"))?;
+        let candidate = format!("orders-{ordinal}");
+        let fenced = role_before
+            .as_ref()
+            .is_some_and(|(p, e)| *p == candidate && e.to_string() == epoch);
+        if !fenced {
+            return Err(format!(
+                "{job} created while the role ConfigMap said {role_before:?}: nothing is promoted before every instance can read who the primary is"
+            ));
+        }
+        // (No read-write Service at all, as while deleting, routes nothing.)
+        let selected = read_write_pod(cluster)?;
+        if !seen.step.interrupted && selected.as_ref().is_some_and(|pod| *pod != candidate) {
+            return Err(format!(
+                "{job} created while the read-write Service selects {selected:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Found by a helper's run of the lives: a user deleted the read-only
 /// Service's EndpointSlice while the Database was being deleted (its
 /// snapshot failing), and the finalize answer created it again. Deletion
@@ -885,13 +1230,14 @@ fn events_mid_flight() {
     // 1 to 12 steps of it.
     let slow_jobs = |sim: &mut Simulation<'_>| sim.cluster.job_steps = 3;
     let database_life = |script: &[Scripted], what: &str| {
+        let primaries = Primaries::default();
         let result = live(
             &operator("database"),
             orders("15", "medium", "Snapshot"),
             0,
             script,
             slow_jobs,
-            database_rule,
+            |seen| database_rule(seen).and_then(|()| failover_rule(seen, &primaries)),
             database_reached,
         );
         assert!(result.is_ok(), "{what}: {}", result.unwrap_err());
@@ -955,6 +1301,63 @@ fn events_mid_flight() {
         "a hook outage in the middle of a rollout: {}",
         result.unwrap_err()
     );
+}
+
+/// Events in the middle of a failover (issue 21), each run as a whole
+/// life: the primary of a large Database is killed and stays down until the
+/// life ends; 1 to 8 steps later (within the delay, at the designation, at
+/// the fence, while the promote Job runs, after it), the role ConfigMap or
+/// the read-write Service is deleted, Metacontroller restarts after some
+/// writes, promote Jobs fail, a standby goes down, the size shrinks or the
+/// parent is deleted. The rules hold after every step, and every life ends
+/// with one ready primary.
+#[test]
+fn failover_events_mid_flight() {
+    let slow_jobs = |sim: &mut Simulation<'_>| sim.cluster.job_steps = 3;
+    let mut events = vec![
+        (
+            "the role ConfigMap deleted",
+            Scripted::Delete("ConfigMap", "orders-role"),
+        ),
+        (
+            "the read-write Service deleted",
+            Scripted::Delete("Service", "orders"),
+        ),
+        (
+            "promote Jobs failing",
+            Scripted::FailJob("orders-promote-*".into()),
+        ),
+        ("a standby down", Scripted::StandbyNotReady(0)),
+        ("a smaller size", Scripted::Spec("size", json!("medium"))),
+        ("a deletion", Scripted::DeleteParent),
+    ];
+    for writes in [0, 1, 2, 3, 5, 8, 13] {
+        events.push(("a restart", Scripted::Restart(writes)));
+    }
+    for soon in 1..=8 {
+        for (reason, event) in &events {
+            let script = [
+                Scripted::KillPrimaryFor(0),
+                Scripted::Soon(soon),
+                event.clone(),
+            ];
+            let primaries = Primaries::default();
+            let result = live(
+                &operator("database"),
+                orders("16", "large", "Snapshot"),
+                0,
+                &script,
+                slow_jobs,
+                |seen| database_rule(seen).and_then(|()| failover_rule(seen, &primaries)),
+                database_reached,
+            );
+            assert!(
+                result.is_ok(),
+                "{reason} {event:?}, {soon} steps after kill-primary: {}",
+                result.unwrap_err()
+            );
+        }
+    }
 }
 
 /// The restart event stops Metacontroller after that many writes of its
@@ -1058,4 +1461,115 @@ fn a_database_created_over_retained_volumes_serves_them_and_never_restores() {
         );
         assert!(result.is_ok(), "{script:?}: {}", result.unwrap_err());
     }
+}
+
+/// Steps `sim` until it settles, with the Database's rules and the
+/// failover rules checked after every step; `record` sees every step.
+fn settle_database(
+    sim: &mut Simulation<'_>,
+    primaries: &Primaries,
+    mut record: impl FnMut(&Simulation<'_>, &Step),
+) -> Vec<Step> {
+    let mut before = sim.parent().cloned().unwrap_or(Value::Null);
+    let mut before_cluster = sim.cluster.clone();
+    let (steps, settled) = sim.settle_checked(SETTLE, |sim, step| {
+        let seen = Seen {
+            sim,
+            step,
+            before: &before,
+            before_cluster: &before_cluster,
+        };
+        let broken = database_rule(&seen).and_then(|()| failover_rule(&seen, primaries));
+        assert!(
+            broken.is_ok(),
+            "step {}: {}",
+            step.number,
+            broken.unwrap_err()
+        );
+        assert!(step.violations.is_empty(), "{step}");
+        record(sim, step);
+        before = sim.parent().cloned().unwrap_or(Value::Null);
+        before_cluster = sim.cluster.clone();
+    });
+    assert!(
+        settled,
+        "{}",
+        steps.last().map(ToString::to_string).unwrap_or_default()
+    );
+    steps
+}
+
+/// Issue 21, one whole failover in the loop: a large Database settles; its
+/// primary is killed; only once the delay has passed does the read-write
+/// Service move to a standby, whose promote Job runs and succeeds; the
+/// status reports the new primary and the failover. The old primary, back,
+/// is listed as a standby, and the Service stays on the new primary.
+#[test]
+fn a_killed_primary_fails_over_after_the_delay_and_comes_back_as_a_standby() {
+    let op = operator("database");
+    let mut sim = Simulation::new(&op, orders("16", "large", "Snapshot"), start(), 0).unwrap();
+    let primaries = Primaries::default();
+    settle_database(&mut sim, &primaries, |_, _| {});
+    assert_eq!(role(&sim.cluster), Some(("orders-0".to_string(), 0)));
+    assert_eq!(read_write_pod(&sim.cluster), Ok(Some("orders-0".into())));
+
+    sim.apply(&Event::parse("kill-primary").unwrap()).unwrap();
+    // (time, the pod the read-write Service selects, the promote Jobs).
+    let mut timeline: Vec<(Timestamp, Option<String>, Vec<String>)> = Vec::new();
+    settle_database(&mut sim, &primaries, |sim, _| {
+        let jobs = sim
+            .cluster
+            .objects()
+            .filter(|(k, _)| k.kind == "Job" && k.name.starts_with("orders-promote-"))
+            .map(|(k, o)| format!("{} {}", k.name, o["status"]["conditions"][0]["type"]))
+            .collect();
+        timeline.push((sim.cluster.now, read_write_pod(&sim.cluster).unwrap(), jobs));
+    });
+    let killed_at = timeline[0].0;
+    let moved = timeline
+        .iter()
+        .find(|(_, pod, _)| pod.as_deref() != Some("orders-0"))
+        .expect("the read-write Service moved");
+    assert_eq!(
+        moved.1.as_deref(),
+        Some("orders-1"),
+        "the first ready standby"
+    );
+    assert_eq!(
+        moved.0.duration_since(killed_at).as_secs(),
+        30,
+        "moved once the delay passed, not before: {timeline:?}"
+    );
+    assert!(
+        moved.2.is_empty(),
+        "fenced before anything is promoted: {timeline:?}"
+    );
+    let (_, _, jobs) = timeline.last().unwrap();
+    assert_eq!(jobs, &["orders-promote-1-1 \"Complete\""]);
+    let after = status(&sim);
+    assert_eq!(after["currentPrimary"], "orders-1");
+    assert_eq!(after["primaryEpoch"], 1);
+    assert_eq!(after["lastFailover"]["from"], "orders-0");
+    assert_eq!(after["lastFailover"]["to"], "orders-1");
+    assert_eq!(after["lastFailover"]["epoch"], 1);
+    assert!(after["lastFailover"]["at"].is_string(), "{after}");
+    assert_eq!(role(&sim.cluster), Some(("orders-1".to_string(), 1)));
+
+    sim.apply(&Event::parse("ready orders-0").unwrap()).unwrap();
+    settle_database(&mut sim, &primaries, |_, _| {});
+    let status = status(&sim);
+    let old = status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "orders-0")
+        .cloned();
+    assert_eq!(
+        old,
+        Some(json!({"name": "orders-0", "role": "standby", "ready": true})),
+        "{status}"
+    );
+    assert_eq!(read_write_pod(&sim.cluster), Ok(Some("orders-1".into())));
+    assert_eq!(status["currentPrimary"], "orders-1");
+    primary_reached(&sim).unwrap();
 }

@@ -113,7 +113,7 @@ pub fn build(
         }
     }
     if plan.deleting {
-        out = while_deleting(db, seen, out);
+        out = while_deleting(db, seen, plan, out);
     }
     Ok(out)
 }
@@ -699,15 +699,23 @@ fn app_env(db: &Database) -> Vec<EnvVar> {
 }
 
 /// What a deletion answers of the children built: only what is observed,
-/// but a snapshot still to take (deletion only moves forward: what anyone
-/// deleted stays gone), and every observed Job, built or not.
-fn while_deleting(db: &Database, seen: &Observed, mut out: Vec<Child>) -> Vec<Child> {
+/// but a snapshot still to take and the promote Job of a change of primary
+/// under way (the snapshot reads the primary it makes; without it the
+/// deletion would wait for ever, the old primary fenced), and every
+/// observed Job, built or not. Deletion only moves forward: what anyone
+/// deleted stays gone.
+fn while_deleting(db: &Database, seen: &Observed, plan: &Plan, mut out: Vec<Child>) -> Vec<Child> {
     let job_group = group_key::<Job>();
     let snapshot = (job_group.clone(), jobs::snapshot(db));
+    let promote = plan
+        .primary
+        .promote_job
+        .as_ref()
+        .map(|job| (job_group.clone(), job.clone()));
     out.retain(|child| {
         let (group, name) = child.group_and_name();
         let key = (group, name.to_string());
-        seen.children.contains(&key) || key == snapshot
+        seen.children.contains(&key) || key == snapshot || Some(&key) == promote.as_ref()
     });
     let answered: BTreeSet<String> = out
         .iter()

@@ -277,12 +277,41 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
         .into());
     }
     let mut plan = upgrade_plan(db, seen, running);
-    let may_fail_over = plan.upgrade == Upgrade::None
-        && plan.restore.lets_serve()
-        && plan.replicas > 1
-        && was_initialized(db, seen);
-    plan.primary = primary::decide(db, seen, may_fail_over);
+    let upgrading = plan.upgrade != Upgrade::None;
+    decide_primary(db, seen, &mut plan, upgrading);
     Ok(plan)
+}
+
+/// Who is the primary, and the instances to run for it. A failover may
+/// start unless an upgrade or a restore holds the instances; also while
+/// deleting: the final snapshot reads the primary, and a primary lost for
+/// good would otherwise hold the deletion for ever.
+fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bool) {
+    // The standbys counted with the instances kept up to the primary: a
+    // size made smaller after a failover still has one below it.
+    let steady = primary::decide(db, seen, false);
+    let may_fail_over = !upgrading
+        && plan.restore.lets_serve()
+        && with_primary(plan.replicas, &steady) > 1
+        && was_initialized(db, seen);
+    plan.primary = match may_fail_over {
+        true => primary::decide(db, seen, true),
+        false => steady,
+    };
+    plan.replicas = with_primary(plan.replicas, &plan.primary);
+}
+
+/// The instances to run: at least up to the designated primary, which a
+/// smaller size must never stop (the read-write Service would select no
+/// pod, and nothing would fail over to the instances left). Moving the
+/// primary to a lower ordinal is a switchover, which nothing starts by
+/// itself. None while everything is stopped.
+fn with_primary(replicas: i32, primary: &Primary) -> i32 {
+    if replicas == 0 {
+        return 0;
+    }
+    let needed = i32::try_from(primary.designated).map_or(i32::MAX, |d| d.saturating_add(1));
+    replicas.max(needed)
 }
 
 /// True once the initial configuration succeeded, now or earlier: the
@@ -568,11 +597,8 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // Database whose bootstrap never restored holds nothing to snapshot, and
     // a snapshot of it would become the newest dump of its name.
     let restored = plan.restore.lets_serve();
-    let serving = exists
-        && plan.replicas > 0
-        && restored
-        && !plan.primary.changing()
-        && seen.is_instance_ready(db, plan.primary.designated);
+    let serving =
+        exists && plan.replicas > 0 && restored && primary::is_serving(db, seen, &plan.primary);
     let snapshotted = deletion.snapshot_time.is_some();
     let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted || !restored);
     plan.snapshot_job = seen.jobs.contains_key(&jobs::snapshot(db))
@@ -617,6 +643,8 @@ fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
     if !has(&jobs::upgrade(db, to)) {
         plan.version = plan.running;
         plan.replicas = db.spec.size.instances();
+        // Nothing holds the instances then: they may fail over.
+        decide_primary(db, seen, plan, false);
     }
     plan.init_job = has(&jobs::init(db));
     plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
@@ -1134,6 +1162,139 @@ mod tests {
         );
         let retain = plan_deletion(&db("16", "Retain"), &seen, &not_yet(), base);
         assert!(!retain.delete_volumes);
+    }
+
+    /// Found by the lives (issue 21): a medium Database failed over to
+    /// orders-1, then shrunk to small: its StatefulSet asked for one
+    /// instance, orders-0, and stopped the primary. The read-write Service
+    /// selected no pod and nothing failed over. The instances up to the
+    /// designated primary keep running, deleting or not.
+    #[test]
+    fn regression_a_smaller_size_never_stops_the_designated_primary() {
+        let ctx = Context::fixed();
+        let mut d = db("16", "Snapshot");
+        d.spec.size = serde_json::from_value(json!("small")).unwrap();
+        d.status = Some(
+            serde_json::from_value(json!({"currentPrimary": "orders-1", "primaryEpoch": 1}))
+                .unwrap(),
+        );
+        let mut seen = serving("16");
+        seen.jobs
+            .insert("orders-promote-1-1".into(), job("Complete"));
+        let seen = seen.at(ctx.now);
+        let planned = plan(&d, &seen).unwrap();
+        assert_eq!((planned.primary.designated, planned.replicas), (1, 2));
+        let (deleting, _) = plan_finalize(&d, &seen, &ctx).unwrap();
+        assert_eq!(deleting.replicas, 2, "while deleting too");
+        d.status = None;
+        let first = plan(&d, &serving("16")).unwrap();
+        assert_eq!(first.replicas, 1, "instance 0 the primary: the size alone");
+    }
+
+    /// Found by the lives (issue 21), after the fix above: that small
+    /// Database's primary, orders-1, then lost its volume. Its standby,
+    /// orders-0, was never counted (the size has one instance), so nothing
+    /// failed over. And a Database deleted with a refused spec (a
+    /// downgrade) never decided its primary at all, so its deletion waited
+    /// for ever for a primary whose volume was lost.
+    #[test]
+    fn regression_standbys_below_a_kept_primary_and_under_a_refused_spec_take_over() {
+        let ctx = Context::fixed();
+        let lost = |ordinal: usize, version: &str| {
+            let mut seen = serving(version);
+            seen.pods = vec![instance(0).ready().typed(), instance(1).ready().typed()];
+            seen.pods[ordinal] = instance(ordinal)
+                .not_ready_since("2026-03-04T05:00:00Z")
+                .typed();
+            seen.jobs
+                .insert(jobs::init(&db(version, "Snapshot")), job("Complete"));
+            seen.at(ctx.now)
+        };
+        let mut small = db("16", "Snapshot");
+        small.spec.size = serde_json::from_value(json!("small")).unwrap();
+        small.status = Some(
+            serde_json::from_value(json!({"currentPrimary": "orders-1", "primaryEpoch": 1}))
+                .unwrap(),
+        );
+        let mut seen = lost(1, "16");
+        seen.jobs
+            .insert("orders-promote-1-1".into(), job("Complete"));
+        let planned = plan(&small, &seen).unwrap();
+        assert_eq!(
+            (planned.primary.designated, planned.primary.epoch),
+            (0, 2),
+            "orders-0 takes over"
+        );
+
+        let mut downgraded = db("14", "Delete");
+        downgraded.metadata.deletion_timestamp =
+            Some(Time("2026-03-04T05:06:00Z".parse().unwrap()));
+        let seen = lost(0, "16");
+        assert!(plan(&downgraded, &seen).is_err(), "the spec is refused");
+        let (planned, _) = plan_finalize(&downgraded, &seen, &ctx).unwrap();
+        assert_eq!(
+            (planned.primary.designated, planned.primary.epoch),
+            (1, 1),
+            "orders-1 takes over, so the deletion can go on"
+        );
+    }
+
+    /// Found by the lives (issue 21): a Database deleted while its primary
+    /// was not ready designated a standby in the middle of the deletion,
+    /// whose promote Job the deletion's answer never made (it made no Job
+    /// but the snapshot): the old primary fenced, the new one never
+    /// promoted, the snapshot waiting for a primary for ever. A primary
+    /// lost while deleting is replaced as at any other time, so that the
+    /// final snapshot can read the new one.
+    #[test]
+    fn regression_a_failover_while_deleting_makes_its_promote_job() {
+        let ctx = Context::fixed();
+        let mut seen = serving("16");
+        seen.pods = vec![
+            instance(0).not_ready_since("2026-03-04T05:00:00Z").typed(),
+            instance(1).ready().typed(),
+        ];
+        seen.jobs
+            .insert(jobs::init(&db("16", "Snapshot")), job("Complete"));
+        let seen = seen.at(ctx.now);
+        let mut deleting = db("16", "Snapshot");
+        deleting.metadata.deletion_timestamp = Some(Time("2026-03-04T05:06:00Z".parse().unwrap()));
+        deleting.status =
+            Some(serde_json::from_value(json!({"currentPrimary": "orders-0"})).unwrap());
+        let (planned, _) = plan_finalize(&deleting, &seen, &ctx).unwrap();
+        assert_eq!(
+            (planned.primary.designated, planned.primary.epoch),
+            (1, 1),
+            "the first ready standby is designated, deleting or not"
+        );
+        assert!(
+            !planned.snapshot_job,
+            "no snapshot of a primary being replaced"
+        );
+
+        deleting.status = Some(
+            serde_json::from_value(
+                json!({"currentPrimary": "orders-0", "targetPrimary": "orders-1", "primaryEpoch": 1}),
+            )
+            .unwrap(),
+        );
+        let mut fenced = seen.clone();
+        fenced.role = Some(crate::operators::database::observed::Role {
+            primary: "orders-1".into(),
+            epoch: 1,
+        });
+        let (planned, _) = plan_finalize(&deleting, &fenced, &ctx).unwrap();
+        assert_eq!(
+            planned.primary.promote_job.as_deref(),
+            Some("orders-promote-1-1")
+        );
+        let built = children::build(&deleting, &fenced, &planned, &ctx).unwrap();
+        assert!(
+            built
+                .iter()
+                .any(|c| c.group_and_name().1 == "orders-promote-1-1"),
+            "the deletion's answer makes the promote Job"
+        );
     }
 
     /// Issue 8: once the StatefulSet and the snapshot Job were gone, the

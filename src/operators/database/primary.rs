@@ -151,6 +151,12 @@ impl Primary {
     }
 }
 
+/// True when the designated primary serves: no change under way and its
+/// pod ready (what a snapshot or a restore reads from).
+pub(super) fn is_serving(db: &Database, seen: &Observed, primary: &Primary) -> bool {
+    !primary.changing() && seen.is_instance_ready(db, primary.designated)
+}
+
 /// What the status recorded of the primary, read back.
 struct Recorded {
     current: Option<u32>,
@@ -184,8 +190,9 @@ fn promote_jobs<'a>(
 }
 
 /// Decides who is the primary. `may_fail_over`: nothing else holds the
-/// instances (no upgrade or restore under way, not deleting) and there are
-/// standbys at all; a change already under way goes on regardless.
+/// instances (no upgrade or restore under way) and there are standbys at
+/// all; a change already under way goes on regardless. A deletion does not
+/// stop a failover: its final snapshot reads the new primary.
 pub(super) fn decide(db: &Database, seen: &Observed, may_fail_over: bool) -> Primary {
     let rec = recorded(db);
     let (designated, epoch) = designation(db, seen, &rec);

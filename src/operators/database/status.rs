@@ -4,7 +4,7 @@ use super::observed::Observed;
 use super::observed::RESTORE_REPORT;
 use super::observed::RestoreReport;
 use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
-use super::primary::pod_name;
+use super::primary::{Primary, is_serving, pod_name};
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
     database_name, endpoint,
@@ -29,7 +29,7 @@ pub fn status(
     let sts_status = seen.statefulset.as_ref().and_then(|s| s.status.as_ref());
     let replicas = sts_status.map_or(0, |s| s.replicas);
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
-    let instances = db.spec.size.instances();
+    let instances = running_instances(db, plan);
     let init = seen.job(&jobs::init(db));
     let initialized = initialized(db, init, plan.restore.lets_serve());
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
@@ -56,7 +56,7 @@ pub fn status(
         observations.push(restored(db, seen, plan, restored_from.as_ref()));
     }
     if let Some(deletion) = deletion {
-        observations.push(snapshotted(db, seen, deletion));
+        observations.push(snapshotted(db, seen, &plan.primary, deletion));
     }
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
     let primary = &plan.primary;
@@ -87,7 +87,12 @@ pub fn status(
 }
 
 /// While deleting: whether the data was snapshotted, or why not yet.
-pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -> Observation {
+pub(super) fn snapshotted(
+    db: &Database,
+    seen: &Observed,
+    primary: &Primary,
+    deletion: &Deletion,
+) -> Observation {
     let job = jobs::snapshot(db);
     let condition = |status: ConditionStatus, reason, message: String| {
         Observation::new("Snapshotted", status, reason, message)
@@ -116,7 +121,7 @@ pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -
                     "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
                 ),
             ),
-            (None, None) if seen.statefulset.is_some() && !seen.is_instance_ready(db, 0) => {
+            (None, None) if seen.statefulset.is_some() && !is_serving(db, seen, primary) => {
                 condition(
                     ConditionStatus::Unknown,
                     "WaitingForPrimary",
@@ -365,6 +370,15 @@ fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     }
 }
 
+/// The instances a Database runs when all is well: its size's, and more
+/// while its designated primary's ordinal is past them (a size made
+/// smaller after a failover).
+fn running_instances(db: &Database, plan: &Plan) -> i32 {
+    let past_primary =
+        i32::try_from(plan.primary.designated).map_or(i32::MAX, |d| d.saturating_add(1));
+    db.spec.size.instances().max(past_primary)
+}
+
 /// The phase: deleting, upgrading, creating, initializing, running, or
 /// degraded when none of these holds.
 fn phase(
@@ -375,7 +389,7 @@ fn phase(
     finalizing: bool,
     (replicas, ready_replicas): (i32, i32),
 ) -> Phase {
-    let instances = db.spec.size.instances();
+    let instances = running_instances(db, plan);
     let upgrade_failed = matches!(
         plan.upgrade,
         Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
