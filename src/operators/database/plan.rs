@@ -277,7 +277,10 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
         .into());
     }
     let mut plan = upgrade_plan(db, seen, running);
+    // Not while deleting: the snapshot waits for the primary it has, and a
+    // deleting Database creates no Job but the snapshot.
     let may_fail_over = plan.upgrade == Upgrade::None
+        && db.metadata.deletion_timestamp.is_none()
         && plan.restore.lets_serve()
         && plan.replicas > 1
         && was_initialized(db, seen);
@@ -548,6 +551,11 @@ impl Deletion {
     }
 }
 
+/// The designated primary is promoted and ready: what a snapshot reads.
+pub(super) fn primary_serves(db: &Database, seen: &Observed, plan: &Plan) -> bool {
+    !plan.primary.changing() && seen.is_instance_ready(db, plan.primary.designated)
+}
+
 /// Decides what finalizing does, on top of the plan: snapshot first under
 /// Snapshot, then let the volumes go with the StatefulSet.
 ///
@@ -568,11 +576,7 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // Database whose bootstrap never restored holds nothing to snapshot, and
     // a snapshot of it would become the newest dump of its name.
     let restored = plan.restore.lets_serve();
-    let serving = exists
-        && plan.replicas > 0
-        && restored
-        && !plan.primary.changing()
-        && seen.is_instance_ready(db, plan.primary.designated);
+    let serving = exists && plan.replicas > 0 && restored && primary_serves(db, seen, &plan);
     let snapshotted = deletion.snapshot_time.is_some();
     let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted || !restored);
     plan.snapshot_job = seen.jobs.contains_key(&jobs::snapshot(db))
@@ -1240,6 +1244,62 @@ mod tests {
                 case.reason
             );
         }
+    }
+
+    /// A deleting Database of three instances whose failover made
+    /// instance 1 the primary: instance 1 not ready for long, 0 and 2
+    /// ready, at `Context::fixed`'s time.
+    fn deleting_after_a_failover() -> (Database, Observed) {
+        let d: Database = fixtures::database("orders")
+            .spec("version", "16")
+            .spec("size", "large")
+            .spec("storage", json!({"size": "1Gi"}))
+            .spec("backup", json!({"destination": {"s3Bucket": "b"}}))
+            .status(json!({
+                "currentPrimary": "orders-1", "primaryEpoch": 1,
+                "conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized", "message": "m"}]
+            }))
+            .deleting()
+            .typed();
+        let mut seen = running("16");
+        seen.pods = vec![
+            instance(0).ready().typed(),
+            instance(1).not_ready_since("2026-03-04T04:00:00Z").typed(),
+            instance(2).ready().typed(),
+        ];
+        seen.jobs.insert("orders-init".into(), job("Complete"));
+        (d, seen.at(Context::fixed().now))
+    }
+
+    /// Found in the real loop (tests/e2e/scenarios/failover.py): a Database
+    /// deleted while its primary, instance 1 since a failover, was not
+    /// ready said SnapshotRunning (it looked at instance 0, ready) while no
+    /// snapshot Job was made; and past spec.failover.delay it failed over
+    /// to instance 0, although nothing else is created while deleting.
+    #[test]
+    fn regression_deleting_waits_for_the_designated_primary_and_never_fails_over() {
+        let (d, seen) = deleting_after_a_failover();
+        let (finalizing, deletion) = plan_finalize(&d, &seen, &Context::fixed()).unwrap();
+        assert_eq!(
+            (finalizing.primary.designated, finalizing.primary.epoch),
+            (1, 1),
+            "no failover while deleting"
+        );
+        assert!(finalizing.primary.promote_job.is_none());
+        assert!(
+            !finalizing.snapshot_job,
+            "no snapshot before the primary serves"
+        );
+        let said = super::super::status::snapshotted(&d, &seen, &finalizing, &deletion);
+        assert_eq!(said.reason, "WaitingForPrimary");
+        let mut not_deleting = d.clone();
+        not_deleting.metadata.deletion_timestamp = None;
+        let running = plan(&not_deleting, &seen).unwrap();
+        assert_eq!(
+            (running.primary.designated, running.primary.epoch),
+            (0, 2),
+            "the same Database, not deleting, fails over"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::observed::Observed;
 use super::observed::RESTORE_REPORT;
 use super::observed::RestoreReport;
-use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
+use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs, primary_serves};
 use super::primary::pod_name;
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
@@ -56,7 +56,7 @@ pub fn status(
         observations.push(restored(db, seen, plan, restored_from.as_ref()));
     }
     if let Some(deletion) = deletion {
-        observations.push(snapshotted(db, seen, deletion));
+        observations.push(snapshotted(db, seen, plan, deletion));
     }
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
     let primary = &plan.primary;
@@ -87,7 +87,12 @@ pub fn status(
 }
 
 /// While deleting: whether the data was snapshotted, or why not yet.
-pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -> Observation {
+pub(super) fn snapshotted(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    deletion: &Deletion,
+) -> Observation {
     let job = jobs::snapshot(db);
     let condition = |status: ConditionStatus, reason, message: String| {
         Observation::new("Snapshotted", status, reason, message)
@@ -116,7 +121,9 @@ pub(super) fn snapshotted(db: &Database, seen: &Observed, deletion: &Deletion) -
                     "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
                 ),
             ),
-            (None, None) if seen.statefulset.is_some() && !seen.is_instance_ready(db, 0) => {
+            // The designated primary, which a failover may have moved off
+            // instance 0: the plan waits for it (plan_deletion).
+            (None, None) if seen.statefulset.is_some() && !primary_serves(db, seen, plan) => {
                 condition(
                     ConditionStatus::Unknown,
                     "WaitingForPrimary",
