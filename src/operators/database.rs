@@ -250,6 +250,8 @@ mod tests {
             promote_job: None,
             last: None,
             refusals: Vec::new(),
+            planned: false,
+            request_ignored: None,
         };
         assert_eq!(resync_after(false, &waiting(50), &ctx), Some(50.0));
         assert_eq!(resync_after(false, &waiting(0), &ctx), Some(1.0));

@@ -19,7 +19,7 @@ import time
 import traceback
 import urllib.request
 
-from invariants import Recorder
+from invariants import RW_GRACE, Recorder
 from kube import Kube, KubeError, controller_uid, job_outcome
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
@@ -441,6 +441,11 @@ class Suite:
             f"\nhook calls logged by opshooks: {calls} ({refused} not 200); "
             f"watch relists: {rec.relists} ({rec.synthesized} deletions found by them)"
         )
+        if rec.rw_lags:
+            print(
+                f"read-write Services apart from their role ConfigMap: {len(rec.rw_lags)} times, "
+                f"longest {max(rec.rw_lags):.2f}s (allowed {RW_GRACE:.0f}s)"
+            )
         for sc in self.results:
             if sc.error:
                 print(f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}")

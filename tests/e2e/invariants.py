@@ -10,7 +10,9 @@ second (and once more at the end):
      not of the audit (see below);
   B. no StatefulSet, volume or Job of a deleting Database is created once the
      deletion started, except the first snapshot Job (and a retry a scenario
-     asks for by deleting a failed one);
+     asks for by deleting a failed one) and a promote Job, once each (a
+     primary lost while deleting is replaced, so the snapshot reads the
+     data);
   C. inside a quiet window (a hook outage, a refused spec) no child of the
      window's parents is created or deleted;
   D. Metacontroller's log has no "can't update status" and no strict-decoding
@@ -22,7 +24,16 @@ second (and once more at the end):
      Services and read-only EndpointSlice are written after the Job was
      seen Succeeded (by revision, as rule A), or the Database never
      restores (created over what it holds: Restored False with a reason
-     NOT_RESTORING names) and no restore Job of it was ever made.
+     NOT_RESTORING names) and no restore Job of it was ever made;
+  G. the read-write Service of a Database (the Service named after it)
+     never selects more than one pod, and only the designated primary: the
+     EndpointSlices of that Service (its own, which kube-controller-manager
+     writes) never hold more than one ready endpoint at once, and its
+     selector's pod-name is the primary the role ConfigMap (<name>-role)
+     names whenever both are observed. The hook writes both in one answer,
+     which Metacontroller applies one object after the other: a difference
+     is a violation once it outlasts RW_GRACE seconds;
+  H. a Database's status.primaryEpoch never decreases.
 
 Timestamps are compared on one clock: the API server, the processes and the
 suite all run on this machine. Metadata timestamps have one-second
@@ -71,6 +82,10 @@ DB_LABEL = "opshooks.io/database"
 NOT_RESTORING = ("AlreadyInitialized", "RetainedVolumes")
 # How long rule F waits for a Database's status to say it restores nothing.
 STATUS_GRACE = 20.0
+# How long rule G lets the read-write Service's selector and the role
+# ConfigMap differ: the two writes of one answer, far below a resync.
+RW_GRACE = 5.0
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 # How old a record must be before rules A and B judge it: the parent's own
 # watch stream may deliver its deletion a little after the child's event.
 SETTLE = 3.0
@@ -118,6 +133,12 @@ class Recorder:
         self.relists = 0
         self.synthesized = 0  # deletions a relist found (not seen as events)
         self.threads = []
+        # Rule G: Database uid -> its read-write Service (uid, selected pod)
+        # and role ConfigMap (primary) as last seen, and since when they differ.
+        self.rw = {}
+        self.slices = defaultdict(dict)  # Service uid -> EndpointSlice uid -> ready pods
+        self.rw_lags = []  # seconds each difference of rule G lasted, once over
+        self.epochs = {}  # rule H: Database uid -> the highest primaryEpoch seen
 
     # ---- lifecycle ----
     def start(self):
@@ -227,6 +248,8 @@ class Recorder:
                     rec["deleting_rv"] = fact_rv
                 if etype == "DELETED":
                     rec["gone"] = now
+                if kind == "Database":
+                    self.track_epoch(uid, md, obj)
             else:
                 labels = md.get("labels") or {}
                 record = {
@@ -249,9 +272,72 @@ class Recorder:
                     self.deletions.append(dict(record, at=now, rv=rv))
                 if kind == "Job" and uid not in self.succeeded and job_outcome(obj) == "Succeeded":
                     self.succeeded[uid] = dict(record, rv=fact_rv)
+                if kind in ("Service", "ConfigMap", "EndpointSlice"):
+                    self.track_read_write(kind, etype, obj, now)
             listeners = list(self.listeners)
         for fn in listeners:
             fn(kind, etype, obj, now)
+
+    # ---- rules G and H, judged as events arrive ----
+    def track_epoch(self, uid, md, obj):
+        """H: primaryEpoch only grows (one stream, in the order of writes)."""
+        epoch = (obj.get("status") or {}).get("primaryEpoch")
+        if epoch is None:
+            return
+        highest = self.epochs.get(uid, epoch)
+        if epoch < highest:
+            self.violate(
+                ("H", uid, epoch),
+                f"Database {md.get('namespace')}/{md.get('name')} status.primaryEpoch went from {highest} to {epoch}",
+            )
+        self.epochs[uid] = max(highest, epoch)
+
+    def track_read_write(self, kind, etype, obj, now):
+        """G: what the read-write Service, the role ConfigMap and the
+        Service's EndpointSlices show, judged at once."""
+        md = obj["metadata"]
+        labels = md.get("labels") or {}
+        gone = etype == "DELETED"
+        if kind == "EndpointSlice":
+            service = controller_uid(obj)
+            if service is None:
+                return
+            if gone:
+                self.slices[service].pop(md["uid"], None)
+            else:
+                self.slices[service][md["uid"]] = [
+                    (e.get("targetRef") or {}).get("name") or ",".join(e.get("addresses") or [])
+                    for e in obj.get("endpoints") or []
+                    # An unset ready means ready (discovery.k8s.io/v1).
+                    if (e.get("conditions") or {}).get("ready") is not False
+                ]
+            db = next((d for d, rw in self.rw.items() if rw.get("service") == service), None)
+        else:
+            db, owner_name = controller_uid(obj), labels.get(DB_LABEL)
+            if not db or not owner_name:
+                return
+            rw = self.rw.setdefault(db, {"ns": md.get("namespace"), "name": owner_name, "since": None})
+            if kind == "Service" and md["name"] == owner_name:
+                rw["service"] = None if gone else md["uid"]
+                rw["selected"] = None if gone else ((obj.get("spec") or {}).get("selector") or {}).get(POD_NAME_LABEL, "(no pod-name)")
+            elif kind == "ConfigMap" and md["name"] == f"{owner_name}-role":
+                rw["role"] = None if gone else (obj.get("data") or {}).get("primary")
+            else:
+                return
+        if db is None:
+            return
+        rw = self.rw[db]
+        where = f"{rw['ns']}/{rw['name']}"
+        ready = sorted(p for s in self.slices.get(rw.get("service"), {}).values() for p in s) if rw.get("service") else []
+        if len(ready) > 1:
+            self.violate(("G", db, "endpoints"), f"the read-write Service {where} had {len(ready)} ready endpoints at once: {ready}")
+        differ = rw.get("selected") is not None and rw.get("role") is not None and rw["selected"] != rw["role"]
+        if differ and rw["since"] is None:
+            rw["since"] = now
+        elif not differ and rw["since"] is not None:
+            self.rw_lags.append(now - rw["since"])
+            rw["since"] = None
+        rw["differ"] = f"selects {rw.get('selected')} while the role ConfigMap names {rw.get('role')}"
 
     # ---- rules ----
     def violate(self, key, message):
@@ -375,6 +461,8 @@ class Recorder:
                     continue
                 key = (c["kind"], c["ns"], c["name"])
                 order = self.adds[key].index(c["uid"])
+                if c["kind"] == "Job" and c["name"].startswith(f"{p['name']}-promote-") and order == 0:
+                    continue
                 if c["kind"] == "Job" and c["name"] == f"{p['name']}-snapshot":
                     if order <= self.allowed_recreations[key]:
                         continue
@@ -430,6 +518,13 @@ class Recorder:
                 self.judged.add(("F", c["uid"]))
                 if why:
                     self.violate(("F", c["uid"]), f"{c['kind']} {c['ns']}/{c['name']} was created {why}")
+            # G: the read-write Service and the role ConfigMap agree within RW_GRACE.
+            for db, rw in self.rw.items():
+                if rw["since"] is not None and now - rw["since"] > RW_GRACE:
+                    self.violate(
+                        ("G", db, "selector", rw["since"]),
+                        f"the read-write Service {rw['ns']}/{rw['name']} {rw['differ']}, for {now - rw['since']:.1f}s",
+                    )
         # D and E: the logs.
         self.scan_metacontroller()
         self.scan_opshooks()

@@ -18,12 +18,13 @@ and its readiness is checked with that CA (and that client certificate).
 
 The harness (processes, waits, kwok stages, the runner) is harness.py; the
 scenarios are under scenarios/, one file an operator, one for the Database's restore,
-one for the faults and one for the simulator's twin (fidelity.py). This file lists them.
+one for its failover, one for the faults and one for the simulator's twin (fidelity.py). This file lists them.
 """
 
 from harness import main
 from scenarios.backup import scenario_backup
 from scenarios.database import scenario_database, scenario_delete, scenario_retain, scenario_snapshot_fails
+from scenarios.failover import scenario_failover
 from scenarios.faults import scenario_hook_outage, scenario_invalid_spec, scenario_metacontroller_restarts
 from scenarios.fidelity import scenario_fidelity
 from scenarios.memcached import scenario_memcached
@@ -41,6 +42,7 @@ LIFECYCLE = [
     ("Database restore", "dbrestore", scenario_restore),
     ("Database restore fails, retried", "dbrestorefail", scenario_restore_fails),
     ("Database again over Retain volumes", "dbrestorekeep", scenario_restore_over_retained),
+    ("Database failover", "dbfailover", scenario_failover),
     ("Invalid spec refused", "invalid", scenario_invalid_spec),
     ("Simulator matches the real loop", "fid", scenario_fidelity),
 ]
