@@ -22,6 +22,7 @@ pub mod children;
 mod observed;
 mod plan;
 mod primary;
+mod rollout;
 mod spec;
 mod status;
 

@@ -6,14 +6,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use base64::Engine;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
-    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    ExecAction, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    ExecAction, LocalObjectReference, ObjectReference, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -27,7 +29,7 @@ use super::plan::{
 };
 use super::primary::{self, Primary, pod_name};
 use super::spec::{
-    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, Replication, VOLUME,
+    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, Replication, TEMPLATE_HASH, VOLUME,
     backup_cron_name, before_stamp, bootstrap_destination, claim_name, database_name, name,
     namespace, role_name, verify_name,
 };
@@ -430,20 +432,30 @@ fn pg_isready() -> Probe {
 /// The StatefulSet: instance 0 is the primary, the others clone it and
 /// stream from it. Its volumes are never deleted with it unless the plan
 /// says so (finalizing under Delete, or under Snapshot after a snapshot).
+/// Its rolling update's partition is the rollout's; a template that differs
+/// from the one last written (its hash, [`TEMPLATE_HASH`]) is written with
+/// the partition that keeps the serving primary on the old one.
 pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
-    let mut pod_labels = labels(db);
-    pod_labels.extend(selector_labels(APP, name(db)));
     let when_deleted = if plan.delete_volumes {
         "Delete"
     } else {
         "Retain"
     };
+    let template = pod_template(db, plan);
+    let hash = template_hash(&template);
+    let partition = match seen.template_hash() == Some(hash.as_str()) {
+        true => plan.rollout.partition,
+        false => plan.rollout.hold,
+    };
     StatefulSet {
         metadata: ObjectMeta {
-            annotations: Some(BTreeMap::from([(
-                ANNOTATION_VERSION.to_string(),
-                plan.version.as_str().to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (
+                    ANNOTATION_VERSION.to_string(),
+                    plan.version.as_str().to_string(),
+                ),
+                (TEMPLATE_HASH.to_string(), hash),
+            ])),
             ..meta(db, name(db).to_string())
         },
         spec: Some(StatefulSetSpec {
@@ -460,23 +472,62 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
                     when_scaled: Some("Retain".to_string()),
                 },
             ),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(partition),
+                    max_unavailable: None,
                 }),
-                spec: Some(PodSpec {
-                    security_context: Some(restricted_pod(POSTGRES_UID)),
-                    containers: vec![postgres_container(db, plan)],
-                    volumes: Some(vec![initdb_volume(db), role_volume(db)]),
-                    ..PodSpec::default()
-                }),
-            },
+            }),
+            template,
             volume_claim_templates: Some(vec![claim_template(db)]),
             ..StatefulSetSpec::default()
         }),
         status: None,
     }
+}
+
+/// Every instance's pod template.
+fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
+    let mut pod_labels = labels(db);
+    pod_labels.extend(selector_labels(APP, name(db)));
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            security_context: Some(restricted_pod(POSTGRES_UID)),
+            containers: vec![postgres_container(db, plan)],
+            volumes: Some(vec![initdb_volume(db), role_volume(db)]),
+            image_pull_secrets: pull_secrets(db),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// `spec.imagePullSecrets`, for every pod that runs the PostgreSQL image.
+fn pull_secrets(db: &Database) -> Option<Vec<LocalObjectReference>> {
+    let secrets = &db.spec.image_pull_secrets;
+    (!secrets.is_empty()).then(|| {
+        secrets
+            .iter()
+            .map(|s| LocalObjectReference {
+                name: s.name.clone(),
+            })
+            .collect()
+    })
+}
+
+/// A hash of a pod template: FNV-1a (64 bits) over its JSON, in hex. Only
+/// compared with the one the StatefulSet was last written with, so any
+/// stable function of the template does; no randomness, no time.
+fn template_hash(template: &PodTemplateSpec) -> String {
+    let bytes = serde_json::to_vec(template).unwrap_or_default();
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
 /// A StatefulSet made before failover kept `OrderedReady` (the field
@@ -551,7 +602,7 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
     command.extend(postgres_args(db));
     Container {
         name: "postgres".to_string(),
-        image: Some(plan.version.image()),
+        image: Some(plan.images.image(plan.version)),
         command: Some(command),
         env: Some(instance_env(db, plan)),
         ports: Some(vec![ContainerPort {
@@ -681,6 +732,7 @@ fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Jo
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_string()),
                     security_context: Some(restricted_pod(POSTGRES_UID)),
+                    image_pull_secrets: pull_secrets(db),
                     ..pod
                 }),
             },
@@ -751,7 +803,12 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
         value_env("PGCONNECT_TIMEOUT", "30"),
     ];
     env.extend(app_env(db));
-    let container = script_container(("init", plan.version.image()), INIT_APP_SCRIPT, env, None);
+    let container = script_container(
+        ("init", plan.images.image(plan.version)),
+        INIT_APP_SCRIPT,
+        env,
+        None,
+    );
     script_job(
         db,
         jobs::init(db),
@@ -764,8 +821,8 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
 }
 
 /// How backup jobs reach this Database: the primary, as the superuser,
-/// with the running version's pg_dump.
-pub fn source(db: &Database, version: Major) -> Source {
+/// with the running version's pg_dump (`image`).
+pub fn source(db: &Database, image: String) -> Source {
     Source {
         host: format!("{}.{}.svc", name(db), namespace(db)),
         port: PORT,
@@ -775,7 +832,7 @@ pub fn source(db: &Database, version: Major) -> Source {
             name: superuser_secret_name(db),
             key: "password".to_string(),
         },
-        image: version.image(),
+        image,
     }
 }
 
@@ -799,8 +856,8 @@ fn backup_plan<'a>(
     })
 }
 
-fn backup_job(db: &Database, job_name: String, version: Major) -> Option<Job> {
-    let source = source(db, version);
+fn backup_job(db: &Database, job_name: String, image: String) -> Option<Job> {
+    let source = source(db, image);
     let plan = backup_plan(db, &source, &job_name, None)?;
     Some(Job {
         metadata: meta(db, job_name.clone()),
@@ -811,7 +868,7 @@ fn backup_job(db: &Database, job_name: String, version: Major) -> Option<Job> {
 
 /// The final snapshot, a dump with the backup job, before deletion.
 pub fn snapshot_job(db: &Database, plan: &Plan) -> Option<Job> {
-    backup_job(db, jobs::snapshot(db), plan.version)
+    backup_job(db, jobs::snapshot(db), plan.images.image(plan.version))
 }
 
 /// The scheduled backups, when enabled.
@@ -823,7 +880,7 @@ pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::b
         .backup
         .as_ref()
         .filter(|b| b.enabled && plan.restore.lets_serve())?;
-    let source = source(db, plan.version);
+    let source = source(db, plan.images.image(plan.version));
     let dump_name = name(db).to_string();
     let job_plan = backup_plan(db, &source, &dump_name, backup.retention_days)?;
     let schedule = Schedule {
@@ -845,7 +902,11 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
     let (from, to) = (plan.running, plan.target);
     let mut out = Vec::new();
     if plan.pre_upgrade_job {
-        out.extend(backup_job(db, jobs::pre_upgrade(db, to), from));
+        out.extend(backup_job(
+            db,
+            jobs::pre_upgrade(db, to),
+            plan.images.image(from),
+        ));
     }
     if plan.upgrade_job {
         out.push(upgrade_job(db, plan, from, to));
@@ -884,13 +945,13 @@ pub fn upgrade_job(db: &Database, plan: &Plan, from: Major, to: Major) -> Job {
     ];
     let pod = PodSpec {
         init_containers: Some(vec![script_container(
-            ("dump", from.image()),
+            ("dump", plan.images.image(from)),
             DUMP_STOPPED_SCRIPT,
             dump_env,
             Some(mounts.clone()),
         )]),
         containers: vec![script_container(
-            ("upgrade", to.image()),
+            ("upgrade", plan.images.image(to)),
             UPGRADE_SCRIPT,
             env,
             Some(mounts),
@@ -985,7 +1046,7 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
         value_env("PGDATABASE", database_name(db)),
         secret_env("APP_USER", credentials_secret_name(db), "username"),
     ]);
-    let image = plan.version.image();
+    let image = plan.images.image(plan.version);
     let pod = PodSpec {
         init_containers: Some(vec![
             backup_job::select_container(destination, &choice, backup_job::DEFAULT_UPLOAD_IMAGE),
@@ -1065,7 +1126,12 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
         value_env("CONNECT_TIMEOUT", "5"),
     ];
-    let container = script_container(("promote", plan.version.image()), PROMOTE_SCRIPT, env, None);
+    let container = script_container(
+        ("promote", plan.images.image(plan.version)),
+        PROMOTE_SCRIPT,
+        env,
+        None,
+    );
     let job_name = primary
         .promote_job
         .clone()
@@ -1090,7 +1156,7 @@ fn verification<'a>(db: &'a Database, plan: &Plan) -> Option<verification::Run<'
     plan.restore.lets_serve().then(|| verification::Run {
         destination: &backup.destination,
         names: jobs::dump_names(name(db)),
-        image: plan.version.image(),
+        image: plan.images.image(plan.version),
         upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
         labels: job_labels(db),
     })

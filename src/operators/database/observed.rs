@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PersistentVolumeClaim, Secret};
 use k8s_openapi::jiff::Timestamp;
 
 use super::spec::{
-    ANNOTATION_VERSION, Database, Major, backup_cron_name, claim_ordinal, name, role_name,
+    ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
+    role_name,
 };
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
@@ -177,13 +178,7 @@ impl Observed {
     /// StatefulSet or when none of them names a major.
     pub fn running(&self) -> Option<Major> {
         let sts = self.statefulset.as_ref()?;
-        let postgres = sts
-            .spec
-            .as_ref()?
-            .template
-            .spec
-            .as_ref()
-            .and_then(|p| p.containers.iter().find(|c| c.name == "postgres"));
+        let postgres = self.postgres_container();
         let from_pgdata = postgres
             .and_then(|c| c.env.as_ref())
             .and_then(|env| env.iter().find(|e| e.name == "PGDATA"))
@@ -199,6 +194,61 @@ impl Observed {
             Major::parse(annotations.get(ANNOTATION_VERSION)?)
         };
         from_pgdata.or_else(from_image).or_else(from_annotation)
+    }
+
+    /// The StatefulSet's `postgres` container, as its template has it.
+    fn postgres_container(&self) -> Option<&Container> {
+        self.statefulset
+            .as_ref()?
+            .spec
+            .as_ref()?
+            .template
+            .spec
+            .as_ref()?
+            .containers
+            .iter()
+            .find(|c| c.name == "postgres")
+    }
+
+    /// The image the StatefulSet's template runs.
+    pub fn running_image(&self) -> Option<&str> {
+        self.postgres_container()?.image.as_deref()
+    }
+
+    /// The StatefulSet's update revision, once its controller has seen its
+    /// newest template (`None` before, or without a StatefulSet): the
+    /// revision an instance runs the template at when its pod carries it.
+    pub fn update_revision(&self) -> Option<&str> {
+        let sts = self.statefulset.as_ref()?;
+        let status = sts.status.as_ref()?;
+        (status.observed_generation >= sts.metadata.generation)
+            .then_some(status.update_revision.as_deref())
+            .flatten()
+    }
+
+    /// The StatefulSet's rolling-update partition, as observed.
+    pub fn partition(&self) -> Option<i32> {
+        self.statefulset
+            .as_ref()?
+            .spec
+            .as_ref()?
+            .update_strategy
+            .as_ref()?
+            .rolling_update
+            .as_ref()?
+            .partition
+    }
+
+    /// The template hash the StatefulSet was last written with
+    /// ([`TEMPLATE_HASH`]), if any.
+    pub fn template_hash(&self) -> Option<&str> {
+        self.statefulset
+            .as_ref()?
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(TEMPLATE_HASH)
+            .map(String::as_str)
     }
 
     /// The outcome of one of our Jobs, if it exists.

@@ -5,7 +5,8 @@
 
 use super::observed::Observed;
 use super::primary::{self, Primary};
-use super::spec::{ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
+use super::rollout::{self, Rollout, Serving};
+use super::spec::{self, ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
 use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, RunStatus};
@@ -259,6 +260,41 @@ pub struct Plan {
     /// retained volumes): an instance with an empty volume must then never
     /// initialize a new cluster.
     pub initialized: bool,
+    /// The image of each major in play.
+    pub images: Images,
+    /// How a change of the instances' template rolls out.
+    pub rollout: Rollout,
+}
+
+/// The image of each major in play: the spec's image for the spec's
+/// major; for the major the StatefulSet runs, the image it runs (an
+/// upgrade's dump reads the old data with the image that wrote it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Images {
+    spec: (Major, String),
+    running: Option<(Major, String)>,
+}
+
+impl Images {
+    fn of(db: &Database, seen: &Observed) -> Self {
+        let running = seen
+            .running()
+            .zip(seen.running_image())
+            .map(|(major, image)| (major, image.to_string()));
+        Images {
+            spec: (db.spec.version, spec::image(db)),
+            running,
+        }
+    }
+
+    /// The image to run `major` with.
+    pub fn image(&self, major: Major) -> String {
+        match (&self.spec, &self.running) {
+            ((m, image), _) if *m == major => image.clone(),
+            (_, Some((m, image))) if *m == major => image.clone(),
+            _ => major.image(),
+        }
+    }
 }
 
 /// Decides the StatefulSet's version and size and which Jobs exist.
@@ -289,13 +325,17 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
 fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bool) {
     // The standbys counted with the instances kept up to the primary: a
     // size made smaller after a failover still has one below it.
-    let steady = primary::decide(db, seen, false);
-    let may_fail_over = !upgrading
-        && plan.restore.lets_serve()
-        && with_primary(plan.replicas, &steady) > 1
-        && was_initialized(db, seen);
+    let steady = primary::decide(db, seen, false, None);
+    let replicas = with_primary(plan.replicas, &steady);
+    let may_fail_over =
+        !upgrading && plan.restore.lets_serve() && replicas > 1 && was_initialized(db, seen);
+    let serving = Serving {
+        ordinal: steady.serving,
+        changing: steady.changing(),
+    };
+    plan.rollout = rollout::decide(db, seen, replicas, serving, may_fail_over);
     plan.primary = match may_fail_over {
-        true => primary::decide(db, seen, true),
+        true => primary::decide(db, seen, true, plan.rollout.switchover),
         false => steady,
     };
     plan.replicas = with_primary(plan.replicas, &plan.primary);
@@ -330,7 +370,7 @@ pub(super) fn was_initialized(db: &Database, seen: &Observed) -> bool {
 /// the retained volumes of an earlier one, at another version. Nothing is
 /// initialized beside that data; what to do is a person's choice.
 pub fn check_volumes(db: &Database, seen: &Observed) -> Result<(), HookError> {
-    let designated = primary::decide(db, seen, false).designated;
+    let designated = primary::decide(db, seen, false, None).designated;
     let Some(why) = seen
         .volume_refusal(db, designated)
         .filter(|why| why.starts_with("volume holds"))
@@ -416,7 +456,7 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
 fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
     let restore = restore_step(db, seen);
     let has = |job: &str| seen.jobs.contains_key(job);
-    let primary = primary::decide(db, seen, false);
+    let primary = primary::decide(db, seen, false, None);
     let primary_ready = seen.is_instance_ready(db, primary.designated);
     // The initial configuration follows the restore, which it would
     // otherwise race: it runs once the primary is ready and the data is in.
@@ -443,6 +483,8 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         primary,
         initialized: was_initialized(db, seen)
             || matches!(restore, Restore::Done | Restore::NotOver(_)),
+        images: Images::of(db, seen),
+        rollout: rollout::decide(db, seen, 0, Serving::UNKNOWN, false),
     }
 }
 

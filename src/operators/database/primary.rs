@@ -192,8 +192,15 @@ fn promote_jobs<'a>(
 /// Decides who is the primary. `may_fail_over`: nothing else holds the
 /// instances (no upgrade or restore under way) and there are standbys at
 /// all; a change already under way goes on regardless. A deletion does not
-/// stop a failover: its final snapshot reads the new primary.
-pub(super) fn decide(db: &Database, seen: &Observed, may_fail_over: bool) -> Primary {
+/// stop a failover: its final snapshot reads the new primary. `rollout`:
+/// the standby a rollout of a new template asks to switch over to (from
+/// the serving primary), when it asks.
+pub(super) fn decide(
+    db: &Database,
+    seen: &Observed,
+    may_fail_over: bool,
+    rollout: Option<u32>,
+) -> Primary {
     let rec = recorded(db);
     let (designated, epoch) = designation(db, seen, &rec);
     let succeeded = |e: u64, o: u32| seen.job(&promote_job(db, e, o)) == Some(RunStatus::Succeeded);
@@ -220,12 +227,19 @@ pub(super) fn decide(db: &Database, seen: &Observed, may_fail_over: bool) -> Pri
     };
     let request = switchover_request(db);
     if primary.changing() {
-        primary.planned = epoch > 0 && request == Some((designated, epoch - 1));
+        primary.planned =
+            epoch > 0 && (request == Some((designated, epoch - 1)) || rollout == Some(designated));
         change(db, seen, &mut primary);
     } else if may_fail_over {
         consider_failover(db, seen, &mut primary);
         if primary.step == Step::Steady {
             consider_switchover(db, seen, request, &mut primary);
+        }
+        if primary.step == Step::Steady
+            && let Some(to) = rollout
+        {
+            // The rollout's own request: at the epoch in force, always.
+            consider_switchover(db, seen, Some((to, epoch)), &mut primary);
         }
     }
     primary
@@ -511,6 +525,7 @@ mod tests {
             &db(json!({})),
             &seen(None, Some(("orders-0", 0)), &[]),
             true,
+            None,
         );
         assert_eq!(
             (p.designated, p.epoch, p.serving, p.step),
@@ -525,6 +540,7 @@ mod tests {
             &db(json!({})),
             &seen(Some("2026-03-04T05:05:47Z"), None, &[]),
             true,
+            None,
         );
         assert_eq!(p.designated, 0);
         assert_eq!(
@@ -542,6 +558,7 @@ mod tests {
             &db(json!({})),
             &seen(Some("2026-03-04T05:05:00Z"), None, &[]),
             true,
+            None,
         );
         assert_eq!((p.designated, p.epoch, p.serving), (1, 1, Some(0)));
         assert_eq!(p.step, Step::Fencing);
@@ -557,6 +574,7 @@ mod tests {
             &db(json!({})),
             &seen(Some("2026-03-04T05:00:00Z"), None, &[]),
             false,
+            None,
         );
         assert_eq!((p.designated, p.step), (0, Step::Steady));
     }
@@ -571,6 +589,7 @@ mod tests {
             &changing(),
             &seen(Some("2026-03-04T05:00:00Z"), Some(("orders-1", 1)), &[]),
             true,
+            None,
         );
         assert_eq!(p.step, Step::Promoting);
         assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-1"));
@@ -583,6 +602,7 @@ mod tests {
             &changing(),
             &seen(Some("2026-03-04T05:00:00Z"), Some(("orders-1", 1)), &[done]),
             true,
+            None,
         );
         assert_eq!((p.designated, p.serving, p.epoch), (1, Some(1), 1));
         assert!(!p.changing());
@@ -601,6 +621,7 @@ mod tests {
                 &[refused],
             ),
             true,
+            None,
         );
         assert_eq!((p.designated, p.epoch, p.step), (2, 1, Step::Fencing));
     }
@@ -615,6 +636,7 @@ mod tests {
             &changing(),
             &seen(Some("2026-03-04T05:00:00Z"), Some(("orders-2", 1)), &jobs),
             true,
+            None,
         );
         assert_eq!(p.step, Step::Stuck);
         assert_eq!(p.epoch, 1, "the epoch never goes back");
@@ -625,14 +647,19 @@ mod tests {
     fn the_epoch_survives_a_lost_status_and_role() {
         // Status and role ConfigMap gone; the promote Job remembers.
         let done = fixtures::job("orders-promote-3-2").succeeded();
-        let p = decide(&db(json!({})), &seen(None, None, &[done]), true);
+        let p = decide(&db(json!({})), &seen(None, None, &[done]), true, None);
         assert_eq!((p.designated, p.epoch, p.serving), (2, 3, Some(2)));
     }
 
     #[test]
     fn an_older_role_never_wins_over_a_newer_status() {
         let status = json!({"currentPrimary": "orders-2", "primaryEpoch": 4});
-        let p = decide(&db(status), &seen(None, Some(("orders-0", 0)), &[]), true);
+        let p = decide(
+            &db(status),
+            &seen(None, Some(("orders-0", 0)), &[]),
+            true,
+            None,
+        );
         assert_eq!((p.designated, p.epoch), (2, 4));
     }
 
@@ -646,7 +673,7 @@ mod tests {
     #[test]
     fn a_current_switchover_request_designates_its_standby() {
         let d = asking("orders-2@0", json!({}));
-        let p = decide(&d, &seen(None, Some(("orders-0", 0)), &[]), true);
+        let p = decide(&d, &seen(None, Some(("orders-0", 0)), &[]), true, None);
         assert_eq!(
             (p.designated, p.epoch, p.serving, p.planned),
             (2, 1, Some(0), true)
@@ -657,7 +684,7 @@ mod tests {
             "orders-2@0",
             json!({"currentPrimary": "orders-0", "primaryEpoch": 1}),
         );
-        let p = decide(&d, &seen(None, Some(("orders-2", 1)), &[]), true);
+        let p = decide(&d, &seen(None, Some(("orders-2", 1)), &[]), true, None);
         assert_eq!((p.step, p.planned), (Step::Promoting, true));
         assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-2"));
     }
@@ -668,7 +695,7 @@ mod tests {
             "orders-0@0",
             json!({"currentPrimary": "orders-1", "primaryEpoch": 1}),
         );
-        let p = decide(&d, &seen(None, Some(("orders-1", 1)), &[]), true);
+        let p = decide(&d, &seen(None, Some(("orders-1", 1)), &[]), true, None);
         assert_eq!((p.designated, p.epoch, p.step), (1, 1, Step::Steady));
         assert!(p.request_ignored.unwrap().contains("ask again with @1"));
     }
@@ -691,7 +718,7 @@ mod tests {
                 )
                 .typed(),
         );
-        let p = decide(&d, &s, true);
+        let p = decide(&d, &s, true, None);
         assert_eq!((p.designated, p.epoch, p.serving), (0, 2, Some(0)), "{p:?}");
         assert!(!p.changing());
     }

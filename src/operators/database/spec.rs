@@ -25,6 +25,13 @@ pub const LABEL_DATABASE: &str = "opshooks.io/database";
 /// (where the data lives and which image runs it), which anyone editing an
 /// annotation cannot change by accident.
 pub const ANNOTATION_VERSION: &str = "opshooks.io/postgres-version";
+/// Annotation on the StatefulSet: a hash of the pod template it was
+/// written with. A template about to change (a new image, new resources)
+/// is written with the partition that keeps the primary on the old one.
+pub const TEMPLATE_HASH: &str = "opshooks.io/template-hash";
+/// The label the StatefulSet controller puts on each pod: the revision of
+/// the template it was made from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
 /// The longest Database name: it prefixes Jobs (`<name>-pre-upgrade-17`)
 /// and the backup CronJob's jobs, which must fit in 63.
 pub const MAX_NAME: usize = 40;
@@ -116,6 +123,29 @@ pub struct DatabaseSpec {
     /// is lost, writes wait while no standby is up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<Replication>,
+    /// The PostgreSQL image every instance and every Job that runs
+    /// PostgreSQL's tools uses: a pinned tag or digest, a private registry,
+    /// an image with extensions (PostGIS). `postgres:<version>` when
+    /// omitted. A tag that starts with a major (`16`, `16.4`,
+    /// `16-3.4-alpine`) must name `spec.version`'s. Changing it within a
+    /// major rolls the standbys first, switches over to an updated one,
+    /// then updates the old primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub image_name: Option<String>,
+    /// Secrets (of type kubernetes.io/dockerconfigjson, in this namespace)
+    /// to pull `imageName` with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub image_pull_secrets: Vec<LocalSecret>,
+}
+
+/// A Secret in the Database's namespace, by name.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct LocalSecret {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// When a standby takes over.
@@ -237,6 +267,34 @@ impl Major {
     pub fn image(self) -> String {
         format!("postgres:{}", self.as_str())
     }
+
+    /// The major an image's tag names, when it starts with one
+    /// (`postgres:16`, `registry:5000/postgis/postgis:16-3.4`,
+    /// `postgres:16.4-bookworm@sha256:...`); `None` for a tag that names no
+    /// major (`latest`, a digest alone). Err with the number when the tag
+    /// starts with a major this operator does not run.
+    pub fn of_image(image: &str) -> Result<Option<Major>, String> {
+        let image = image.split_once('@').map_or(image, |(name, _)| name);
+        let last = image.rsplit('/').next().unwrap_or(image);
+        let Some((_, tag)) = last.split_once(':') else {
+            return Ok(None);
+        };
+        let number: String = tag.chars().take_while(char::is_ascii_digit).collect();
+        let ends = tag[number.len()..].chars().next();
+        if number.is_empty() || ends.is_some_and(|c| c != '.' && c != '-' && c != '_') {
+            return Ok(None);
+        }
+        Major::parse(&number).map(Some).ok_or(number)
+    }
+}
+
+/// The image the spec asks for: `spec.imageName`, or the official image
+/// of `spec.version`.
+pub fn image(db: &Database) -> String {
+    db.spec
+        .image_name
+        .clone()
+        .unwrap_or_else(|| db.spec.version.image())
 }
 
 /// Instance count and resources.
@@ -594,7 +652,48 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     if let Some(bootstrap) = &db.spec.bootstrap {
         validate_bootstrap(db, bootstrap)?;
     }
+    if let Some(image) = &db.spec.image_name {
+        validate_image(db.spec.version, image)?;
+    }
+    for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
+        let name = &secret.name;
+        if name.len() > 253 || !name.split('.').all(validate::is_dns_label) {
+            return Err(InvalidSpec::new(
+                format!("spec.imagePullSecrets[{i}].name"),
+                format!(
+                    "{} is not a Secret's name; name a Secret in this namespace",
+                    validate::quote(name)
+                ),
+            ));
+        }
+    }
     Ok(())
+}
+
+/// `spec.imageName`: an image reference whose tag, when it names a major,
+/// names `spec.version`'s.
+fn validate_image(version: Major, image: &str) -> Result<(), InvalidSpec> {
+    validate::image("spec.imageName", image)?;
+    match Major::of_image(image) {
+        Ok(Some(major)) if major != version => Err(InvalidSpec::new(
+            "spec.imageName",
+            format!(
+                "{} names PostgreSQL {}, but spec.version is {}; change both together (a major upgrade), or use an image of {}",
+                validate::quote(image),
+                major.as_str(),
+                version.as_str(),
+                version.as_str()
+            ),
+        )),
+        Err(number) => Err(InvalidSpec::new(
+            "spec.imageName",
+            format!(
+                "{} names PostgreSQL {number}, which this operator does not run (14 to 17)",
+                validate::quote(image)
+            ),
+        )),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// Checks `spec.bootstrap` as the schema's rules do, for callers that
@@ -655,4 +754,50 @@ pub fn before_stamp(before: &str) -> Result<String, InvalidSpec> {
         )
     })?;
     Ok(time.strftime("%Y%m%d%H%M%S").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_tag_names_its_major_when_it_starts_with_one() {
+        for (image, want) in [
+            ("postgres:16", Ok(Some(Major::V16))),
+            ("postgres:16.4-bookworm", Ok(Some(Major::V16))),
+            ("registry:5000/postgis/postgis:17-3.5", Ok(Some(Major::V17))),
+            ("postgres:15.6@sha256:abcd", Ok(Some(Major::V15))),
+            ("postgres:latest", Ok(None)),
+            ("postgres@sha256:abcd", Ok(None)),
+            ("registry:5000/postgres", Ok(None)),
+            ("postgres:16beta", Ok(None)),
+            ("postgres:13.9", Err("13".to_string())),
+        ] {
+            assert_eq!(Major::of_image(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn an_image_of_another_major_is_refused_naming_both() {
+        let db = |image: &str| -> Database {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "orders"},
+                "spec": {"version": "16", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain", "imageName": image}
+            }))
+            .unwrap()
+        };
+        assert!(validate(&db("postgres:16.6")).is_ok());
+        assert!(validate(&db("example.com/pg@sha256:00")).is_ok());
+        for bad in ["postgres:17.2", "postgres:13", "postgres 16"] {
+            let e = validate(&db(bad)).unwrap_err();
+            assert_eq!(e.field, "spec.imageName", "{bad}");
+        }
+        let e = validate(&db("postgres:17.2")).unwrap_err();
+        assert!(
+            e.message
+                .contains("names PostgreSQL 17, but spec.version is 16"),
+            "{}",
+            e.message
+        );
+    }
 }

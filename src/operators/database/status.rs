@@ -5,6 +5,7 @@ use super::observed::RESTORE_REPORT;
 use super::observed::RestoreReport;
 use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
 use super::primary::{Primary, is_serving, pod_name};
+use super::rollout::Step;
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
     database_name, endpoint,
@@ -292,6 +293,35 @@ fn backup_scheduled(db: &Database, seen: &Observed, restored: bool) -> Observati
     }
 }
 
+/// Where a rollout of a new template stands, when one is under way.
+fn rollout_words(db: &Database, plan: &Plan) -> Option<String> {
+    let primary = plan
+        .primary
+        .serving
+        .map_or_else(|| "?".to_string(), |p| pod_name(db, p));
+    let then = "standbys first, then a switchover, then the old primary";
+    Some(match plan.rollout.step {
+        Step::Done | Step::Unknown => return None,
+        Step::Paused => {
+            "a change of primary is under way; the new template waits for it".to_string()
+        }
+        Step::Standbys { updated, of } => format!(
+            "a new template rolls out ({then}): {updated} of the {of} standbys above the primary {primary} run it"
+        ),
+        Step::MovePrimary { to } => format!(
+            "a new template rolls out ({then}): the primary {primary} is the highest instance and first switches over to {}",
+            pod_name(db, to)
+        ),
+        Step::Switchover { to } => format!(
+            "a new template rolls out ({then}): the standbys run it; switching over from {primary} to {}",
+            pod_name(db, to)
+        ),
+        Step::Rest { updated, of } => format!(
+            "a new template rolls out ({then}): the primary {primary} runs it; {updated} of {of} instances do"
+        ),
+    })
+}
+
 /// `Upgrading`: where the upgrade the plan is in stands.
 fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
     let (status, reason, message) = upgrade_words(db, plan);
@@ -303,10 +333,15 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
 // Long because it is a flat table: one arm of words per upgrade step.
 fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     match plan.upgrade {
-        Upgrade::None => (
-            false,
-            "UpToDate",
-            format!("running PostgreSQL {}", plan.version.as_str()),
+        Upgrade::None => rollout_words(db, plan).map_or_else(
+            || {
+                (
+                    false,
+                    "UpToDate",
+                    format!("running PostgreSQL {}", plan.version.as_str()),
+                )
+            },
+            |message| (true, "RollingUpdate", message),
         ),
         Upgrade::NoDestination { to } => (
             false,
