@@ -7,6 +7,7 @@
 //! carry exactly the fields Metacontroller's strict decoder accepts.
 
 pub mod conditions;
+pub mod digest;
 mod objects;
 mod pod;
 pub mod quote;

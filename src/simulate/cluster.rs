@@ -21,9 +21,13 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use crate::hook::conditions::format_time;
+use crate::hook::digest;
 
 /// The label the StatefulSet controller puts on each of its pods, naming it.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// The label the StatefulSet controller puts on each of its pods: the
+/// revision of the template it was made from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// What an instance that refuses to start on an empty volume leaves in its
 /// container's termination message (the words of `start.sh`).
@@ -123,6 +127,9 @@ pub struct Cluster {
     /// Claims (by name) whose volumes are empty: made again after a
     /// volume was lost, until a pod starts on them.
     pub empty_volumes: BTreeSet<String>,
+    /// The pod templates StatefulSets ran, by revision name
+    /// (`<statefulset>-<digest>`): the controller's ControllerRevisions.
+    revisions: BTreeMap<String, Value>,
     changes: Vec<Change>,
 }
 
@@ -138,6 +145,7 @@ impl Cluster {
             not_ready_pods: BTreeSet::new(),
             job_steps: 1,
             empty_volumes: BTreeSet::new(),
+            revisions: BTreeMap::new(),
             changes: Vec::new(),
         }
     }
@@ -363,10 +371,25 @@ impl Cluster {
             .pointer("/spec/podManagementPolicy")
             .and_then(Value::as_str)
             != Some("Parallel");
+        let update = format!("{}-{}", key.name, digest::of_json(&template));
+        self.revisions.entry(update.clone()).or_insert(template);
+        let current = sts
+            .pointer("/status/currentRevision")
+            .and_then(Value::as_str)
+            .unwrap_or(&update)
+            .to_string();
+        let partition = rolling_partition(&sts);
         for index in 0..replicas {
             let claim_keys = self.ensure_claims(key, index, &claims);
             let pod = pod_key(key, index);
-            self.ensure_pod(&pod, &template, &sts);
+            // Below the partition a pod made again keeps the current
+            // revision; at or above it, it takes the update revision.
+            let revision = if partition.is_some_and(|p| index < p) {
+                &current
+            } else {
+                &update
+            };
+            self.ensure_revision_pod(&pod, revision, &sts);
             // As the real controller: a pod's claims follow the retention
             // policy only once that pod runs and is ready, and under
             // OrderedReady nothing past the first pod that is not goes on.
@@ -382,8 +405,70 @@ impl Cluster {
                 break;
             }
         }
+        if let Some(partition) = partition {
+            self.roll(key, &update, partition, replicas);
+        }
         self.remove_extra_pods(key, &sts, replicas);
         self.set_workload_status(key, &sts);
+        let updated = (0..replicas)
+            .filter(|i| self.revision_of(&pod_key(key, *i)) == Some(update.as_str()))
+            .count();
+        let current = if updated == replicas {
+            &update
+        } else {
+            &current
+        };
+        let status = json!({"updateRevision": update, "currentRevision": current, "updatedReplicas": updated});
+        if let Some(object) = self.objects.get_mut(key) {
+            object_map(object, "status").extend(status.as_object().cloned().unwrap_or_default());
+        }
+    }
+
+    /// The rolling update, as the real controller does it: from the
+    /// highest ordinal down to the partition, the first pod not at the
+    /// update revision is deleted (made again at it next round), one per
+    /// round, and nothing goes on past a pod that is not ready.
+    fn roll(&mut self, key: &Key, update: &str, partition: usize, replicas: usize) {
+        for index in (partition..replicas).rev() {
+            let pod = pod_key(key, index);
+            let Some(object) = self.objects.get(&pod) else {
+                return;
+            };
+            if self.revision_of(&pod) != Some(update) {
+                self.delete(&pod, Actor::Controllers);
+                return;
+            }
+            if !is_ready(object) {
+                return;
+            }
+        }
+    }
+
+    /// The revision a StatefulSet's pod was made at.
+    fn revision_of(&self, pod: &Key) -> Option<&str> {
+        self.objects
+            .get(pod)?
+            .pointer(&format!("/metadata/labels/{REVISION_LABEL}"))
+            .and_then(Value::as_str)
+    }
+
+    /// A StatefulSet's pod exists, made (if missing) from the template of
+    /// `revision` and labelled with it. An existing pod is left alone: only
+    /// the rolling update replaces pods.
+    fn ensure_revision_pod(&mut self, pod: &Key, revision: &str, owner: &Value) {
+        if self.objects.contains_key(pod) {
+            return;
+        }
+        let template = self.revisions.get(revision).cloned().unwrap_or(json!({}));
+        self.ensure_pod(pod, &template, owner);
+        if let Some(labels) = self
+            .objects
+            .get_mut(pod)
+            .and_then(|o| o.pointer_mut("/metadata/labels"))
+            .and_then(Value::as_object_mut)
+        {
+            labels.insert(REVISION_LABEL.into(), json!(revision));
+        }
     }
 
     /// The claims of the StatefulSet `key`'s pod `index`, one per template
@@ -715,6 +800,20 @@ pub fn job_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// A StatefulSet's rolling-update partition (0 when unset); `None` under
+/// `OnDelete`, where the controller replaces no pod by itself.
+fn rolling_partition(sts: &Value) -> Option<usize> {
+    let strategy = sts.pointer("/spec/updateStrategy");
+    if strategy.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("OnDelete") {
+        return None;
+    }
+    let partition = strategy
+        .and_then(|s| s.pointer("/rollingUpdate/partition"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    Some(usize::try_from(partition.max(0)).unwrap_or(0))
+}
+
 /// How many pods a workload asks for (1 when unset) and their template.
 fn workload(object: &Value) -> (usize, Value) {
     let replicas = object
@@ -878,6 +977,59 @@ mod tests {
             cluster.reconcile();
         }
         (cluster, sts)
+    }
+
+    /// Issue 21: a changed template rolls out from the highest ordinal
+    /// down to the partition, one pod a round once the one above is ready;
+    /// a pod below the partition keeps the old template, even made again.
+    #[test]
+    fn a_new_template_rolls_down_to_the_partition_only() {
+        let (mut cluster, sts) = three_running();
+        let uid =
+            |c: &Cluster, i: usize| uid_of(c.get(&pod_key(&sts, i)).unwrap()).map(String::from);
+        let image = |c: &Cluster, i: usize| {
+            c.get(&pod_key(&sts, i))
+                .and_then(|p| p.pointer("/spec/containers/0/image").cloned())
+        };
+        let before: Vec<_> = (0..3).map(|i| uid(&cluster, i)).collect();
+        let mut changed = cluster.get(&sts).unwrap().clone();
+        changed["spec"]["template"]["spec"]["containers"] = json!([{"name": "c", "image": "v2"}]);
+        changed["spec"]["updateStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 1}});
+        cluster.update(&sts, &changed, Actor::User);
+        let mut replaced = Vec::new();
+        for _ in 0..10 {
+            cluster.reconcile();
+            for i in 0..3 {
+                if cluster.get(&pod_key(&sts, i)).is_none() && !replaced.contains(&i) {
+                    replaced.push(i);
+                }
+            }
+        }
+        assert_eq!(replaced, vec![2, 1], "the order of replacements");
+        assert_eq!(
+            uid(&cluster, 0),
+            before[0],
+            "instance 0 is below the partition"
+        );
+        assert_eq!(image(&cluster, 1), Some(json!("v2")));
+        assert_eq!(image(&cluster, 0), None);
+        let status = cluster.get(&sts).unwrap()["status"].clone();
+        assert_eq!(status["updatedReplicas"], json!(2));
+        assert_ne!(status["currentRevision"], status["updateRevision"]);
+        // Made again below the partition: the old template.
+        cluster.delete(&pod_key(&sts, 0), Actor::User);
+        cluster.reconcile();
+        assert_eq!(image(&cluster, 0), None);
+        // Partition 0: instance 0 goes too, and the revision is complete.
+        changed["spec"]["updateStrategy"]["rollingUpdate"]["partition"] = json!(0);
+        cluster.update(&sts, &changed, Actor::User);
+        for _ in 0..4 {
+            cluster.reconcile();
+        }
+        assert_eq!(image(&cluster, 0), Some(json!("v2")));
+        let status = cluster.get(&sts).unwrap()["status"].clone();
+        assert_eq!(status["currentRevision"], status["updateRevision"]);
     }
 
     /// Issue 18: the real StatefulSet controller hands a claim to the

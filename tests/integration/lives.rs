@@ -343,6 +343,14 @@ fn claims(cluster: &Cluster) -> Vec<String> {
         .collect()
 }
 
+/// True when a Job has failed and nobody deleted it yet: what it held
+/// (a change of primary, an upgrade) waits for a person.
+fn has_failed_job(cluster: &Cluster) -> bool {
+    cluster.objects().any(|(k, o)| {
+        k.kind == "Job" && o.pointer("/status/conditions/0/type") == Some(&json!("Failed"))
+    })
+}
+
 fn failed_jobs(sim: &Simulation<'_>) -> Vec<(String, String)> {
     sim.cluster
         .objects()
@@ -557,6 +565,8 @@ proptest! {
             1 => (0usize..3).prop_map(Scripted::StandbyNotReady),
             1 => (0usize..3).prop_map(Scripted::LoseVolume),
             1 => Just(Scripted::FailJob("orders-promote-*".to_string())),
+            2 => prop::sample::select(vec!["pg/postgres@sha256:01", "pg/postgres@sha256:02"])
+                .prop_map(|i| Scripted::Spec("imageName", json!(i))),
             4 => common_events(),
         ], 0..7),
     ) {
@@ -573,6 +583,7 @@ proptest! {
         let rule = |seen: &Seen<'_>| {
             database_rule(seen)?;
             restore_rule(seen, &history)?;
+            rollout_rule(seen)?;
             failover_rule(seen, &primaries)
         };
         let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
@@ -727,7 +738,68 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
         restored(sim)?;
     }
     condition_true(sim, "Ready")?;
-    primary_reached(sim)
+    primary_reached(sim)?;
+    images_reached(sim)
+}
+
+/// Every instance runs the image the spec asks for, and no rollout is
+/// reported under way.
+fn images_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let version = spec(sim, "version", &Value::Null)
+        .as_str()
+        .unwrap_or_default();
+    let official = json!(format!("postgres:{version}"));
+    let want = spec(sim, "imageName", &official);
+    for pod in instances(&sim.cluster) {
+        let object = object(sim, "v1", "Pod", &pod)?;
+        let image = object
+            .pointer("/spec/containers/0/image")
+            .unwrap_or(&Value::Null);
+        if image != want {
+            return Err(format!("{pod} runs {image}, the spec asks {want}"));
+        }
+    }
+    match condition(sim.parent().unwrap_or(&Value::Null), "Upgrading") {
+        Some(c) if c["status"] == "True" => Err(format!("Upgrading: {}", c["message"])),
+        _ => Ok(()),
+    }
+}
+
+/// A rollout never restarts the serving primary: no instance the status
+/// named the current primary, with no change of primary under way, is
+/// deleted by the StatefulSet controller while the StatefulSet still runs
+/// its ordinal, unless it is the only instance (nothing to switch over
+/// to). Scaled to nothing (a major upgrade), or a StatefulSet deleted and
+/// made again, is not a rollout.
+fn rollout_rule(seen: &Seen<'_>) -> Result<(), String> {
+    let status = &seen.before["status"];
+    let (Some(primary), true) = (
+        status["currentPrimary"].as_str(),
+        status["targetPrimary"].is_null(),
+    ) else {
+        return Ok(());
+    };
+    let key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
+    let sts = seen.sim.cluster.get(&key);
+    // A StatefulSet deleted (by a user) takes its pods with it: no rollout.
+    let same = sts.and_then(|s| s.pointer("/metadata/uid"))
+        == seen
+            .before_cluster
+            .get(&key)
+            .and_then(|s| s.pointer("/metadata/uid"));
+    let replicas = sts
+        .filter(|_| same)
+        .and_then(|s| s.pointer("/spec/replicas")?.as_u64())
+        .unwrap_or(0);
+    let restarted = deleted_by_the_loop(seen.step, "Pod")
+        .filter(|k| k.name == primary)
+        .any(|k| instance_ordinal(&k.name).is_some_and(|o| u64::from(o) < replicas));
+    if restarted && replicas > 1 && !is_deleting(seen.before) {
+        return Err(format!(
+            "the serving primary {primary} was restarted by the StatefulSet controller with standbys to switch over to"
+        ));
+    }
+    Ok(())
 }
 
 /// A settled Database has one primary, ready and serving: the role
@@ -1001,6 +1073,38 @@ fn failover_delay(parent: &Value) -> i64 {
         .unwrap_or(30)
 }
 
+/// True when a planned switchover runs: the status says so, or the
+/// promote Job of the role's designation promotes in switchover mode (it
+/// may have failed). Only a rollout asks for one in these lives (they never
+/// annotate): the fencing rule checks that each such Job was made during
+/// one.
+fn is_planned(status: &Value, cluster: &Cluster, role: Option<&(String, u64)>) -> bool {
+    let job_mode = role.and_then(|(pod, epoch)| {
+        let ordinal = instance_ordinal(pod)?;
+        let job = cluster.get(&Key::new(
+            "batch/v1",
+            "Job",
+            "ns",
+            &format!("orders-promote-{epoch}-{ordinal}"),
+        ))?;
+        let env = job
+            .pointer("/spec/template/spec/containers/0/env")?
+            .as_array()?;
+        env.iter()
+            .find(|e| e["name"] == "MODE")
+            .map(|e| e["value"].clone())
+    });
+    let reason = |kind: &str| {
+        status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kind)
+            .map(|c| c["reason"].clone())
+    };
+    reason("FailingOver") == Some(json!("SwitchingOver")) || job_mode == Some(json!("switchover"))
+}
+
 /// What a Database's life showed of its primary, for the failover rules.
 #[derive(Default)]
 struct Primaries {
@@ -1013,6 +1117,8 @@ struct Primaries {
     role_epoch: Cell<u64>,
     /// The highest epoch the status has said.
     status_epoch: Cell<u64>,
+    /// When a scripted failure last held the instances.
+    held_since: Cell<Option<Timestamp>>,
 }
 
 /// The failover rules, for one step (issue 21):
@@ -1074,6 +1180,14 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
             "the role ConfigMap names {primary:?}, not one instance"
         ));
     }
+    // A planned switchover (only a rollout asks for one in these lives)
+    // keeps the read-write Service on the primary that serves until the
+    // candidate is promoted.
+    let planned = status.is_some_and(|s| is_planned(s, cluster, role_now.as_ref()));
+    let serving = status
+        .and_then(|s| s["currentPrimary"].as_str())
+        .map(String::from);
+    let designated = if planned { serving } else { designated };
     if let (Some(pod), Some(designated)) = (read_write_pod(cluster)?, &designated)
         && &pod != designated
     {
@@ -1123,7 +1237,7 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
             .or_else(|| role_before.as_ref().map(|(p, _)| p.clone()))
             .unwrap_or_else(|| "orders-0".to_string());
         let delay = failover_delay(seen.before);
-        if *epoch > highest && *primary != serving && not_ready_for(&serving) < delay {
+        if *epoch > highest && *primary != serving && not_ready_for(&serving) < delay && !planned {
             return Err(format!(
                 "{primary} designated at epoch {epoch} when {serving} had been not ready for {}s, under the {delay}s delay",
                 not_ready_for(&serving)
@@ -1134,13 +1248,19 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
     // another instance stays ready has been replaced, unless something
     // else holds the instances or a person must look (a scripted failure,
     // an upgrade or a restore, a refused spec, a deletion).
+    // A scripted failure holds a change of primary until a person (the
+    // healing) deletes the failed Job; the clock starts again then.
+    if !cluster.failing_jobs.is_empty() || has_failed_job(seen.before_cluster) {
+        primaries.held_since.set(Some(now));
+    }
+    let held_since = primaries.held_since.get().unwrap_or(Timestamp::UNIX_EPOCH);
     let answered = matches!(seen.step.outcome, Outcome::Answered { .. });
     let held = status.is_some_and(|s| s["phase"] == "Upgrading" || s["phase"] == "Restoring");
     if let Some((primary, _)) = &role_now
         && answered
         && !held
         && !is_deleting(seen.before)
-        && cluster.failing_jobs.is_empty()
+        && now.duration_since(held_since).as_secs() >= failover_delay(seen.before) + 30
         && not_ready_for(primary) >= failover_delay(seen.before) + 30
     {
         let size = match seen.before.pointer("/spec/size").and_then(Value::as_str) {
@@ -1186,9 +1306,31 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
                 "{job} created while the role ConfigMap said {role_before:?}: nothing is promoted before every instance can read who the primary is"
             ));
         }
+        let mode = cluster
+            .get(&change.key)
+            .and_then(|j| {
+                j.pointer("/spec/template/spec/containers/0/env")?
+                    .as_array()
+                    .cloned()
+            })
+            .and_then(|env| env.into_iter().find(|e| e["name"] == "MODE"))
+            .map(|e| e["value"].clone());
+        let rolling = status
+            .and_then(|s| s["conditions"].as_array())
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Upgrading" && c["reason"] == "RollingUpdate");
+        if mode == Some(json!("switchover")) && !rolling {
+            return Err(format!("{job} switches over, and no rollout asked for it"));
+        }
         // (No read-write Service at all, as while deleting, routes nothing.)
         let selected = read_write_pod(cluster)?;
-        if !seen.step.interrupted && selected.as_ref().is_some_and(|pod| *pod != candidate) {
+        let routed = if planned {
+            designated.clone()
+        } else {
+            Some(candidate)
+        };
+        if !seen.step.interrupted && selected.is_some() && selected != routed {
             return Err(format!(
                 "{job} created while the read-write Service selects {selected:?}"
             ));

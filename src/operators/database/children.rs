@@ -34,6 +34,7 @@ use super::spec::{
     namespace, role_name, verify_name,
 };
 use crate::hook::Child;
+use crate::hook::digest;
 use crate::hook::group_key;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::verification;
@@ -442,7 +443,7 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
         "Retain"
     };
     let template = pod_template(db, plan);
-    let hash = template_hash(&template);
+    let hash = digest::of_json(&template);
     let partition = match seen.template_hash() == Some(hash.as_str()) {
         true => plan.rollout.partition,
         false => plan.rollout.hold,
@@ -517,17 +518,6 @@ fn pull_secrets(db: &Database) -> Option<Vec<LocalObjectReference>> {
             })
             .collect()
     })
-}
-
-/// A hash of a pod template: FNV-1a (64 bits) over its JSON, in hex. Only
-/// compared with the one the StatefulSet was last written with, so any
-/// stable function of the template does; no randomness, no time.
-fn template_hash(template: &PodTemplateSpec) -> String {
-    let bytes = serde_json::to_vec(template).unwrap_or_default();
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("{hash:016x}")
 }
 
 /// A StatefulSet made before failover kept `OrderedReady` (the field
@@ -1114,7 +1104,7 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
         value_env(
             "MODE",
             if primary.planned {
-                "switchover"
+                primary::SWITCHOVER_MODE
             } else {
                 "failover"
             },

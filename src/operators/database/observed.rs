@@ -251,6 +251,19 @@ impl Observed {
             .map(String::as_str)
     }
 
+    /// The value of `var` in the environment of Job `job`'s first
+    /// container that sets it.
+    pub fn job_env(&self, job: &str, var: &str) -> Option<&str> {
+        let pod = self.jobs.get(job)?.spec.as_ref()?.template.spec.as_ref()?;
+        pod.containers
+            .iter()
+            .filter_map(|c| c.env.as_ref())
+            .flatten()
+            .find(|e| e.name == var)?
+            .value
+            .as_deref()
+    }
+
     /// The outcome of one of our Jobs, if it exists.
     pub fn job(&self, name: &str) -> Option<RunStatus> {
         self.jobs.get(name).map(backup_job::run_status)

@@ -341,17 +341,18 @@ fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bo
     plan.replicas = with_primary(plan.replicas, &plan.primary);
 }
 
-/// The instances to run: at least up to the designated primary, which a
-/// smaller size must never stop (the read-write Service would select no
-/// pod, and nothing would fail over to the instances left). Moving the
-/// primary to a lower ordinal is a switchover, which nothing starts by
-/// itself. None while everything is stopped.
+/// The instances to run: at least up to the designated primary and, during
+/// a change, the one still serving, which a smaller size must never stop
+/// (the read-write Service would select no pod, and nothing would fail
+/// over to the instances left). Moving the primary to a lower ordinal is a
+/// switchover: a person asks for one, or a rollout of a new template that
+/// finds the primary the highest instance. None while everything is
+/// stopped.
 fn with_primary(replicas: i32, primary: &Primary) -> i32 {
     if replicas == 0 {
         return 0;
     }
-    let needed = i32::try_from(primary.designated).map_or(i32::MAX, |d| d.saturating_add(1));
-    replicas.max(needed)
+    replicas.max(primary.instances_needed())
 }
 
 /// True once the initial configuration succeeded, now or earlier: the

@@ -39,6 +39,10 @@ pub(super) const PROMOTE_REPORT: &str = "opshooks promote: ";
 /// primary changed since) and is never carried out.
 pub const ANNOTATION_SWITCHOVER: &str = "opshooks.io/switchover";
 
+/// The promote Job's `MODE` for a planned switchover: it stops writes on
+/// the old primary and waits for the candidate to have all of its WAL.
+pub(super) const SWITCHOVER_MODE: &str = "switchover";
+
 /// The failover delay when `spec.failover.delay` is not set.
 pub(super) const DEFAULT_DELAY_SECONDS: u32 = 30;
 
@@ -149,6 +153,14 @@ impl Primary {
     pub fn changing(&self) -> bool {
         self.serving != Some(self.designated)
     }
+
+    /// The instances that must run, counted from 0: up to the designated
+    /// primary and, during a change, the one that still serves (a smaller
+    /// size must never stop either).
+    pub fn instances_needed(&self) -> i32 {
+        let highest = self.designated.max(self.serving.unwrap_or(0));
+        i32::try_from(highest).map_or(i32::MAX, |h| h.saturating_add(1))
+    }
 }
 
 /// True when the designated primary serves: no change under way and its
@@ -227,8 +239,17 @@ pub(super) fn decide(
     };
     let request = switchover_request(db);
     if primary.changing() {
-        primary.planned =
-            epoch > 0 && (request == Some((designated, epoch - 1)) || rollout == Some(designated));
+        // Once its promote Job exists, the Job says how it promotes (a Job
+        // is never changed): a rollout whose template moved on, or an
+        // annotation taken away, does not turn a switchover into a
+        // failover half-way.
+        primary.planned = match seen.job_env(&promote_job(db, epoch, designated), "MODE") {
+            Some(mode) => mode == SWITCHOVER_MODE,
+            None => {
+                epoch > 0
+                    && (request == Some((designated, epoch - 1)) || rollout == Some(designated))
+            }
+        };
         change(db, seen, &mut primary);
     } else if may_fail_over {
         consider_failover(db, seen, &mut primary);
@@ -463,7 +484,8 @@ fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failo
         to,
         epoch,
         job: job.to_string(),
-        planned: switchover_request(db) == Some((to, epoch - 1)),
+        // The Job says how it promoted, whoever asked for it.
+        planned: seen.job_env(job, "MODE") == Some(SWITCHOVER_MODE),
     })
 }
 

@@ -47,7 +47,13 @@ pub fn status(
         backup_scheduled,
         upgrading_condition,
     ];
-    if instances > 1 {
+    // Shown once there are standbys, and kept true after: a condition
+    // left out would stay in the status as it was last written.
+    let shown = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "FailingOver"));
+    if instances > 1 || shown {
         observations.push(failover::condition(db, seen, &plan.primary));
     }
     let restored_from = restored_from(db, seen, plan, ctx);
@@ -406,12 +412,13 @@ fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
 }
 
 /// The instances a Database runs when all is well: its size's, and more
-/// while its designated primary's ordinal is past them (a size made
-/// smaller after a failover).
+/// while its designated (or still serving) primary's ordinal is past them
+/// (a size made smaller after a failover).
 fn running_instances(db: &Database, plan: &Plan) -> i32 {
-    let past_primary =
-        i32::try_from(plan.primary.designated).map_or(i32::MAX, |d| d.saturating_add(1));
-    db.spec.size.instances().max(past_primary)
+    db.spec
+        .size
+        .instances()
+        .max(plan.primary.instances_needed())
 }
 
 /// The phase: deleting, upgrading, creating, initializing, running, or

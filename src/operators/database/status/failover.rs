@@ -18,7 +18,7 @@ pub(super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
     Some(LastFailover {
         at: new.at.map(format_time),
         reason: if new.planned {
-            format!("switchover asked for; job {} promoted {to}", new.job)
+            format!("planned switchover; job {} promoted {to}", new.job)
         } else {
             format!(
                 "{} was not ready for longer than spec.failover.delay; job {} promoted {to}",
@@ -102,6 +102,14 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
             format!(
                 "primary {designated} not ready since {}{why_down}, longer than spec.failover.delay ({delay}s), and no standby is ready to take over; writes wait until one is",
                 format_time(*since)
+            ),
+        ),
+        Step::Fencing if primary.planned => (
+            ConditionStatus::True,
+            "SwitchingOver",
+            format!(
+                "{designated} is designated primary at epoch {epoch} for a switchover{}; the read-write Service stays on the old primary until its promote job has stopped writes there and promoted {designated}",
+                replacing(db, primary)
             ),
         ),
         Step::Fencing => (
