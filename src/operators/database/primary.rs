@@ -463,8 +463,23 @@ fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failo
         to,
         epoch,
         job: job.to_string(),
-        planned: switchover_request(db) == Some((to, epoch - 1)),
+        // Asked for by annotation, or by a rollout (no annotation): its
+        // Job ran in switchover mode either way.
+        planned: switchover_request(db) == Some((to, epoch - 1)) || switchover_job(seen, job),
     })
+}
+
+/// True when promote Job `job` ran in switchover mode (MODE=switchover).
+fn switchover_job(seen: &Observed, job: &str) -> bool {
+    seen.jobs
+        .get(job)
+        .and_then(|j| j.spec.as_ref()?.template.spec.as_ref())
+        .is_some_and(|pod| {
+            pod.containers
+                .iter()
+                .flat_map(|c| c.env.iter().flatten())
+                .any(|e| e.name == "MODE" && e.value.as_deref() == Some("switchover"))
+        })
 }
 
 #[cfg(test)]
@@ -687,6 +702,25 @@ mod tests {
         let p = decide(&d, &seen(None, Some(("orders-2", 1)), &[]), true, None);
         assert_eq!((p.step, p.planned), (Step::Promoting, true));
         assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-2"));
+    }
+
+    #[test]
+    fn a_rollouts_switchover_is_reported_as_planned() {
+        // No annotation: the rollout asked for it; its Job ran in
+        // switchover mode, and that is what the report reads.
+        let done = fixtures::job("orders-promote-1-1").succeeded().set(
+            "/spec",
+            json!({"template": {"spec": {"containers": [{"name": "promote",
+                "env": [{"name": "MODE", "value": "switchover"}]}]}}}),
+        );
+        let p = decide(
+            &changing(),
+            &seen(None, Some(("orders-1", 1)), &[done]),
+            true,
+            None,
+        );
+        let last = p.last.expect("the switchover is reported");
+        assert_eq!((last.from, last.to, last.planned), (Some(0), 1, true));
     }
 
     #[test]
