@@ -142,7 +142,11 @@ pub(super) fn decide(
         let held = if serving.changing { all } else { hold };
         return Rollout {
             step: Step::Unknown,
-            partition: held,
+            // Until the controller reports, the partition written stays
+            // (never above the hold): writing the hold back over the 0 of
+            // the last step would stop the old primary's update midway,
+            // and it restarts once per flap.
+            partition: seen.partition().map_or(held, |p| p.min(held)),
             hold: held,
             switchover: None,
         };
@@ -356,6 +360,22 @@ mod tests {
             true,
         );
         assert_eq!((r.partition, r.hold, r.switchover), (3, 3, Some(1)));
+    }
+
+    #[test]
+    fn the_last_steps_partition_stays_until_the_statefulset_reports() {
+        // Partition 0 just written (the old primary 0 updates, 1 serves):
+        // the StatefulSet's status is stale for a moment.
+        let mut s = seen([false, true, true], &[], false);
+        let sts = s.statefulset.as_mut().unwrap();
+        sts.spec.as_mut().unwrap().update_strategy = Some(
+            serde_json::from_value(
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            )
+            .unwrap(),
+        );
+        let r = decide(&db(), &s, 3, at(1), true);
+        assert_eq!((r.step, r.partition, r.hold), (Step::Unknown, 0, 2));
     }
 
     #[test]
