@@ -446,6 +446,11 @@ class Suite:
                 f"read-write Services apart from their role ConfigMap: {len(rec.rw_lags)} times, "
                 f"longest {max(rec.rw_lags):.2f}s (allowed {RW_GRACE:.0f}s)"
             )
+        if rec.rw_waits:
+            print(
+                f"read-write Services on the old primary during a switchover: {len(rec.rw_waits)} times, "
+                f"longest {max(rec.rw_waits):.2f}s (until the promote Job succeeded)"
+            )
         for sc in self.results:
             if sc.error:
                 print(f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}")

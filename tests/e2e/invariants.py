@@ -32,7 +32,20 @@ second (and once more at the end):
      selector's pod-name is the primary the role ConfigMap (<name>-role)
      names whenever both are observed. The hook writes both in one answer,
      which Metacontroller applies one object after the other: a difference
-     is a violation once it outlasts RW_GRACE seconds;
+     is a violation once it outlasts RW_GRACE seconds. Except during a
+     planned switchover: the role ConfigMap names the candidate (at the
+     next epoch) while the read-write Service stays on the old primary
+     until the candidate's promote Job succeeded. So a difference is
+     excused while the Service selects the primary the role ConfigMap
+     named before (its previous value, as watched) and the promote Job of
+     the role's epoch and primary (<name>-promote-<epoch>-<ordinal>), owned
+     by that Database, has not been seen Succeeded nor seen made without
+     MODE=switchover (a failover's Job: its Service moves before the Job is
+     made); RW_GRACE runs from the moment any of that stops being true.
+     Every fact comes from the watch streams (no status read back, which
+     lags the children): a Service selecting a third pod, staying on the
+     old primary past the Job's success, or through a failover's Job, is
+     still a violation;
   H. a Database's status.primaryEpoch never decreases.
 
 Timestamps are compared on one clock: the API server, the processes and the
@@ -138,6 +151,9 @@ class Recorder:
         self.rw = {}
         self.slices = defaultdict(dict)  # Service uid -> EndpointSlice uid -> ready pods
         self.rw_lags = []  # seconds each difference of rule G lasted, once over
+        self.rw_waits = []  # seconds each excused difference (a switchover) lasted
+        self.promoted = set()  # (Database uid, Job name) seen Succeeded
+        self.promote_modes = {}  # (Database uid, promote Job name) -> its MODE
         self.epochs = {}  # rule H: Database uid -> the highest primaryEpoch seen
 
     # ---- lifecycle ----
@@ -272,6 +288,13 @@ class Recorder:
                     self.deletions.append(dict(record, at=now, rv=rv))
                 if kind == "Job" and uid not in self.succeeded and job_outcome(obj) == "Succeeded":
                     self.succeeded[uid] = dict(record, rv=fact_rv)
+                    self.promoted.add((record["owner"], name))
+                if kind == "Job" and "-promote-" in name and record["owner"] in self.rw:
+                    # A promote Job's mode and success end rule G's excuse.
+                    containers = ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+                    modes = {e.get("value") for c in containers for e in c.get("env") or [] if e.get("name") == "MODE"}
+                    self.promote_modes[(record["owner"], name)] = ",".join(sorted(m or "" for m in modes))
+                    self.judge_read_write(record["owner"], now)
                 if kind in ("Service", "ConfigMap", "EndpointSlice"):
                     self.track_read_write(kind, etype, obj, now)
             listeners = list(self.listeners)
@@ -321,7 +344,10 @@ class Recorder:
                 rw["service"] = None if gone else md["uid"]
                 rw["selected"] = None if gone else ((obj.get("spec") or {}).get("selector") or {}).get(POD_NAME_LABEL, "(no pod-name)")
             elif kind == "ConfigMap" and md["name"] == f"{owner_name}-role":
-                rw["role"] = None if gone else (obj.get("data") or {}).get("primary")
+                data = {} if gone else obj.get("data") or {}
+                if rw.get("role") not in (None, data.get("primary")):
+                    rw["previous"] = rw["role"]
+                rw["role"], rw["epoch"] = data.get("primary"), data.get("epoch")
             else:
                 return
         if db is None:
@@ -331,13 +357,24 @@ class Recorder:
         ready = sorted(p for s in self.slices.get(rw.get("service"), {}).values() for p in s) if rw.get("service") else []
         if len(ready) > 1:
             self.violate(("G", db, "endpoints"), f"the read-write Service {where} had {len(ready)} ready endpoints at once: {ready}")
+        self.judge_read_write(db, now)
+
+    def judge_read_write(self, db, now):
+        """G: whether the read-write Service and the role ConfigMap differ,
+        and whether a switchover under way excuses it, from now on."""
+        rw = self.rw[db]
         differ = rw.get("selected") is not None and rw.get("role") is not None and rw["selected"] != rw["role"]
-        if differ and rw["since"] is None:
-            rw["since"] = now
-        elif not differ and rw["since"] is not None:
-            self.rw_lags.append(now - rw["since"])
-            rw["since"] = None
-        rw["differ"] = f"selects {rw.get('selected')} while the role ConfigMap names {rw.get('role')}"
+        ordinal = (rw.get("role") or "").rsplit("-", 1)[-1]
+        job = f"{rw['name']}-promote-{rw.get('epoch')}-{ordinal}"
+        planned = self.promote_modes.get((db, job), "switchover") == "switchover"
+        excused = differ and planned and rw["selected"] == rw.get("previous") and (db, job) not in self.promoted
+        for key, on, spans in (("since", differ and not excused, self.rw_lags), ("waiting", excused, self.rw_waits)):
+            if on and rw.get(key) is None:
+                rw[key] = now
+            elif not on and rw.get(key) is not None:
+                spans.append(now - rw[key])
+                rw[key] = None
+        rw["differ"] = f"selects {rw.get('selected')} while the role ConfigMap names {rw.get('role')} (epoch {rw.get('epoch')}; {job} seen Succeeded: {(db, job) in self.promoted})"
 
     # ---- rules ----
     def violate(self, key, message):

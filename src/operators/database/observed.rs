@@ -226,6 +226,17 @@ impl Observed {
             .flatten()
     }
 
+    /// The StatefulSet's update revision as last reported, even when its
+    /// controller has not seen the newest generation yet.
+    pub fn last_update_revision(&self) -> Option<&str> {
+        self.statefulset
+            .as_ref()?
+            .status
+            .as_ref()?
+            .update_revision
+            .as_deref()
+    }
+
     /// The StatefulSet's rolling-update partition, as observed.
     pub fn partition(&self) -> Option<i32> {
         self.statefulset

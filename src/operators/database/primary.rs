@@ -711,6 +711,48 @@ mod tests {
         assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-2"));
     }
 
+    /// A promote Job that runs in switchover mode.
+    fn in_switchover_mode(job: fixtures::Object) -> fixtures::Object {
+        job.set(
+            "/spec",
+            json!({"template": {"spec": {"containers": [{"name": "promote",
+                "env": [{"name": "MODE", "value": "switchover"}]}]}}}),
+        )
+    }
+
+    #[test]
+    fn a_rollouts_switchover_is_reported_as_planned() {
+        // No annotation: the rollout asked for it; its Job ran in
+        // switchover mode, and that is what the report reads.
+        let done = in_switchover_mode(fixtures::job("orders-promote-1-1").succeeded());
+        let p = decide(
+            &changing(),
+            &seen(None, Some(("orders-1", 1)), &[done]),
+            true,
+            None,
+        );
+        let last = p.last.expect("the switchover is reported");
+        assert_eq!((last.from, last.to, last.planned), (Some(0), 1, true));
+    }
+
+    #[test]
+    fn a_switchover_stays_planned_once_its_job_runs() {
+        // The rollout no longer asks (a standby above it not ready a
+        // moment): the Job made in switchover mode keeps the change one,
+        // so the old primary serves until it succeeded.
+        let running = in_switchover_mode(fixtures::job("orders-promote-1-1"));
+        let p = decide(
+            &changing(),
+            &seen(None, Some(("orders-1", 1)), &[running]),
+            true,
+            None,
+        );
+        assert_eq!(
+            (p.step, p.planned, p.serving),
+            (Step::Promoting, true, Some(0))
+        );
+    }
+
     #[test]
     fn a_stale_switchover_request_is_never_carried_out() {
         let d = asking(

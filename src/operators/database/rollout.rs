@@ -131,11 +131,22 @@ pub(super) fn decide(
         };
     };
     let hold = i32::try_from(p.saturating_add(1)).map_or(all, |h| h.min(all));
-    let Some(revision) = seen.update_revision() else {
+    // During a change of primary the template stands still (every instance
+    // is held) and only the partition is written: the revision last
+    // reported still says whether the change is the rollout's switchover.
+    let revision = match serving.changing {
+        true => seen.last_update_revision(),
+        false => seen.update_revision(),
+    };
+    let Some(revision) = revision else {
         let held = if serving.changing { all } else { hold };
         return Rollout {
             step: Step::Unknown,
-            partition: held,
+            // Until the controller reports, the partition written stays
+            // (never above the hold): writing the hold back over the 0 of
+            // the last step would stop the old primary's update midway,
+            // and it restarts once per flap.
+            partition: seen.partition().map_or(held, |p| p.min(held)),
             hold: held,
             switchover: None,
         };
@@ -329,6 +340,42 @@ mod tests {
         );
         assert_eq!(r.step, Step::Paused);
         assert_eq!((r.partition, r.switchover), (3, None));
+    }
+
+    #[test]
+    fn its_switchover_stays_asked_while_the_statefulset_catches_up() {
+        // The change's own partition write (every instance held) makes the
+        // StatefulSet's status stale for a moment; the switchover under way
+        // is still the rollout's (else its promote Job would run as a
+        // failover and the read-write Service move before it succeeded).
+        let serving = Serving {
+            ordinal: Some(0),
+            changing: true,
+        };
+        let r = decide(
+            &db(),
+            &seen([false, true, true], &[], false),
+            3,
+            serving,
+            true,
+        );
+        assert_eq!((r.partition, r.hold, r.switchover), (3, 3, Some(1)));
+    }
+
+    #[test]
+    fn the_last_steps_partition_stays_until_the_statefulset_reports() {
+        // Partition 0 just written (the old primary 0 updates, 1 serves):
+        // the StatefulSet's status is stale for a moment.
+        let mut s = seen([false, true, true], &[], false);
+        let sts = s.statefulset.as_mut().unwrap();
+        sts.spec.as_mut().unwrap().update_strategy = Some(
+            serde_json::from_value(
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            )
+            .unwrap(),
+        );
+        let r = decide(&db(), &s, 3, at(1), true);
+        assert_eq!((r.step, r.partition, r.hold), (Step::Unknown, 0, 2));
     }
 
     #[test]

@@ -19,12 +19,14 @@ DELAY = 10
 class PrimaryTimeline:
     """What the watch streams show of one Database's change of primary, in
     the API's order of writes (resourceVersion): the read-write Service's
-    selector, the role ConfigMap's primary and the promote Jobs' creations."""
+    selector, the role ConfigMap's primary, the promote Jobs' creations
+    ("job") and the first write showing each Succeeded ("done")."""
 
     def __init__(self, ns, name):
         self.ns, self.name = ns, name
         self.events = []  # (rv, seen, what, value)
         self.jobs = set()
+        self.done = set()
 
     def __call__(self, kind, etype, obj, now):
         md = obj["metadata"]
@@ -39,6 +41,9 @@ class PrimaryTimeline:
         elif kind == "Job" and md["name"].startswith(f"{self.name}-promote-") and md["uid"] not in self.jobs:
             self.jobs.add(md["uid"])
             self.events.append((rv, now, "job", md["name"]))
+        if kind == "Job" and md["name"].startswith(f"{self.name}-promote-") and md["uid"] not in self.done and job_outcome(obj) == "Succeeded":
+            self.done.add(md["uid"])
+            self.events.append((rv, now, "done", md["name"]))
 
     def first(self, what, value):
         """The (rv, seen) of the first write showing `what` at `value`."""
@@ -103,18 +108,26 @@ def not_ready(s, pod, yes):
     return s.wait(f"pod {pod} {'not ' if yes else ''}ready", check, timeout=60)
 
 
-def scenario_failover(s):
-    k, ns, name = s.k, s.ns, "payments"
+def large_database(s, name):
+    """Creates Database `name` (16, large: a primary and two standbys,
+    spec.failover.delay DELAY) and waits until it runs, instance 0 the
+    primary at epoch 0; returns its volumes (name -> uid)."""
     p0, p1, p2 = (f"{name}-{i}" for i in range(3))
     s.step(f"create a Database (16, large: a primary and two standbys, spec.failover.delay {DELAY})")
-    db = database(ns, name, "16", "large")
+    db = database(s.ns, name, "16", "large")
     db["spec"]["failover"] = {"delay": DELAY}
-    k.apply(db)
+    s.k.apply(db)
     db_running(s, name, 3, "16")
     db_services(s, name, 3)
     all_ready = {p0: ("primary", True), p1: ("standby", True), p2: ("standby", True)}
     s.wait(f"{p0} the primary at epoch 0", lambda: primary_state(s, name, p0, 0, all_ready), timeout=60)
-    vols = volumes(s, name)
+    return volumes(s, name)
+
+
+def scenario_failover(s):
+    k, ns, name = s.k, s.ns, "payments"
+    p0, p1, p2 = (f"{name}-{i}" for i in range(3))
+    vols = large_database(s, name)
     s.expect(sorted(vols) == [f"data-{p}" for p in (p0, p1, p2)], f"volumes {sorted(vols)}")
 
     s.step(f"the primary {p0} not ready: within the delay nothing changes, then {p1} is fenced in and promoted")
