@@ -263,6 +263,14 @@ mod tests {
         }
     }
 
+    /// Serving from `p` while a change of primary is under way.
+    fn changing_from(p: u32) -> Serving {
+        Serving {
+            ordinal: Some(p),
+            changing: true,
+        }
+    }
+
     #[test]
     fn the_standbys_above_the_primary_update_first() {
         let r = decide(
@@ -318,10 +326,7 @@ mod tests {
 
     #[test]
     fn a_change_of_primary_pauses_it_but_keeps_asking_for_its_standby() {
-        let serving = Serving {
-            ordinal: Some(0),
-            changing: true,
-        };
+        let serving = changing_from(0);
         let r = decide(
             &db(),
             &seen([false, true, true], &[], true),
@@ -348,10 +353,7 @@ mod tests {
         // StatefulSet's status stale for a moment; the switchover under way
         // is still the rollout's (else its promote Job would run as a
         // failover and the read-write Service move before it succeeded).
-        let serving = Serving {
-            ordinal: Some(0),
-            changing: true,
-        };
+        let serving = changing_from(0);
         let r = decide(
             &db(),
             &seen([false, true, true], &[], false),
@@ -380,10 +382,7 @@ mod tests {
 
     #[test]
     fn during_a_change_of_primary_every_instance_is_held() {
-        let serving = Serving {
-            ordinal: Some(0),
-            changing: true,
-        };
+        let serving = changing_from(0);
         for fresh in [true, false] {
             let r = decide(
                 &db(),
