@@ -55,17 +55,23 @@ def db_services(s, name, n):
     def check():
         headless = s.k.get("Service", s.ns, f"{name}-headless")
         need(headless and headless["spec"].get("clusterIP") == "None", "headless Service")
+        # The primary is the one the role ConfigMap names: a new pod
+        # template (a new size's resources) rolls out with a switchover.
+        role = s.k.get("ConfigMap", s.ns, f"{name}-role")
+        primary = ((role or {}).get("data") or {}).get("primary")
+        need(primary, f"ConfigMap {name}-role names no primary")
         rw = s.k.get("Service", s.ns, name)
-        need(rw and (rw["spec"].get("selector") or {}).get("statefulset.kubernetes.io/pod-name") == f"{name}-0", "read-write Service does not select the primary")
+        selected = (((rw or {}).get("spec") or {}).get("selector") or {}).get("statefulset.kubernetes.io/pod-name")
+        need(selected == primary, f"read-write Service selects {selected}, not the primary {primary}")
         ro = s.k.get("Service", s.ns, f"{name}-ro")
         need(ro and not ro["spec"].get("selector"), "read-only Service must have no selector")
         eps = s.k.get("EndpointSlice", s.ns, f"{name}-ro")
         need(eps is not None, "read-only EndpointSlice missing")
         need(eps["metadata"]["labels"].get("kubernetes.io/service-name") == f"{name}-ro", "EndpointSlice not attached to the read-only Service")
         want = []
-        for i in range(1, n):
-            pod = s.k.get("Pod", s.ns, f"{name}-{i}")
-            need(pod and pod_ready(pod) and pod["status"].get("podIP"), f"standby {name}-{i} not ready")
+        for standby in (f"{name}-{i}" for i in range(n) if f"{name}-{i}" != primary):
+            pod = s.k.get("Pod", s.ns, standby)
+            need(pod and pod_ready(pod) and pod["status"].get("podIP"), f"standby {standby} not ready")
             want.append(pod["status"]["podIP"])
         got = sorted(a for e in eps.get("endpoints") or [] for a in e["addresses"] if (e.get("conditions") or {}).get("ready"))
         need(got == sorted(want), f"read-only endpoints {got}, want the standbys {sorted(want)}")

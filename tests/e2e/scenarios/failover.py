@@ -199,6 +199,18 @@ def scenario_failover(s):
     s.step(f"{p2} ready again: it rejoins the read-only endpoints")
     not_ready(s, p2, False)
     s.wait(f"{p2} back in the read-only endpoints", lambda: (primary_state(s, name, p1, 1, back), ro_endpoints(s, name, [p0, p2])), timeout=60)
+
+    s.step(f"a standby ({p2}) lost (its pod deleted): the StatefulSet makes it again, on its volume; no failover")
+    lost = k.get("Pod", ns, p2)["metadata"]["uid"]
+    k.delete("Pod", ns, p2)
+
+    def again():
+        pod = k.get("Pod", ns, p2)
+        need(pod is not None and pod["metadata"]["uid"] != lost and not pod["metadata"].get("deletionTimestamp"), f"{p2} not made again yet")
+        need(pod_ready(pod), f"{p2} made again, not ready yet")
+
+    s.wait(f"{p2} made again and ready", again, timeout=90)
+    s.wait(f"{p2} back in the read-only endpoints", lambda: (primary_state(s, name, p1, 1, back), ro_endpoints(s, name, [p0, p2])), timeout=60)
     created = sorted(j["metadata"]["name"] for j in k.list("Job", ns) if j["metadata"]["name"].startswith(f"{name}-promote-"))
     s.expect(created == [job], f"promote Jobs {created}, want only {job}")
     same_volumes(s, name, vols)
