@@ -73,9 +73,12 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
         Err(err) => {
             let problem = Problem::from_hook_error(&err);
             print_body(&serde_json::to_vec(&problem).expect("problems serialize"))?;
+            let hint = not_a_request(&body)
+                .map(|hint| format!("\nhint: {hint}"))
+                .unwrap_or_default();
             Err(Failure {
                 message: format!(
-                    "{} {}: {}",
+                    "{} {}: {}{hint}",
                     problem.status.as_u16(),
                     problem.title,
                     problem.detail
@@ -83,6 +86,29 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
                 code: 1,
             })
         }
+    }
+}
+
+/// What a refused body is instead of a hook request, when it is something
+/// a person would try: YAML, or a bare parent as written for kubectl.
+fn not_a_request(body: &[u8]) -> Option<String> {
+    const WRAP: &str = "a hook request is the JSON Metacontroller sends: {\"parent\": <the object>, \"children\": {}, \"related\": {}}; to see an operator's whole life from a parent as written for kubectl, use `opshooks simulate OPERATOR FILE`";
+    let value: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(_) => {
+            let yaml: serde_json::Value = yaml_serde::from_slice(body).ok()?;
+            return yaml
+                .is_object()
+                .then(|| format!("the body is YAML, not JSON; {WRAP}"));
+        }
+    };
+    let object = value.as_object()?;
+    match (object.get("kind"), object.contains_key("parent")) {
+        (Some(kind), false) => Some(format!(
+            "the body is a bare {}, not a hook request; {WRAP}",
+            kind.as_str().unwrap_or("object")
+        )),
+        _ => None,
     }
 }
 
@@ -242,8 +268,10 @@ fn simulation<'a>(
             })?;
     }
     for job in &args.fail_job {
-        sim.apply(&Event::FailJob(job.clone()))
-            .map_err(Failure::usage)?;
+        let event = Event::FailJob(job.clone());
+        sim.check(&event)
+            .and_then(|()| sim.apply(&event))
+            .map_err(|why| Failure::usage(format!("--fail-job {why}")))?;
     }
     Ok((sim, events))
 }
@@ -257,20 +285,18 @@ fn run_stages(
 ) -> Result<usize, Failure> {
     let mut out = std::io::stdout().lock();
     let mut broken = 0;
-    let stages = std::iter::once(None).chain(events.iter().map(Some));
+    // Each event is shown in the words the user typed.
+    let stages = std::iter::once(None).chain(events.iter().zip(&args.then).map(Some));
     for event in stages {
-        if let Some(event) = event {
+        if let Some((event, typed)) = event {
             if args.format == "json" {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::json!({"event": format!("{event:?}")})
-                )
-                .ok();
+                writeln!(out, "{}", serde_json::json!({"event": typed})).ok();
             } else {
-                writeln!(out, "-- {event:?}").ok();
+                writeln!(out, "-- {typed}").ok();
             }
-            sim.apply(event).map_err(Failure::usage)?;
+            sim.check(event)
+                .and_then(|()| sim.apply(event))
+                .map_err(|why| Failure::usage(format!("--then {typed}: {why}")))?;
         }
         let (steps, settled) = sim.settle(args.max_steps);
         for step in &steps {
@@ -282,11 +308,11 @@ fn run_stages(
             broken += step.violations.len();
         }
         if args.format == "json" {
-            let objects: Vec<String> = sim
+            let objects: Vec<&serde_json::Value> = sim
                 .cluster
                 .objects()
                 .filter(|(k, _)| k.kind != "Pod")
-                .map(|(k, _)| k.to_string())
+                .map(|(_, object)| object)
                 .collect();
             writeln!(
                 out,

@@ -32,8 +32,9 @@ pub struct Config {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve every operator's hooks over HTTP (the default).
-    Serve,
+    /// Serve every operator's hooks over HTTP (the default). The server
+    /// flags go before `serve` or after it, not both.
+    Serve(Box<ServeArgs>),
     /// Answer one hook request from FILE (or stdin) and print exactly the
     /// body the server would send.
     Hook(HookArgs),
@@ -67,11 +68,28 @@ pub struct HookArgs {
     pub seed: Option<String>,
 }
 
+/// `--base-url`: an absolute http or https URL with a host, and no query
+/// or fragment, since each hook's path is appended to it.
+fn base_url(text: &str) -> Result<String, String> {
+    let fix = "use an absolute URL such as http://opshooks.opshooks.svc or https://hooks.example:8443/prefix";
+    let uri: axum::http::Uri = text.parse().map_err(|_| format!("not a URL; {fix}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(host)) if !host.is_empty() => {}
+        _ => return Err(format!("needs http:// or https:// and a host; {fix}")),
+    }
+    if uri.query().is_some() || text.contains('#') {
+        return Err(format!(
+            "a query or fragment would end up before each hook's path; {fix}"
+        ));
+    }
+    Ok(text.to_string())
+}
+
 /// Flags of `opshooks manifests`.
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
     /// Base URL at which Metacontroller reaches opshooks.
-    #[arg(long, env = "OPSHOOKS_BASE_URL", default_value = crate::manifests::DEFAULT_BASE_URL)]
+    #[arg(long, env = "OPSHOOKS_BASE_URL", default_value = crate::manifests::DEFAULT_BASE_URL, value_parser = base_url)]
     pub base_url: String,
     /// Metacontroller hook version.
     #[arg(long, default_value = "v2", value_parser = ["v1", "v2"])]
@@ -88,7 +106,15 @@ pub struct ManifestArgs {
     pub chart: Option<PathBuf>,
 }
 
-/// Server flags.
+/// Flags of `opshooks serve`: the server's, as they may also be given
+/// before the subcommand.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Server settings.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
 /// `opshooks simulate OPERATOR FILE [--then EVENT]...`.
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -206,6 +232,49 @@ pub struct LogArgs {
     pub log_level: String,
 }
 
+impl Config {
+    /// Parses the command line, exiting with clap's message on a usage
+    /// error (and its text for `--help` and `--version`).
+    pub fn load() -> Config {
+        Config::try_load_from(std::env::args_os()).unwrap_or_else(|err| err.exit())
+    }
+
+    /// Parses `args`. Server flags given after `serve` are the server's;
+    /// given on both sides of it, they are refused, since neither side
+    /// would be obviously meant.
+    pub fn try_load_from<I, T>(args: I) -> Result<Config, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
+        let mut command = Config::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        let mut config = Config::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+        let ids: Vec<String> = ServerArgs::augment_args(clap::Command::new("serve"))
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        let typed = |m: &clap::ArgMatches| {
+            ids.iter()
+                .any(|id| m.value_source(id) == Some(ValueSource::CommandLine))
+        };
+        if let Some(Command::Serve(args)) = &mut config.command {
+            let after = matches.subcommand_matches("serve").is_some_and(typed);
+            if after && typed(&matches) {
+                return Err(command.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "server flags before and after `serve`: give them on one side (`opshooks serve --listen ...`)",
+                ));
+            }
+            if after {
+                std::mem::swap(&mut config.server, &mut args.server);
+            }
+        }
+        Ok(config)
+    }
+}
+
 /// How log lines look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -303,6 +372,65 @@ mod tests {
         assert!(config.command.is_none());
         assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
         assert!(config.server.max_body_bytes >= 32 * 1024 * 1024);
+    }
+
+    #[test]
+    fn server_flags_go_before_or_after_serve() {
+        let listen = |args: &[&str]| {
+            let config = Config::try_load_from(args).unwrap();
+            assert!(matches!(config.command, None | Some(Command::Serve(_))));
+            config.server.listen.to_string()
+        };
+        assert_eq!(
+            listen(&["opshooks", "serve", "--listen", "0.0.0.0:9"]),
+            "0.0.0.0:9"
+        );
+        assert_eq!(
+            listen(&["opshooks", "--listen", "0.0.0.0:9", "serve"]),
+            "0.0.0.0:9"
+        );
+        assert_eq!(listen(&["opshooks", "--listen", "0.0.0.0:9"]), "0.0.0.0:9");
+        assert_eq!(listen(&["opshooks", "serve"]), "127.0.0.1:8080");
+        let both = [
+            "opshooks",
+            "--listen",
+            "0.0.0.0:9",
+            "serve",
+            "--max-connections",
+            "5",
+        ];
+        let err = Config::try_load_from(both).unwrap_err();
+        assert!(
+            err.to_string().contains("before and after `serve`"),
+            "{err}"
+        );
+        let help = Config::try_load_from(["opshooks", "serve", "--help"]).unwrap_err();
+        assert!(help.to_string().contains("--listen"), "{help}");
+    }
+
+    #[test]
+    fn manifests_refuse_a_base_url_that_is_not_one() {
+        for good in [
+            "http://opshooks.opshooks.svc",
+            "https://h:8443/x/",
+            "http://127.0.0.1:8080",
+        ] {
+            assert_eq!(base_url(good).as_deref(), Ok(good));
+        }
+        for bad in [
+            "opshooks.svc",
+            "ftp://h",
+            "http://",
+            "http://h?x=1",
+            "http://h#a",
+            "",
+            "h t t p",
+        ] {
+            assert!(base_url(bad).is_err(), "{bad:?} accepted");
+        }
+        let err = Config::try_load_from(["opshooks", "manifests", "--base-url", "opshooks.svc"])
+            .unwrap_err();
+        assert!(err.to_string().contains("--base-url"), "{err}");
     }
 
     #[test]

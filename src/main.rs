@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use opshooks::cli::{self, Failure};
 use opshooks::config::{Command, Config, ServerArgs, Settings};
 use opshooks::http::reload;
@@ -43,7 +42,7 @@ extern "C" fn no_huge_pages() {
 static NO_HUGE_PAGES: extern "C" fn() = no_huge_pages;
 
 fn main() -> ExitCode {
-    let config = Config::parse();
+    let config = Config::load();
     let log = match telemetry::init(&config.log) {
         Ok(log) => log,
         Err(message) => {
@@ -52,7 +51,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match &config.command {
-        None | Some(Command::Serve) => serve(&config.server),
+        None | Some(Command::Serve(_)) => serve(&config.server),
         Some(Command::Hook(args)) => cli::hook(args),
         Some(Command::Openapi) => cli::openapi(),
         Some(Command::Manifests(args)) => cli::manifests(args),

@@ -33,7 +33,7 @@ use crate::call as adapter;
 use crate::hook::Hook;
 use crate::operator::{ChildResource, Context, ENTROPY, Operator};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
-use schema::StatusSchema;
+use schema::PartSchema;
 
 /// How far the model's clock moves per step.
 pub const STEP_SECONDS: i64 = 10;
@@ -307,7 +307,7 @@ fn is_shown(change: &Change) -> bool {
 /// One operator, one parent, one cluster, stepped through time.
 pub struct Simulation<'a> {
     op: &'a Operator,
-    schema: StatusSchema,
+    schema: PartSchema,
     /// The cluster: the parent, its children and everything the modelled
     /// controllers made.
     pub cluster: Cluster,
@@ -361,7 +361,7 @@ impl<'a> Simulation<'a> {
             .to_string();
         Ok(Simulation {
             op,
-            schema: StatusSchema::of(op),
+            schema: PartSchema::status(op),
             cluster,
             parent: key,
             parent_uid,
@@ -393,6 +393,40 @@ impl<'a> Simulation<'a> {
     /// True once the parent's deletion began.
     pub fn is_deleting(&self) -> bool {
         self.deleting
+    }
+
+    /// Why `event` names nothing there is, or asks for a spec the API
+    /// server would refuse, if it does: what a person typing events is
+    /// told, instead of an event that silently does nothing. (`apply`
+    /// takes any event, as the properties' random specs need.)
+    pub fn check(&self, event: &Event) -> Result<(), String> {
+        match event {
+            Event::SetSpec { path, value } => {
+                let spec = self.spec_after(path, value)?;
+                let errors = PartSchema::spec(self.op).errors(&spec);
+                match errors.is_empty() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "spec.{}: the {} CRD refuses it: {}",
+                        path.join("."),
+                        self.op.kind,
+                        errors.join("; ")
+                    )),
+                }
+            }
+            Event::NotReady(pod, _) => self.find("Pod", pod).map(drop),
+            Event::FailJob(name) | Event::HealJob(name) => {
+                let prefix = format!("{}-", self.parent.name);
+                match name.trim_end_matches('*').starts_with(&prefix) {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "names no Job of {}, whose Jobs are named {prefix}…",
+                        self.parent.name
+                    )),
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Applies an event from outside the loop.
@@ -485,8 +519,16 @@ impl<'a> Simulation<'a> {
     /// The user sets `spec.PATH` of the parent, making the objects on the
     /// way.
     fn set_spec(&mut self, path: &[String], value: &Value) -> Result<(), String> {
-        let before = self.parent().ok_or("the parent is gone")?.clone();
-        let mut spec = before.get("spec").cloned().unwrap_or(json!({}));
+        let spec = self.spec_after(path, value)?;
+        self.cluster
+            .update(&self.parent.clone(), &json!({"spec": spec}), Actor::User);
+        Ok(())
+    }
+
+    /// The parent's spec with `spec.PATH` set to `value`.
+    fn spec_after(&self, path: &[String], value: &Value) -> Result<Value, String> {
+        let parent = self.parent().ok_or("the parent is gone")?;
+        let mut spec = parent.get("spec").cloned().unwrap_or(json!({}));
         let mut at = &mut spec;
         for (i, part) in path.iter().enumerate() {
             let map = at
@@ -495,9 +537,7 @@ impl<'a> Simulation<'a> {
             at = map.entry(part.clone()).or_insert_with(|| json!({}));
         }
         *at = value.clone();
-        self.cluster
-            .update(&self.parent.clone(), &json!({"spec": spec}), Actor::User);
-        Ok(())
+        Ok(spec)
     }
 
     /// The user sets (or, with `None`, removes) an annotation of `target`.

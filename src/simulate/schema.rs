@@ -1,5 +1,6 @@
-//! A parent's status checked as the API server checks it: against the
-//! status schema of the operator's CRD.
+//! A parent's status, or a spec the user writes, checked as the API server
+//! checks it: against that part of the operator's CRD schema (its
+//! structure, types and bounds; CEL rules are not evaluated here).
 //!
 //! The CRD's schema is OpenAPI v3 with Kubernetes' own keywords; it becomes
 //! plain JSON Schema here, and fields it does not declare are refused (the
@@ -9,28 +10,41 @@ use serde_json::{Value, json};
 
 use crate::operator::Operator;
 
-/// The status schema of one operator's CRD, ready to check statuses with.
-pub struct StatusSchema {
+/// The schema of one part (`spec` or `status`) of an operator's CRD, ready
+/// to check values with.
+pub struct PartSchema {
     validator: jsonschema::Validator,
 }
 
-impl StatusSchema {
+impl PartSchema {
     /// The schema of `op`'s `status`, from its generated CRD.
-    pub fn of(op: &Operator) -> Self {
+    pub fn status(op: &Operator) -> Self {
+        Self::of(op, "status")
+    }
+
+    /// The schema of `op`'s `spec`, from its generated CRD.
+    pub fn spec(op: &Operator) -> Self {
+        Self::of(op, "spec")
+    }
+
+    fn of(op: &Operator, part: &str) -> Self {
         let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
         let mut schema =
-            crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone();
+            crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][part].clone();
         to_json_schema(&mut schema);
-        StatusSchema {
+        PartSchema {
             validator: jsonschema::validator_for(&schema).expect("generated CRD schemas are valid"),
         }
     }
 
-    /// Every reason the API server would refuse `status`, one line each.
-    pub fn errors(&self, status: &Value) -> Vec<String> {
+    /// Every reason the API server would refuse `value`, one line each.
+    pub fn errors(&self, value: &Value) -> Vec<String> {
         self.validator
-            .iter_errors(status)
-            .map(|e| format!("{}: {e}", e.instance_path()))
+            .iter_errors(value)
+            .map(|e| match e.instance_path().as_str() {
+                "" => e.to_string(),
+                path => format!("{path}: {e}"),
+            })
             .collect()
     }
 }
@@ -63,7 +77,7 @@ mod tests {
     #[test]
     fn others_conditions_pass_and_wrong_types_do_not() {
         let op = all().into_iter().find(|op| op.name == "webserver").unwrap();
-        let schema = StatusSchema::of(&op);
+        let schema = PartSchema::status(&op);
         let ok = json!({"count": 1, "readyReplicas": 1, "observedGeneration": 2, "conditions": [
             {"type": "Ready", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"},
             {"type": "Updated", "status": "True", "reason": "OnLatestRevision", "message": "latest"}]});

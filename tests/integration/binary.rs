@@ -77,6 +77,44 @@ fn hook_command_reads_stdin_and_fails_on_refusal() {
 }
 
 #[test]
+fn hook_command_explains_a_body_that_is_not_a_request() {
+    let yaml = root().join("examples/database.yaml");
+    let out = opshooks()
+        .args(["hook", "database", "sync"])
+        .arg(&yaml)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hint: the body is YAML, not JSON"),
+        "{stderr}"
+    );
+    let parent: serde_json::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(&yaml).unwrap()).unwrap();
+    let bare = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(bare.path(), serde_json::to_vec(&parent).unwrap()).unwrap();
+    let out = opshooks()
+        .args(["hook", "database", "sync"])
+        .arg(bare.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hint: the body is a bare Database, not a hook request"),
+        "{stderr}"
+    );
+    // A request refused for its content gets no hint.
+    let out = opshooks()
+        .args(["hook", "webserver", "sync"])
+        .arg(root().join("tests/fixtures/webserver/invalid-image-with-space/request.json"))
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("hint:"));
+}
+
+#[test]
 fn hook_command_names_unknown_operators_and_hooks() {
     let out = opshooks()
         .args(["hook", "nosuch", "sync", "/dev/null"])
@@ -93,6 +131,50 @@ fn hook_command_names_unknown_operators_and_hooks() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("has no finalize hook"));
+}
+
+#[test]
+fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
+    let example = root().join("examples/database.yaml");
+    let simulate = |event: &str| {
+        opshooks()
+            .arg("simulate")
+            .arg("database")
+            .arg(&example)
+            .args(["--then", event])
+            .output()
+            .unwrap()
+    };
+    let out = simulate("spec.version=\"17\"");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\n-- spec.version=\"17\"\n"), "{text}");
+    for (event, why) in [
+        ("not-ready nosuch-0", "no Pod/nosuch-0 in the cluster"),
+        (
+            "fail-job nosuchjob",
+            "names no Job of orders, whose Jobs are named orders-",
+        ),
+        ("spec.replica=5", "'replica' was unexpected"),
+        (
+            "spec.storage.size=3",
+            "/storage/size: 3 is not of type \"string\"",
+        ),
+    ] {
+        let out = simulate(event);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{event}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--then {event}: ")) && stderr.contains(why),
+            "{event}: {stderr}"
+        );
+    }
+    let out = opshooks()
+        .args(["manifests", "--base-url", "opshooks.svc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs http:// or https://"));
 }
 
 #[test]

@@ -6,7 +6,7 @@ use opshooks::call::call_slice;
 use opshooks::hook::Hook;
 use opshooks::http::Problem;
 use opshooks::operators;
-use opshooks::simulate::schema::StatusSchema;
+use opshooks::simulate::schema::PartSchema;
 use serde_json::Value;
 
 use super::support::{assert_matches_file, cases, ctx};
@@ -137,7 +137,7 @@ fn check_shape(op: &opshooks::operator::Operator, case: &std::path::Path, body: 
             );
         }
     }
-    let errors = StatusSchema::of(op).errors(&answer["status"]);
+    let errors = PartSchema::status(op).errors(&answer["status"]);
     assert!(
         errors.is_empty(),
         "{}: status does not fit the CRD: {errors:?}",

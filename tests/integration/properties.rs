@@ -12,7 +12,7 @@ use opshooks::operators::validate::is_dns_label;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use opshooks::simulate::schema::StatusSchema;
+use opshooks::simulate::schema::PartSchema;
 
 use super::support::{ctx, operator};
 
@@ -525,7 +525,7 @@ proptest! {
                     prop_assert!(child["apiVersion"].is_string() && child["kind"].is_string(), "{}", child);
                     prop_assert!(child["metadata"]["name"].as_str().is_some_and(|n| !n.is_empty()), "{}", child);
                 }
-                let errors = StatusSchema::of(op).errors(&response["status"]);
+                let errors = PartSchema::status(op).errors(&response["status"]);
                 prop_assert!(errors.is_empty(), "{:?}", errors);
             }
         }

@@ -51,7 +51,8 @@ def simulate(opshooks, parent):
     for line in proc.stdout.splitlines():
         o = json.loads(line)
         if "settled" in o:
-            objects = sorted(x for x in o["objects"] if not x.startswith("Database/"))
+            names = (f'{x["kind"]}/{x["metadata"]["name"]}' for x in o["objects"])
+            objects = sorted(x for x in names if not x.startswith("Database/"))
             settled.append(objects)
         elif "step" in o and o.get("phase"):
             if runs and runs[-1][0] == o["phase"]:
