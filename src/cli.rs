@@ -15,7 +15,7 @@ use crate::config::{HookArgs, ManifestArgs, SimulateArgs};
 use crate::hook::Hook;
 use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
-use crate::operator::{Context, ENTROPY, Operator};
+use crate::operator::{Context, Operator};
 use crate::operators;
 
 /// A subcommand's failure: what to print on stderr and the exit code.
@@ -55,11 +55,10 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
         None => Timestamp::now(),
     };
     let body = read_input(args.file.as_deref())?;
-    let mut ctx =
-        Context::fresh(now).map_err(|err| Failure::usage(format!("randomness: {err}")))?;
-    if let Some(seed) = &args.seed {
-        ctx.entropy = parse_seed(seed)?;
-    }
+    let ctx = match args.seed {
+        Some(seed) => Context::seeded(now, seed, 1),
+        None => Context::fresh(now).map_err(|err| Failure::usage(format!("randomness: {err}")))?,
+    };
     let call = adapter::call_slice(op, hook, &body, &ctx).ok_or_else(|| {
         let hooks: Vec<_> = op.hooks().map(|h| h.as_str()).collect();
         Failure::usage(format!(
@@ -158,24 +157,6 @@ fn write_files(root: &Path, files: Vec<(std::path::PathBuf, String)>) -> Result<
             .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
     }
     Ok(())
-}
-
-/// Hex digits into the bytes of entropy.
-fn parse_seed(text: &str) -> Result<[u8; ENTROPY], Failure> {
-    let bad = || {
-        Failure::usage(format!(
-            "--seed {text:?}: use {} hexadecimal digits",
-            2 * ENTROPY
-        ))
-    };
-    if text.len() != 2 * ENTROPY || !text.is_ascii() {
-        return Err(bad());
-    }
-    let mut seed = [0u8; ENTROPY];
-    for (i, byte) in seed.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(seed)
 }
 
 fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {

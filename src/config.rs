@@ -61,11 +61,12 @@ pub struct HookArgs {
     /// answers; the wall clock when omitted.
     #[arg(long, env = "OPSHOOKS_NOW")]
     pub now: Option<String>,
-    /// The random bytes the operator sees, for reproducible
-    /// answers where a secret is generated (128 hex digits); fresh randomness
-    /// when omitted.
+    /// A whole number fixing the random bytes the operator sees, for
+    /// reproducible answers where a secret is generated: the bytes
+    /// `simulate --seed N` gives its first call. Fresh randomness when
+    /// omitted.
     #[arg(long, env = "OPSHOOKS_SEED")]
-    pub seed: Option<String>,
+    pub seed: Option<u64>,
 }
 
 /// `--base-url`: an absolute http or https URL with a host, and no query
@@ -145,7 +146,8 @@ pub struct SimulateArgs {
     /// The time of the first step (RFC 3339); each step adds 10 s.
     #[arg(long, default_value = "2026-01-01T00:00:00Z")]
     pub start: String,
-    /// Stands in for the randomness a server passes to each call.
+    /// A whole number fixing the random bytes each call gets (call N at
+    /// step N), as `hook --seed N` fixes its one call's (step 1's).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// `text`: one line per step; `json`: one JSON object per step, and one

@@ -42,6 +42,21 @@ impl Context {
         }
     }
 
+    /// A context at `now` whose random bytes are fixed by `seed` for call
+    /// number `call` (splitmix64): what `--seed` means to both `opshooks
+    /// hook` (call 1) and `opshooks simulate` (call N at step N).
+    pub fn seeded(now: Timestamp, seed: u64, call: u32) -> Self {
+        let mut entropy = [0u8; ENTROPY];
+        let base = seed ^ (u64::from(call) << 32);
+        for (i, byte) in entropy.iter_mut().enumerate() {
+            let mut z = base.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            *byte = (z ^ (z >> 31)) as u8;
+        }
+        Context { now, entropy }
+    }
+
     /// A context at `now` with fresh random bytes from the operating system.
     pub fn fresh(now: Timestamp) -> Result<Self, getrandom::Error> {
         let mut entropy = [0u8; ENTROPY];

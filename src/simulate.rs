@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use crate::call as adapter;
 use crate::hook::Hook;
-use crate::operator::{ChildResource, Context, ENTROPY, Operator};
+use crate::operator::{ChildResource, Context, Operator};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
 use schema::PartSchema;
 
@@ -631,10 +631,7 @@ impl<'a> Simulation<'a> {
         } else {
             Hook::Sync
         };
-        let ctx = Context {
-            now: self.cluster.now,
-            entropy: entropy(self.seed, self.steps),
-        };
+        let ctx = Context::seeded(self.cluster.now, self.seed, self.steps);
         let related = match self.related(&parent, &ctx) {
             Ok(related) => related,
             Err(reason) => return (Outcome::refused(Hook::Customize, reason), None),
@@ -961,20 +958,6 @@ impl<'a> Simulation<'a> {
         }
         (steps, false)
     }
-}
-
-/// The randomness of one call: fresh for every step, as a server's is,
-/// and fixed by the seed (splitmix64; stands in for the system's source).
-fn entropy(seed: u64, step: u32) -> [u8; ENTROPY] {
-    let mut bytes = [0u8; ENTROPY];
-    let base = seed ^ (u64::from(step) << 32);
-    for (i, byte) in bytes.iter_mut().enumerate() {
-        let mut z = base.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        *byte = (z ^ (z >> 31)) as u8;
-    }
-    bytes
 }
 
 /// `Type=Status(Reason)`.

@@ -115,6 +115,70 @@ fn hook_command_explains_a_body_that_is_not_a_request() {
 }
 
 #[test]
+fn seed_means_the_same_to_hook_and_simulate() {
+    let example = root().join("examples/database.yaml");
+    let secret_of = |objects: &[serde_json::Value]| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "orders-superuser")
+            .map(|o| o["data"].clone())
+            .expect("the superuser Secret")
+    };
+    let simulated = |seed: &str| {
+        let out = opshooks()
+            .arg("simulate")
+            .arg("database")
+            .arg(&example)
+            .args(["--seed", seed, "--format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let settled: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|l| l.get("settled").is_some())
+            .unwrap();
+        secret_of(settled["objects"].as_array().unwrap())
+    };
+    let parent: serde_json::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(&example).unwrap()).unwrap();
+    let request = tempfile::NamedTempFile::new().unwrap();
+    let body = serde_json::json!({"parent": parent, "children": {}, "related": {}});
+    std::fs::write(request.path(), serde_json::to_vec(&body).unwrap()).unwrap();
+    let hooked = |seed: &str| {
+        let out = opshooks()
+            .args([
+                "hook",
+                "database",
+                "sync",
+                "--seed",
+                seed,
+                "--now",
+                "2026-01-01T00:00:10Z",
+            ])
+            .arg(request.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        secret_of(answer["children"].as_array().unwrap())
+    };
+    assert_eq!(hooked("7"), simulated("7"));
+    assert_ne!(hooked("7"), hooked("8"));
+    let out = opshooks()
+        .args(["hook", "database", "sync", "--seed", "abc"])
+        .arg(request.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn hook_command_names_unknown_operators_and_hooks() {
     let out = opshooks()
         .args(["hook", "nosuch", "sync", "/dev/null"])
