@@ -150,7 +150,8 @@ pub struct SimulateArgs {
     /// step N), as `hook --seed N` fixes its one call's (step 1's).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// `text`: one line per step; `json`: one JSON object per step, and one
+    /// `text`: one line per step, and the message of each condition that
+    /// changed under it; `json`: one JSON object per step, and one
     /// with the objects of the namespace each time the loop settles.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub format: String,

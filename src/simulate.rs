@@ -23,7 +23,7 @@
 pub mod cluster;
 pub mod schema;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -207,6 +207,9 @@ pub struct Step {
     pub phase: Option<String>,
     /// The parent's conditions as `Type=Status(Reason)`.
     pub conditions: Vec<String>,
+    /// `Type: message` of each condition that is new or changed since the
+    /// step before: the part that says what is going on and what to do.
+    pub news: Vec<String>,
     /// Broken rules of the loop itself (a status the CRD refuses, something
     /// of a deleting parent created again).
     pub violations: Vec<String>,
@@ -241,8 +244,12 @@ impl fmt::Display for Step {
                 Verb::Deleted => '-',
             };
             write!(f, " {sign}{}", change.key)?;
-            if change.actor == Actor::User {
-                write!(f, "(user)")?;
+            match (change.actor, change.verb) {
+                (Actor::User, _) => write!(f, "(user)")?,
+                (Actor::Controllers, _) if change.key.kind == "PersistentVolumeClaim" => {}
+                (Actor::Controllers, Verb::Created) => write!(f, "(cronjob)")?,
+                (Actor::Controllers, _) => write!(f, "(gc)")?,
+                (Actor::Metacontroller, _) => {}
             }
         }
         if let Some(phase) = &self.phase {
@@ -253,6 +260,9 @@ impl fmt::Display for Step {
         }
         for violation in &self.violations {
             write!(f, " VIOLATION: {violation}")?;
+        }
+        for news in &self.news {
+            write!(f, "\n           {news}")?;
         }
         Ok(())
     }
@@ -285,6 +295,7 @@ impl Step {
             "outcome": outcome,
             "phase": self.phase,
             "conditions": self.conditions,
+            "messages": self.news,
             "changes": changes,
             "violations": self.violations,
         })
@@ -299,9 +310,15 @@ impl Outcome {
 }
 
 /// Pods come and go with their workloads; the timeline shows what the
-/// operator and the user did, and the volumes.
+/// operator and the user did, the volumes, the Jobs a CronJob starts and
+/// what the garbage collector deletes.
 fn is_shown(change: &Change) -> bool {
-    change.actor != Actor::Controllers || change.key.kind == "PersistentVolumeClaim"
+    match (change.actor, change.key.kind.as_str(), change.verb) {
+        (Actor::Controllers, "Pod", _) => false,
+        (Actor::Controllers, "PersistentVolumeClaim" | "Job", _) => true,
+        (Actor::Controllers, _, verb) => verb == Verb::Deleted,
+        _ => true,
+    }
 }
 
 /// One operator, one parent, one cluster, stepped through time.
@@ -326,6 +343,8 @@ pub struct Simulation<'a> {
     /// deleted since (a retry asked for).
     had: BTreeSet<Key>,
     deleting: bool,
+    /// Each condition's text and message as last shown.
+    said: BTreeMap<String, (String, String)>,
 }
 
 impl<'a> Simulation<'a> {
@@ -373,6 +392,7 @@ impl<'a> Simulation<'a> {
             steps: 0,
             had: BTreeSet::new(),
             deleting: false,
+            said: BTreeMap::new(),
         })
     }
 
@@ -598,7 +618,27 @@ impl<'a> Simulation<'a> {
                 }
             }
         }
-        let status = self.parent().and_then(|p| p.get("status"));
+        let status = self.parent().and_then(|p| p.get("status")).cloned();
+        let status = status.as_ref();
+        let mut news = Vec::new();
+        for condition in status
+            .and_then(|s| s.get("conditions"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let kind = condition["type"].as_str().unwrap_or("?").to_string();
+            let said = (
+                condition_text(condition),
+                condition["message"].as_str().unwrap_or("").to_string(),
+            );
+            if self.said.get(&kind) != Some(&said) {
+                if !said.1.is_empty() {
+                    news.push(format!("{kind}: {}", said.1));
+                }
+                self.said.insert(kind, said);
+            }
+        }
         Step {
             number: self.steps,
             outcome,
@@ -613,6 +653,7 @@ impl<'a> Simulation<'a> {
                 .and_then(Value::as_array)
                 .map(|list| list.iter().map(condition_text).collect())
                 .unwrap_or_default(),
+            news,
             violations,
             answer,
             interrupted: self.interrupted,

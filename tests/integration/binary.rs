@@ -213,6 +213,20 @@ fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("\n-- spec.version=\"17\"\n"), "{text}");
+    // What a condition says to do, once, when it changes.
+    let said = "\n           Upgrading: job orders-pre-upgrade-17 takes the pre-upgrade backup\n";
+    assert_eq!(text.matches(said).count(), 1, "{text}");
+    // The Jobs a CronJob starts, and what the garbage collector deletes.
+    let out = opshooks()
+        .arg("simulate")
+        .arg("database")
+        .arg(&example)
+        .args(["--then", "run-cronjob orders-backup", "--then", "delete"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("+Job/orders-backup-20(cronjob)"), "{text}");
+    assert!(text.contains("-CronJob/orders-backup(gc)"), "{text}");
     for (event, why) in [
         ("not-ready nosuch-0", "no Pod/nosuch-0 in the cluster"),
         (
