@@ -11,7 +11,7 @@ use std::path::Path;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::call as adapter;
-use crate::config::{HookArgs, ManifestArgs, SimulateArgs};
+use crate::config::{HookArgs, ManifestArgs, RenderArgs, SimulateArgs};
 use crate::hook::Hook;
 use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
@@ -46,14 +46,7 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
             args.hook
         ))
     })?;
-    let now = match &args.now {
-        Some(text) => text.parse::<Timestamp>().map_err(|err| {
-            Failure::usage(format!(
-                "--now {text:?}: {err}; use RFC 3339 like 2026-01-01T00:00:00Z"
-            ))
-        })?,
-        None => Timestamp::now(),
-    };
+    let now = now_from(args.now.as_deref())?;
     let body = read_input(args.file.as_deref())?;
     let ctx = match args.seed {
         Some(seed) => Context::seeded(now, seed, 1),
@@ -108,6 +101,118 @@ fn not_a_request(body: &[u8]) -> Option<String> {
             kind.as_str().unwrap_or("object")
         )),
         _ => None,
+    }
+}
+
+/// `opshooks render OPERATOR PARENT [--observed FILE]...`: the one answer
+/// Metacontroller would get for this parent and these observed objects,
+/// printed as objects rather than as a hook response.
+pub fn render(args: &RenderArgs) -> Result<(), Failure> {
+    use serde::Deserialize;
+    let ops = operators::all();
+    let op = operator_named(&ops, &args.operator)?;
+    let now = now_from(args.now.as_deref())?;
+    let seed = match args.seed {
+        Some(seed) => seed,
+        None => {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes)
+                .map_err(|err| Failure::usage(format!("randomness: {err}")))?;
+            u64::from_le_bytes(bytes)
+        }
+    };
+    // Every object in a file: YAML documents, JSON, or a kubectl List.
+    let objects = |path: &Path| -> Result<Vec<serde_json::Value>, Failure> {
+        let bad = |err: String| Failure::usage(format!("{}: {err}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|err| bad(err.to_string()))?;
+        let mut out = Vec::new();
+        for document in yaml_serde::Deserializer::from_str(&text) {
+            let value =
+                serde_json::Value::deserialize(document).map_err(|err| bad(err.to_string()))?;
+            match value {
+                serde_json::Value::Null => {}
+                serde_json::Value::Object(ref o)
+                    if o.get("kind").and_then(|k| k.as_str()) == Some("List") =>
+                {
+                    out.extend(
+                        o.get("items")
+                            .and_then(|i| i.as_array())
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+                value => out.push(value),
+            }
+        }
+        Ok(out)
+    };
+    let mut parents = objects(&args.file)?;
+    if parents.len() != 1 {
+        return Err(Failure::usage(format!(
+            "{}: holds {} objects; give exactly one parent (the observed objects go in --observed)",
+            args.file.display(),
+            parents.len()
+        )));
+    }
+    let parent = parents.remove(0);
+    let mut sim = crate::simulate::Simulation::new(op, parent.clone(), now, seed)
+        .map_err(|err| Failure::usage(format!("{}: {err}", args.file.display())))?;
+    // Simulation::new stamps the parent with a uid, a generation and a
+    // finalizer, as the API server and Metacontroller would; the objects
+    // printed are the parent as given, with its new status.
+    for path in &args.observed {
+        for object in objects(path)? {
+            sim.observe(object)
+                .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
+        }
+    }
+    let answer = sim.answer().map_err(|refusal| {
+        let message = match &refusal.error {
+            Some(err) => {
+                let problem = Problem::from_hook_error(err);
+                format!(
+                    "{} {}: {}",
+                    problem.status.as_u16(),
+                    problem.title,
+                    problem.detail
+                )
+            }
+            None => refusal.reason,
+        };
+        Failure {
+            message: format!("{} refused: {message}", refusal.hook),
+            code: 1,
+        }
+    })?;
+    let mut rendered = parent;
+    if let (Some(object), Some(status)) = (rendered.as_object_mut(), answer.get("status")) {
+        object.insert("status".into(), status.clone());
+    }
+    let mut items = vec![rendered];
+    items.extend(answer["children"].as_array().cloned().unwrap_or_default());
+    let mut out = std::io::stdout().lock();
+    if args.output == "json" {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        serde_json::to_writer_pretty(&mut out, &list).expect("JSON values serialize");
+        writeln!(out).ok();
+    } else {
+        for item in &items {
+            let text = yaml_serde::to_string(item).expect("JSON values serialize as YAML");
+            write!(out, "---\n{text}").ok();
+        }
+    }
+    Ok(())
+}
+
+/// `--now`: the time given, or the wall clock.
+fn now_from(text: Option<&str>) -> Result<Timestamp, Failure> {
+    match text {
+        Some(text) => text.parse::<Timestamp>().map_err(|err| {
+            Failure::usage(format!(
+                "--now {text:?}: {err}; use RFC 3339 like 2026-01-01T00:00:00Z"
+            ))
+        }),
+        None => Ok(Timestamp::now()),
     }
 }
 

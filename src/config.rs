@@ -42,6 +42,10 @@ pub enum Command {
     Openapi,
     /// Print the CRDs and CompositeControllers, or write them to a folder.
     Manifests(ManifestArgs),
+    /// Print the children and status an operator answers for a parent as
+    /// you would write it for kubectl, with the objects it observes: no
+    /// hook request to write by hand.
+    Render(RenderArgs),
     /// Run an operator through its life offline, with Metacontroller's
     /// semantics and a model of the Kubernetes controllers, and print one
     /// line per step.
@@ -114,6 +118,34 @@ pub struct ServeArgs {
     /// Server settings.
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// `opshooks render OPERATOR PARENT [--observed FILE]...`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The operator: webserver, memcached, backup or database.
+    pub operator: String,
+    /// The parent, as YAML or JSON (for example examples/database.yaml).
+    pub file: PathBuf,
+    /// Objects that exist (YAML or JSON; a file may hold several YAML
+    /// documents or a kubectl List): those of the operator's child types
+    /// are the parent's children, the rest (pods, volumes, targets) what
+    /// it relates to.
+    #[arg(long = "observed", value_name = "FILE")]
+    pub observed: Vec<PathBuf>,
+    /// The current time the operator sees (RFC 3339); the wall clock when
+    /// omitted.
+    #[arg(long, env = "OPSHOOKS_NOW")]
+    pub now: Option<String>,
+    /// A whole number fixing the random bytes the operator sees, as for
+    /// `hook`; fresh randomness when omitted.
+    #[arg(long, env = "OPSHOOKS_SEED")]
+    pub seed: Option<u64>,
+    /// `yaml`: the parent with its new status, then each child, as YAML
+    /// documents (for `kubectl apply -f -`); `json`: the same as a kubectl
+    /// List.
+    #[arg(long, short = 'o', default_value = "yaml", value_parser = ["yaml", "json"])]
+    pub output: String,
 }
 
 /// `opshooks simulate OPERATOR FILE [--then EVENT]...`.

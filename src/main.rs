@@ -56,6 +56,7 @@ fn main() -> ExitCode {
         Some(Command::Openapi) => cli::openapi(),
         Some(Command::Manifests(args)) => cli::manifests(args),
         Some(Command::Simulate(args)) => cli::simulate(args),
+        Some(Command::Render(args)) => cli::render(args),
     };
     // Every queued log line is out before the last word, and before exit.
     drop(log);

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use crate::call as adapter;
 use crate::hook::Hook;
-use crate::operator::{ChildResource, Context, Operator};
+use crate::operator::{ChildResource, Context, HookError, Operator};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
 use schema::PartSchema;
 
@@ -169,6 +169,25 @@ fn object(word: &str) -> Result<(String, String), String> {
     word.split_once('/')
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .ok_or_else(|| format!("{word:?}: name an object as KIND/NAME, like Job/orders-snapshot"))
+}
+
+/// One call, ready to make.
+struct Request {
+    hook: Hook,
+    body: Vec<u8>,
+    ctx: Context,
+    finalizing: bool,
+}
+
+/// Why `Simulation::answer` has no answer.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The hook that refused.
+    pub hook: Hook,
+    /// The one-line reason.
+    pub reason: String,
+    /// The operator's error, when the operator refused.
+    pub error: Option<HookError>,
 }
 
 /// How the hook answered in one step.
@@ -662,6 +681,29 @@ impl<'a> Simulation<'a> {
 
     /// Calls customize (if any) and sync or finalize, and applies the answer.
     fn call(&mut self, violations: &mut Vec<String>) -> (Outcome, Option<Vec<u8>>) {
+        let (request, parent) = match self.request() {
+            Ok(prepared) => prepared,
+            Err(outcome) => return (outcome, None),
+        };
+        let hook = request.hook;
+        let Some(call) = adapter::call_slice(self.op, hook, &request.body, &request.ctx) else {
+            let reason = format!("{} has no {hook} hook", self.op.name);
+            return (Outcome::refused(hook, reason), None);
+        };
+        match call.result {
+            Err(err) => (Outcome::refused(hook, err.to_string()), None),
+            Ok(answer) => {
+                let finalized =
+                    self.apply_and_finalize(&parent, &answer.body, request.finalizing, violations);
+                (Outcome::Answered { hook, finalized }, Some(answer.body))
+            }
+        }
+    }
+
+    /// The sync (or, for a parent being deleted, finalize) request
+    /// Metacontroller would send now, customize's related objects included,
+    /// and the parent it was made from.
+    fn request(&mut self) -> Result<(Request, Value), Outcome> {
         let parent = self.parent().expect("checked by the caller").clone();
         let finalizing = parent.pointer("/metadata/deletionTimestamp").is_some();
         if finalizing {
@@ -673,10 +715,9 @@ impl<'a> Simulation<'a> {
             Hook::Sync
         };
         let ctx = Context::seeded(self.cluster.now, self.seed, self.steps);
-        let related = match self.related(&parent, &ctx) {
-            Ok(related) => related,
-            Err(reason) => return (Outcome::refused(Hook::Customize, reason), None),
-        };
+        let related = self
+            .related(&parent, &ctx)
+            .map_err(|reason| Outcome::refused(Hook::Customize, reason))?;
         let request = json!({
             "controller": {},
             "parent": parent,
@@ -685,18 +726,74 @@ impl<'a> Simulation<'a> {
             "finalizing": finalizing,
         });
         let body = serde_json::to_vec(&request).expect("JSON values serialize");
-        let Some(call) = adapter::call_slice(self.op, hook, &body, &ctx) else {
-            let reason = format!("{} has no {hook} hook", self.op.name);
-            return (Outcome::refused(hook, reason), None);
-        };
+        Ok((
+            Request {
+                hook,
+                body,
+                ctx,
+                finalizing,
+            },
+            parent,
+        ))
+    }
+
+    /// What the hook answers now, as Metacontroller would call it, without
+    /// applying the answer: `opshooks render`. The answer's body, or why
+    /// it was refused.
+    pub fn answer(&mut self) -> Result<Value, Refusal> {
+        self.steps += 1;
+        let (request, _) = self.request().map_err(|outcome| match outcome {
+            Outcome::Refused { hook, reason } => Refusal {
+                hook,
+                reason,
+                error: None,
+            },
+            _ => unreachable!("request() refuses or prepares"),
+        })?;
+        let hook = request.hook;
+        let call =
+            adapter::call_slice(self.op, hook, &request.body, &request.ctx).ok_or_else(|| {
+                Refusal {
+                    hook,
+                    reason: format!("{} has no {hook} hook", self.op.name),
+                    error: None,
+                }
+            })?;
         match call.result {
-            Err(err) => (Outcome::refused(hook, err.to_string()), None),
-            Ok(answer) => {
-                let finalized =
-                    self.apply_and_finalize(&parent, &answer.body, finalizing, violations);
-                (Outcome::Answered { hook, finalized }, Some(answer.body))
-            }
+            Ok(answer) => Ok(serde_json::from_slice(&answer.body).expect("answers are JSON")),
+            Err(err) => Err(Refusal {
+                hook,
+                reason: err.to_string(),
+                error: Some(err),
+            }),
         }
+    }
+
+    /// Adds an object the parent observes: one of the operator's child
+    /// types becomes the parent's child (an owner reference to it, as
+    /// Metacontroller's children have), anything else stays as it is.
+    pub fn observe(&mut self, mut object: Value) -> Result<Key, String> {
+        let child = self
+            .op
+            .controller
+            .children
+            .iter()
+            .any(|c| object["apiVersion"] == c.api_version && object["kind"] == kind_of(c));
+        if child {
+            let parent = self.parent().ok_or("the parent is gone")?;
+            let owner = json!({
+                "apiVersion": parent["apiVersion"],
+                "kind": parent["kind"],
+                "name": self.parent.name,
+                "uid": self.parent_uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            });
+            object_map(&mut object, "metadata").insert("ownerReferences".into(), json!([owner]));
+        }
+        self.cluster
+            .create(object, Actor::User)
+            .ok_or_else(|| "needs apiVersion, kind and metadata.name, once each".to_string())
     }
 
     /// Applies a 200 answer, and removes the finalizer once a finalize

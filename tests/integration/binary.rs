@@ -17,6 +17,13 @@ fn opshooks() -> Command {
     Command::new(env!("CARGO_BIN_EXE_opshooks"))
 }
 
+/// The JSON a command that succeeded printed.
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[tokio::test]
 async fn hook_command_prints_the_servers_exact_body() {
     for case in ["v1-first-sync", "v2-image-change"] {
@@ -159,13 +166,7 @@ fn seed_means_the_same_to_hook_and_simulate() {
             .arg(request.path())
             .output()
             .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let answer = json_of(&out);
         secret_of(answer["children"].as_array().unwrap())
     };
     assert_eq!(hooked("7"), simulated("7"));
@@ -176,6 +177,79 @@ fn seed_means_the_same_to_hook_and_simulate() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn render_answers_for_a_parent_as_written_and_what_it_observes() {
+    let example = root().join("examples/webserver.yaml");
+    let render = |extra: &[&std::ffi::OsStr]| {
+        let out = opshooks()
+            .arg("render")
+            .arg("webserver")
+            .arg(&example)
+            .args(["--now", "2026-01-01T00:01:00Z", "-o", "json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        json_of(&out)["items"].as_array().unwrap().clone()
+    };
+    let first = render(&[]);
+    assert_eq!(first[0]["kind"], "WebServer");
+    assert_eq!(
+        first[0]["status"]["conditions"][0]["reason"],
+        "PodsNotReady"
+    );
+    let mut pods: Vec<serde_json::Value> = first
+        .iter()
+        .filter(|o| o["kind"] == "Pod")
+        .cloned()
+        .collect();
+    assert_eq!(pods.len(), 3);
+    for pod in &mut pods {
+        pod["status"] = serde_json::json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    }
+    // Observed as a kubectl List, as `kubectl get -o json` prints them.
+    let observed = tempfile::NamedTempFile::new().unwrap();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pods});
+    std::fs::write(observed.path(), serde_json::to_vec(&list).unwrap()).unwrap();
+    let then = render(&["--observed".as_ref(), observed.path().as_os_str()]);
+    assert_eq!(
+        then[0]["status"]["conditions"][0]["message"],
+        "3 of 3 pods are ready"
+    );
+    assert_eq!(then.len(), first.len());
+    // A refused spec is the hook's refusal; a file of two parents is bad usage.
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        bad.path(),
+        "apiVersion: opshooks.io/v1alpha1\nkind: WebServer\nmetadata: {name: x}\nspec: {image: nginx, replicas: -1}\n",
+    )
+    .unwrap();
+    let out = opshooks()
+        .args(["render", "webserver"])
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("422 Unprocessable Entity: spec.replicas")
+    );
+    let two = format!(
+        "{}---\n{}",
+        std::fs::read_to_string(&example).unwrap(),
+        std::fs::read_to_string(&example).unwrap()
+    );
+    std::fs::write(bad.path(), two).unwrap();
+    let out = opshooks()
+        .args(["render", "webserver"])
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("holds 2 objects; give exactly one parent")
+    );
 }
 
 #[test]
