@@ -14,7 +14,7 @@ once; the order is read from the watch streams (by resourceVersion)."""
 
 from harness import need, say
 from kube import condition, job_outcome, pod_ready
-from scenarios.database import same_volumes
+from scenarios.database import db_gone, same_volumes
 from scenarios.failover import PrimaryTimeline, large_database, primary_state, rw_selects
 
 SWITCHOVER = "opshooks.io/switchover"
@@ -160,6 +160,16 @@ def scenario_switchover(s):
     promotes = sorted(j["metadata"]["name"] for j in k.list("Job", ns) if j["metadata"]["name"].startswith(f"{name}-promote-"))
     s.expect(promotes == [job], f"promote Jobs {promotes}, want only {job}")
     same_volumes(s, name, vols)
+    release(s, name)
+
+
+def release(s, name):
+    """Deletes the Database (Snapshot: one snapshot, then its volumes), so
+    that its three instances' CPU requests leave the one fake node to the
+    scenarios still to run."""
+    s.step(f"delete {name} (Snapshot), freeing the node for the scenarios after")
+    s.k.delete("Database", s.ns, name)
+    db_gone(s, name)
 
 
 def updated(s, name, pods, image):
@@ -254,3 +264,4 @@ def scenario_minor_update(s):
     rw_selects(s, name, p1)
     same_volumes(s, name, vols)
     s.hold(f"{p1} the primary, every instance on {image}", lambda: (primary_state(s, name, p1, 1, final), updated(s, name, pods, image)))
+    release(s, name)
