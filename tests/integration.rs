@@ -11,6 +11,7 @@ mod integration {
     pub mod golden;
     pub mod lives;
     pub mod properties;
+    pub mod readme;
     pub mod router;
     pub mod server;
     pub mod support;
