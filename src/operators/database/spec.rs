@@ -52,12 +52,12 @@ pub const VOLUME: &str = "data";
     shortname = "pgdb",
     category = "opshooks",
     doc = "Database runs PostgreSQL: a primary and streaming standbys, credentials, backups, upgrades and a snapshot before deletion.",
-    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
-    printcolumn(name = "Running", type_ = "string", json_path = ".status.version"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Primary", type_ = "string", json_path = ".status.currentPrimary"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.readyInstances"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
+    printcolumn(name = "Wanted", type_ = "string", json_path = ".spec.version", priority = "1"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
     printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
@@ -417,6 +417,10 @@ pub struct DatabaseStatus {
     pub replicas: i32,
     /// Instances that are ready.
     pub ready_replicas: i32,
+    /// Ready instances of those the Database runs, as `n/m`, for
+    /// `kubectl get pgdb`'s READY.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready_instances: Option<String>,
     /// When the last scheduled backup succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]

@@ -79,6 +79,9 @@ pub fn status(
         version: plan.reported.map(|m| m.as_str().to_string()),
         replicas,
         ready_replicas,
+        // Of the instances wanted, or of those still running while a
+        // smaller size takes effect.
+        ready_instances: Some(format!("{ready_replicas}/{}", instances.max(replicas))),
         last_backup_time: seen.last_backup_time().map(format_time),
         snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
         restored_from,
