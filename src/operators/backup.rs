@@ -514,6 +514,7 @@ fn verification_children(b: &Backup, source: &Source, cron: Option<&CronJob>) ->
         names: vec![name(b).to_string()],
         image: source.image.clone(),
         upload_image: &b.spec.upload_image,
+        service_account: b.spec.service_account_name.as_deref(),
         labels,
     };
     let meta = |object: String| ObjectMeta {

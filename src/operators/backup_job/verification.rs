@@ -83,6 +83,9 @@ pub struct Run<'a> {
     pub image: String,
     /// The AWS CLI image.
     pub upload_image: &'a str,
+    /// The pods' service account (for a cloud identity to read and mark
+    /// the store); the namespace's default when `None`.
+    pub service_account: Option<&'a str>,
     /// Labels of the run's Jobs and pods ([`LABEL_VERIFY`] is added).
     pub labels: BTreeMap<String, String>,
 }
@@ -129,6 +132,7 @@ impl Run<'_> {
                 )],
                 volumes: Some(vec![work_volume()]),
                 security_context: Some(restricted_pod(POSTGRES_UID)),
+                service_account_name: self.service_account.map(String::from),
                 ..PodSpec::default()
             }),
         }

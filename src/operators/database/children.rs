@@ -839,8 +839,8 @@ fn backup_plan<'a>(
         name: dump_name,
         retention_days,
         retention_requires_verified: backup.verify.is_some(),
-        upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
-        service_account: None,
+        upload_image: backup.upload_image(),
+        service_account: backup.service_account_name.as_deref(),
         active_deadline_seconds: 6 * 3600,
         labels: job_labels(db),
     })
@@ -1005,6 +1005,10 @@ fn claim_volume(volume: &str, claim: String) -> Volume {
 pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
     let bootstrap = db.spec.bootstrap.as_ref()?;
     let destination = bootstrap_destination(db)?;
+    // The store is read with the Database's backup settings when it has
+    // them (the same account reads what it wrote).
+    let backup = db.spec.backup.as_ref();
+    let upload_image = backup.map_or(backup_job::DEFAULT_UPLOAD_IMAGE, |b| b.upload_image());
     let before = bootstrap
         .before
         .as_deref()
@@ -1039,7 +1043,7 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
     let image = plan.images.image(plan.version);
     let pod = PodSpec {
         init_containers: Some(vec![
-            backup_job::select_container(destination, &choice, backup_job::DEFAULT_UPLOAD_IMAGE),
+            backup_job::select_container(destination, &choice, upload_image),
             script_container(("init", image.clone()), INIT_APP_SCRIPT, init_env, None),
         ]),
         containers: vec![script_container(
@@ -1049,6 +1053,7 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
             Some(vec![mount("work", "/work", false)]),
         )],
         volumes: Some(vec![work_volume()]),
+        service_account_name: backup.and_then(|b| b.service_account_name.clone()),
         ..PodSpec::default()
     };
     Some(script_job(db, jobs::restore(db), pod, 1))
@@ -1147,7 +1152,8 @@ fn verification<'a>(db: &'a Database, plan: &Plan) -> Option<verification::Run<'
         destination: &backup.destination,
         names: jobs::dump_names(name(db)),
         image: plan.images.image(plan.version),
-        upload_image: backup_job::DEFAULT_UPLOAD_IMAGE,
+        upload_image: backup.upload_image(),
+        service_account: backup.service_account_name.as_deref(),
         labels: job_labels(db),
     })
 }

@@ -365,6 +365,26 @@ pub struct DatabaseBackup {
     /// PostgreSQL on a schedule, after each backup, or both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<Verify>,
+    /// The AWS CLI image that talks to the store (upload, select, mark),
+    /// as Backup's `uploadImage`; amazon/aws-cli when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
+    pub upload_image: Option<String>,
+    /// The service account of every pod that reads or writes the store
+    /// (backups, snapshot, verification, restore), for cloud identities
+    /// such as IRSA; the namespace's default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+}
+
+impl DatabaseBackup {
+    /// The image that talks to the store.
+    pub fn upload_image(&self) -> &str {
+        self.upload_image
+            .as_deref()
+            .unwrap_or(crate::operators::backup_job::DEFAULT_UPLOAD_IMAGE)
+    }
 }
 
 /// What deleting a Database does to its data.
@@ -658,6 +678,22 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     }
     if let Some(image) = &db.spec.image_name {
         validate_image(db.spec.version, image)?;
+    }
+    if let Some(backup) = &db.spec.backup {
+        if let Some(image) = &backup.upload_image {
+            validate::image("spec.backup.uploadImage", image)?;
+        }
+        if let Some(account) = &backup.service_account_name
+            && (account.len() > 253 || !account.split('.').all(validate::is_dns_label))
+        {
+            return Err(InvalidSpec::new(
+                "spec.backup.serviceAccountName",
+                format!(
+                    "{} is not a ServiceAccount's name; name one in this namespace",
+                    validate::quote(account)
+                ),
+            ));
+        }
     }
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
         let name = &secret.name;
