@@ -69,12 +69,7 @@ pub fn hook(args: &HookArgs) -> Result<(), Failure> {
                 .map(|hint| format!("\nhint: {hint}"))
                 .unwrap_or_default();
             Err(Failure {
-                message: format!(
-                    "{} {}: {}{hint}",
-                    problem.status.as_u16(),
-                    problem.title,
-                    problem.detail
-                ),
+                message: format!("{}{hint}", problem_line(&problem)),
                 code: 1,
             })
         }
@@ -168,15 +163,7 @@ pub fn render(args: &RenderArgs) -> Result<(), Failure> {
     }
     let answer = sim.answer().map_err(|refusal| {
         let message = match &refusal.error {
-            Some(err) => {
-                let problem = Problem::from_hook_error(err);
-                format!(
-                    "{} {}: {}",
-                    problem.status.as_u16(),
-                    problem.title,
-                    problem.detail
-                )
-            }
+            Some(err) => problem_line(&Problem::from_hook_error(err)),
             None => refusal.reason,
         };
         Failure {
@@ -202,6 +189,16 @@ pub fn render(args: &RenderArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// A refusal as one line: `422 Unprocessable Entity: spec.x: …`.
+fn problem_line(problem: &Problem) -> String {
+    format!(
+        "{} {}: {}",
+        problem.status.as_u16(),
+        problem.title,
+        problem.detail
+    )
 }
 
 /// `--now`: the time given, or the wall clock.

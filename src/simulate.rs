@@ -637,27 +637,10 @@ impl<'a> Simulation<'a> {
                 }
             }
         }
-        let status = self.parent().and_then(|p| p.get("status")).cloned();
-        let status = status.as_ref();
-        let mut news = Vec::new();
-        for condition in status
-            .and_then(|s| s.get("conditions"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let kind = condition["type"].as_str().unwrap_or("?").to_string();
-            let said = (
-                condition_text(condition),
-                condition["message"].as_str().unwrap_or("").to_string(),
-            );
-            if self.said.get(&kind) != Some(&said) {
-                if !said.1.is_empty() {
-                    news.push(format!("{kind}: {}", said.1));
-                }
-                self.said.insert(kind, said);
-            }
-        }
+        // The cluster and what was said are separate fields: the status is
+        // read in place while `said` is brought up to date.
+        let status = self.cluster.get(&self.parent).and_then(|p| p.get("status"));
+        let news = news(&mut self.said, status);
         Step {
             number: self.steps,
             outcome,
@@ -681,29 +664,45 @@ impl<'a> Simulation<'a> {
 
     /// Calls customize (if any) and sync or finalize, and applies the answer.
     fn call(&mut self, violations: &mut Vec<String>) -> (Outcome, Option<Vec<u8>>) {
-        let (request, parent) = match self.request() {
-            Ok(prepared) => prepared,
-            Err(outcome) => return (outcome, None),
-        };
-        let hook = request.hook;
-        let Some(call) = adapter::call_slice(self.op, hook, &request.body, &request.ctx) else {
-            let reason = format!("{} has no {hook} hook", self.op.name);
-            return (Outcome::refused(hook, reason), None);
-        };
-        match call.result {
-            Err(err) => (Outcome::refused(hook, err.to_string()), None),
-            Ok(answer) => {
+        match self.ask() {
+            Err(refusal) => (Outcome::refused(refusal.hook, refusal.reason), None),
+            Ok((request, parent, body)) => {
                 let finalized =
-                    self.apply_and_finalize(&parent, &answer.body, request.finalizing, violations);
-                (Outcome::Answered { hook, finalized }, Some(answer.body))
+                    self.apply_and_finalize(&parent, &body, request.finalizing, violations);
+                let hook = request.hook;
+                (Outcome::Answered { hook, finalized }, Some(body))
             }
+        }
+    }
+
+    /// Makes the call Metacontroller would make now: the request, the
+    /// parent it was made from and the 200 answer's body, or why there is
+    /// none.
+    fn ask(&mut self) -> Result<(Request, Value, Vec<u8>), Refusal> {
+        let (request, parent) = self.request()?;
+        let hook = request.hook;
+        let call =
+            adapter::call_slice(self.op, hook, &request.body, &request.ctx).ok_or_else(|| {
+                Refusal {
+                    hook,
+                    reason: format!("{} has no {hook} hook", self.op.name),
+                    error: None,
+                }
+            })?;
+        match call.result {
+            Ok(answer) => Ok((request, parent, answer.body)),
+            Err(err) => Err(Refusal {
+                hook,
+                reason: err.to_string(),
+                error: Some(err),
+            }),
         }
     }
 
     /// The sync (or, for a parent being deleted, finalize) request
     /// Metacontroller would send now, customize's related objects included,
     /// and the parent it was made from.
-    fn request(&mut self) -> Result<(Request, Value), Outcome> {
+    fn request(&mut self) -> Result<(Request, Value), Refusal> {
         let parent = self.parent().expect("checked by the caller").clone();
         let finalizing = parent.pointer("/metadata/deletionTimestamp").is_some();
         if finalizing {
@@ -715,9 +714,11 @@ impl<'a> Simulation<'a> {
             Hook::Sync
         };
         let ctx = Context::seeded(self.cluster.now, self.seed, self.steps);
-        let related = self
-            .related(&parent, &ctx)
-            .map_err(|reason| Outcome::refused(Hook::Customize, reason))?;
+        let related = self.related(&parent, &ctx).map_err(|reason| Refusal {
+            hook: Hook::Customize,
+            reason,
+            error: None,
+        })?;
         let request = json!({
             "controller": {},
             "parent": parent,
@@ -742,31 +743,8 @@ impl<'a> Simulation<'a> {
     /// it was refused.
     pub fn answer(&mut self) -> Result<Value, Refusal> {
         self.steps += 1;
-        let (request, _) = self.request().map_err(|outcome| match outcome {
-            Outcome::Refused { hook, reason } => Refusal {
-                hook,
-                reason,
-                error: None,
-            },
-            _ => unreachable!("request() refuses or prepares"),
-        })?;
-        let hook = request.hook;
-        let call =
-            adapter::call_slice(self.op, hook, &request.body, &request.ctx).ok_or_else(|| {
-                Refusal {
-                    hook,
-                    reason: format!("{} has no {hook} hook", self.op.name),
-                    error: None,
-                }
-            })?;
-        match call.result {
-            Ok(answer) => Ok(serde_json::from_slice(&answer.body).expect("answers are JSON")),
-            Err(err) => Err(Refusal {
-                hook,
-                reason: err.to_string(),
-                error: Some(err),
-            }),
-        }
+        let (_, _, body) = self.ask()?;
+        Ok(serde_json::from_slice(&body).expect("answers are JSON"))
     }
 
     /// Adds an object the parent observes: one of the operator's child
@@ -780,15 +758,7 @@ impl<'a> Simulation<'a> {
             .iter()
             .any(|c| object["apiVersion"] == c.api_version && object["kind"] == kind_of(c));
         if child {
-            let parent = self.parent().ok_or("the parent is gone")?;
-            let owner = json!({
-                "apiVersion": parent["apiVersion"],
-                "kind": parent["kind"],
-                "name": self.parent.name,
-                "uid": self.parent_uid,
-                "controller": true,
-                "blockOwnerDeletion": true,
-            });
+            let owner = owner_ref(self.parent().ok_or("the parent is gone")?);
             object_map(&mut object, "metadata").insert("ownerReferences".into(), json!([owner]));
         }
         self.cluster
@@ -1096,6 +1066,29 @@ impl<'a> Simulation<'a> {
         }
         (steps, false)
     }
+}
+
+/// `Type: message` of each of `status`'s conditions that is new or changed
+/// since `said` last recorded it (which it now does).
+fn news(said: &mut BTreeMap<String, (String, String)>, status: Option<&Value>) -> Vec<String> {
+    let mut news = Vec::new();
+    let conditions = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array);
+    for condition in conditions.into_iter().flatten() {
+        let kind = condition["type"].as_str().unwrap_or("?").to_string();
+        let now = (
+            condition_text(condition),
+            condition["message"].as_str().unwrap_or("").to_string(),
+        );
+        if said.get(&kind) != Some(&now) {
+            if !now.1.is_empty() {
+                news.push(format!("{kind}: {}", now.1));
+            }
+            said.insert(kind, now);
+        }
+    }
+    news
 }
 
 /// `Type=Status(Reason)`.

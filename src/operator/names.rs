@@ -33,6 +33,12 @@ pub fn dns_label(field: &str, value: &str, max: usize) -> Result<(), InvalidSpec
     Ok(())
 }
 
+/// True for a DNS-1123 subdomain, as most object names are: at most 253
+/// characters of DNS-1123 labels joined by '.'.
+pub fn is_dns_subdomain(value: &str) -> bool {
+    value.len() <= 253 && value.split('.').all(is_dns_label)
+}
+
 /// True for a DNS-1123 label: 1 to 63 lower-case alphanumerics or '-',
 /// starting and ending alphanumeric.
 pub fn is_dns_label(value: &str) -> bool {

@@ -7,7 +7,7 @@
 
 pub use crate::hook::quote::{QUOTE_CHARS, quote};
 pub use crate::operator::InvalidSpec;
-pub use crate::operator::names::{MAX_LABEL_VALUE, dns_label, is_dns_label};
+pub use crate::operator::names::{MAX_LABEL_VALUE, dns_label, is_dns_label, is_dns_subdomain};
 
 /// An integer within an inclusive range.
 pub fn in_range(field: &str, value: i64, min: i64, max: i64) -> Result<(), InvalidSpec> {
@@ -238,6 +238,16 @@ mod tests {
         for (value, want, reason) in cases {
             assert_eq!(is_dns_label(value), want, "{reason}");
         }
+    }
+
+    #[test]
+    fn dns_subdomains() {
+        let long = format!("{}.{}", "a".repeat(63), "b".repeat(190));
+        assert!(is_dns_subdomain("backup-writer"));
+        assert!(is_dns_subdomain("a.b-c.d"));
+        assert!(!is_dns_subdomain("Not_A_Name"));
+        assert!(!is_dns_subdomain("a..b"));
+        assert!(!is_dns_subdomain(&long));
     }
 
     #[test]

@@ -221,34 +221,32 @@ fn render_answers_for_a_parent_as_written_and_what_it_observes() {
     assert_eq!(then.len(), first.len());
     // A refused spec is the hook's refusal; a file of two parents is bad usage.
     let bad = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        bad.path(),
+    let render_text = |text: &str| {
+        std::fs::write(bad.path(), text).unwrap();
+        let out = opshooks()
+            .args(["render", "webserver"])
+            .arg(bad.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = render_text(
         "apiVersion: opshooks.io/v1alpha1\nkind: WebServer\nmetadata: {name: x}\nspec: {image: nginx, replicas: -1}\n",
-    )
-    .unwrap();
-    let out = opshooks()
-        .args(["render", "webserver"])
-        .arg(bad.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("422 Unprocessable Entity: spec.replicas")
     );
-    let two = format!(
-        "{}---\n{}",
-        std::fs::read_to_string(&example).unwrap(),
-        std::fs::read_to_string(&example).unwrap()
-    );
-    std::fs::write(bad.path(), two).unwrap();
-    let out = opshooks()
-        .args(["render", "webserver"])
-        .arg(bad.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(code, Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("holds 2 objects; give exactly one parent")
+        stderr.contains("422 Unprocessable Entity: spec.replicas"),
+        "{stderr}"
+    );
+    let parent = std::fs::read_to_string(&example).unwrap();
+    let (code, stderr) = render_text(&format!("{parent}---\n{parent}"));
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("holds 2 objects; give exactly one parent"),
+        "{stderr}"
     );
 }
 

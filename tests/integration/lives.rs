@@ -607,8 +607,21 @@ fn status(sim: &Simulation<'_>) -> Value {
 
 /// A parent's condition of type `kind`, if it has one.
 fn condition<'a>(parent: &'a Value, kind: &str) -> Option<&'a Value> {
-    let conditions = parent.pointer("/status/conditions")?.as_array()?;
+    status_condition(parent.get("status")?, kind)
+}
+
+/// A status's condition `kind`.
+fn status_condition<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
+    let conditions = status.get("conditions")?.as_array()?;
     conditions.iter().find(|c| c["type"] == kind)
+}
+
+/// A promote Job's `MODE`: `switchover` or `failover`.
+fn job_mode(job: &Value) -> Option<&Value> {
+    let env = job
+        .pointer("/spec/template/spec/containers/0/env")?
+        .as_array()?;
+    Some(&env.iter().find(|e| e["name"] == "MODE")?["value"])
 }
 
 /// The parent's condition `kind` is True.
@@ -1079,7 +1092,7 @@ fn failover_delay(parent: &Value) -> i64 {
 /// annotate): the fencing rule checks that each such Job was made during
 /// one.
 fn is_planned(status: &Value, cluster: &Cluster, role: Option<&(String, u64)>) -> bool {
-    let job_mode = role.and_then(|(pod, epoch)| {
+    let mode = role.and_then(|(pod, epoch)| {
         let ordinal = instance_ordinal(pod)?;
         let job = cluster.get(&Key::new(
             "batch/v1",
@@ -1087,22 +1100,10 @@ fn is_planned(status: &Value, cluster: &Cluster, role: Option<&(String, u64)>) -
             "ns",
             &format!("orders-promote-{epoch}-{ordinal}"),
         ))?;
-        let env = job
-            .pointer("/spec/template/spec/containers/0/env")?
-            .as_array()?;
-        env.iter()
-            .find(|e| e["name"] == "MODE")
-            .map(|e| e["value"].clone())
+        job_mode(job)
     });
-    let reason = |kind: &str| {
-        status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == kind)
-            .map(|c| c["reason"].clone())
-    };
-    reason("FailingOver") == Some(json!("SwitchingOver")) || job_mode == Some(json!("switchover"))
+    status_condition(status, "FailingOver").is_some_and(|c| c["reason"] == "SwitchingOver")
+        || mode.is_some_and(|m| m == "switchover")
 }
 
 /// What a Database's life showed of its primary, for the failover rules.
@@ -1306,21 +1307,14 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
                 "{job} created while the role ConfigMap said {role_before:?}: nothing is promoted before every instance can read who the primary is"
             ));
         }
-        let mode = cluster
+        let switches = cluster
             .get(&change.key)
-            .and_then(|j| {
-                j.pointer("/spec/template/spec/containers/0/env")?
-                    .as_array()
-                    .cloned()
-            })
-            .and_then(|env| env.into_iter().find(|e| e["name"] == "MODE"))
-            .map(|e| e["value"].clone());
+            .and_then(job_mode)
+            .is_some_and(|m| m == "switchover");
         let rolling = status
-            .and_then(|s| s["conditions"].as_array())
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Upgrading" && c["reason"] == "RollingUpdate");
-        if mode == Some(json!("switchover")) && !rolling {
+            .and_then(|s| status_condition(s, "Upgrading"))
+            .is_some_and(|c| c["reason"] == "RollingUpdate");
+        if switches && !rolling {
             return Err(format!("{job} switches over, and no rollout asked for it"));
         }
         // (No read-write Service at all, as while deleting, routes nothing.)

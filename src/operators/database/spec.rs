@@ -684,7 +684,7 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
             validate::image("spec.backup.uploadImage", image)?;
         }
         if let Some(account) = &backup.service_account_name
-            && (account.len() > 253 || !account.split('.').all(validate::is_dns_label))
+            && !validate::is_dns_subdomain(account)
         {
             return Err(InvalidSpec::new(
                 "spec.backup.serviceAccountName",
@@ -697,7 +697,7 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     }
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
         let name = &secret.name;
-        if name.len() > 253 || !name.split('.').all(validate::is_dns_label) {
+        if !validate::is_dns_subdomain(name) {
             return Err(InvalidSpec::new(
                 format!("spec.imagePullSecrets[{i}].name"),
                 format!(
