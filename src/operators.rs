@@ -8,6 +8,7 @@ pub mod backup_job;
 pub mod common;
 pub mod database;
 pub mod memcached;
+pub mod resources;
 pub mod validate;
 pub mod webserver;
 

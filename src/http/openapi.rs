@@ -311,7 +311,8 @@ fn schema_object(media: &str) -> Schema {
 }
 
 /// Converts a JSON Schema (Kubernetes' OpenAPI v3 dialect) into utoipa's
-/// model: `nullable` becomes a `null` type, as OpenAPI 3.1 spells it.
+/// model: `nullable` becomes a `null` type, as OpenAPI 3.1 spells it, and
+/// `x-kubernetes-int-or-string` (a quantity) the types integer and string.
 /// The schema of a hook wire type as derived from `hook.rs`, with the
 /// operator-specific properties (the parent, its status, the observed
 /// objects) replaced by references.
@@ -335,6 +336,11 @@ fn to_openapi_31(value: &mut Value) {
                 && let Some(Value::String(t)) = map.get("type").cloned()
             {
                 map.insert("type".into(), json!([t, "null"]));
+            }
+            if map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+                && !map.contains_key("type")
+            {
+                map.insert("type".into(), json!(["integer", "string"]));
             }
             map.values_mut().for_each(to_openapi_31);
         }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::api::core::v1::{Container, EnvVar, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -31,6 +31,7 @@ use super::backup_job::{
     validate_destination,
 };
 use super::common::standard_labels;
+use super::resources;
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
@@ -110,6 +111,12 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: Option<String>,
+    /// The resources of every backup container (dump, upload,
+    /// verification), replacing the defaults: requests of 100m CPU and
+    /// 256Mi memory, no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources::schema")]
+    pub resources: Option<ResourceRequirements>,
     /// How many successful runs to keep as Jobs.
     #[serde(default = "default_history")]
     #[schemars(range(min = 0, max = 100))]
@@ -269,6 +276,9 @@ pub fn validate(b: &Backup) -> Result<(), InvalidSpec> {
     if let Some(schedule) = b.spec.verify.as_ref().and_then(|v| v.schedule.as_ref()) {
         validate::cron("spec.verify.schedule", schedule)?;
     }
+    if let Some(r) = &b.spec.resources {
+        resources::validate("spec.resources", r)?;
+    }
     Ok(())
 }
 
@@ -391,6 +401,7 @@ pub fn cron_job(b: &Backup, source: &Source, suspend: bool) -> CronJob {
         retention_requires_verified: b.spec.verify.is_some(),
         upload_image: &b.spec.upload_image,
         service_account: b.spec.service_account_name.as_deref(),
+        resources: b.spec.resources.as_ref(),
         active_deadline_seconds: b.spec.active_deadline_seconds,
         labels: labels.clone(),
     };
@@ -515,6 +526,7 @@ fn verification_children(b: &Backup, source: &Source, cron: Option<&CronJob>) ->
         image: source.image.clone(),
         upload_image: &b.spec.upload_image,
         service_account: b.spec.service_account_name.as_deref(),
+        resources: b.spec.resources.as_ref(),
         labels,
     };
     let meta = |object: String| ObjectMeta {

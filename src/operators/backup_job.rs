@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
-    SecretKeySelector, Volume, VolumeMount,
+    ResourceRequirements, SecretKeySelector, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
@@ -26,6 +26,7 @@ use crate::operator::InvalidSpec;
 
 pub mod verification;
 use crate::operators::common::{restricted_container, restricted_pod};
+use crate::operators::resources;
 
 /// The dump side of the backup pod.
 pub const DUMP_SCRIPT: &str = include_str!("backup_job/dump.sh");
@@ -118,6 +119,9 @@ pub struct Plan<'a> {
     pub upload_image: &'a str,
     /// The pod's service account, for cloud identities such as IRSA.
     pub service_account: Option<&'a str>,
+    /// The resources of each container; [`resources::backup_defaults`]
+    /// when `None`.
+    pub resources: Option<&'a ResourceRequirements>,
     /// The longest a run may take before Kubernetes stops it.
     pub active_deadline_seconds: i64,
     /// Labels of the Job and its pod.
@@ -152,7 +156,15 @@ pub fn env_credential(name: &str, credential: &Credential) -> EnvVar {
     }
 }
 
-fn script_container(name: &str, image: &str, script: &str, env: Vec<EnvVar>) -> Container {
+/// One container of a backup pod: `(name, image)`, its script and
+/// environment, the scratch volume, and `resources` (see
+/// [`resources::backup`]).
+fn script_container(
+    (name, image): (&str, &str),
+    script: &str,
+    env: Vec<EnvVar>,
+    resources: Option<&ResourceRequirements>,
+) -> Container {
     Container {
         name: name.to_string(),
         image: Some(image.to_string()),
@@ -164,6 +176,7 @@ fn script_container(name: &str, image: &str, script: &str, env: Vec<EnvVar>) -> 
             ..VolumeMount::default()
         }]),
         security_context: Some(restricted_container()),
+        resources: Some(resources::backup(resources)),
         ..Container::default()
     }
 }
@@ -282,7 +295,12 @@ pub enum Choice {
 /// The container that chooses a dump at `destination` (`select.sh`, in the
 /// AWS CLI image) and downloads it to `/work/dump.pgdump`, with what it
 /// chose in `/work/selected`, for the containers after it.
-pub fn select_container(destination: &Destination, choice: &Choice, image: &str) -> Container {
+pub fn select_container(
+    destination: &Destination,
+    choice: &Choice,
+    image: &str,
+    resources: Option<&ResourceRequirements>,
+) -> Container {
     let mut vars = vec![env("WORK_DIR", WORK_DIR), env("HOME", WORK_DIR)];
     match choice {
         Choice::Key(key) => vars.push(env("RESTORE_KEY", key.clone())),
@@ -292,7 +310,7 @@ pub fn select_container(destination: &Destination, choice: &Choice, image: &str)
         }
     }
     vars.extend(s3_env(destination));
-    script_container("select", image, SELECT_SCRIPT, vars)
+    script_container(("select", image), SELECT_SCRIPT, vars, resources)
 }
 
 /// The pod that runs one backup.
@@ -307,12 +325,17 @@ pub fn pod_template(plan: &Plan<'_>) -> PodTemplateSpec {
             service_account_name: plan.service_account.map(String::from),
             containers: vec![
                 script_container(
-                    "dump",
-                    &plan.source.image,
+                    ("dump", &plan.source.image),
                     DUMP_SCRIPT,
                     dump_env(plan.source),
+                    plan.resources,
                 ),
-                script_container("upload", plan.upload_image, UPLOAD_SCRIPT, upload_env(plan)),
+                script_container(
+                    ("upload", plan.upload_image),
+                    UPLOAD_SCRIPT,
+                    upload_env(plan),
+                    plan.resources,
+                ),
             ],
             volumes: Some(vec![work_volume()]),
             security_context: Some(restricted_pod(POSTGRES_UID)),
@@ -481,6 +504,7 @@ mod tests {
             retention_requires_verified: false,
             upload_image: DEFAULT_UPLOAD_IMAGE,
             service_account: None,
+            resources: None,
             active_deadline_seconds: 3600,
             labels: BTreeMap::new(),
         }

@@ -20,6 +20,7 @@
 
 pub mod children;
 mod observed;
+mod parameters;
 mod plan;
 mod primary;
 mod rollout;

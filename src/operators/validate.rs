@@ -218,6 +218,61 @@ pub fn quantity_bytes(quantity: &str) -> Option<u64> {
     (bytes.is_finite() && bytes < u64::MAX as f64).then_some(bytes as u64)
 }
 
+/// The amount a Kubernetes quantity stands for, in its unit (cores for
+/// CPU, bytes for memory): `500m` is 0.5, `1.5Gi` is 1610612736, `1e3` is
+/// 1000; `None` when it is not a quantity or is negative.
+pub fn quantity(text: &str) -> Option<f64> {
+    const BINARY: [(&str, f64); 6] = [
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("Pi", 1125899906842624.0),
+        ("Ei", 1152921504606846976.0),
+    ];
+    const DECIMAL: [(&str, f64); 8] = [
+        ("n", 1e-9),
+        ("u", 1e-6),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+    ];
+    let text = text.strip_prefix('+').unwrap_or(text);
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    let number = |s: &str| -> Option<f64> {
+        let (whole, fraction) = s.split_once('.').unwrap_or((s, ""));
+        (!(whole.is_empty() && fraction.is_empty()) && digits(whole) && digits(fraction))
+            .then(|| s.parse::<f64>().ok())
+            .flatten()
+    };
+    let scaled = |n: &str, scale: f64| number(n).map(|n| n * scale);
+    let value = if let Some((n, scale)) = BINARY
+        .iter()
+        .chain(&DECIMAL)
+        .find_map(|(suffix, scale)| text.strip_suffix(suffix).map(|n| (n, *scale)))
+    {
+        scaled(n, scale)
+    } else if let Some(n) = text.strip_suffix('E') {
+        scaled(n, 1e18)
+    } else if let Some((n, exponent)) = text.split_once(['e', 'E']) {
+        let exponent = exponent.strip_prefix('+').unwrap_or(exponent);
+        let (sign, magnitude) = match exponent.strip_prefix('-') {
+            Some(m) => (-1, m),
+            None => (1, exponent),
+        };
+        let power: i32 = (!magnitude.is_empty() && digits(magnitude) && magnitude.len() <= 3)
+            .then(|| magnitude.parse().ok())
+            .flatten()?;
+        scaled(n, 10f64.powi(sign * power))
+    } else {
+        number(text)
+    }?;
+    value.is_finite().then_some(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +364,25 @@ mod tests {
         assert_eq!(quantity_bytes("42"), Some(42));
         for bad in ["", "Mi", "1.Mi", "-1Mi", "1e3", "12Xi", "1 Mi"] {
             assert_eq!(quantity_bytes(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn any_quantity() {
+        for (text, want) in [
+            ("500m", 0.5),
+            ("2", 2.0),
+            ("1.5Gi", 1610612736.0),
+            ("+1k", 1000.0),
+            ("1e3", 1000.0),
+            ("1E", 1e18),
+            (".5", 0.5),
+            ("64Mi", 67108864.0),
+        ] {
+            assert_eq!(quantity(text), Some(want), "{text}");
+        }
+        for bad in ["", "m", "-1", "1GB", "1 Gi", "1e", "1.2.3", "lots", "1ei"] {
+            assert_eq!(quantity(bad), None, "{bad:?}");
         }
     }
 

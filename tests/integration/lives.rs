@@ -552,6 +552,7 @@ proptest! {
         size in prop::sample::select(vec!["small", "medium", "large"]),
         policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
         delay in prop::option::of(prop::sample::select(vec![0u32, 10, 30, 60])),
+        first_postgresql in prop::option::of(prop::sample::select(postgresql())),
         seed in any::<u64>(),
         script in prop::collection::vec(prop_oneof![
             1 => (14u32..=17).prop_map(|v| Scripted::Spec("version", json!(v.to_string()))),
@@ -567,6 +568,8 @@ proptest! {
             1 => Just(Scripted::FailJob("orders-promote-*".to_string())),
             2 => prop::sample::select(vec!["pg/postgres@sha256:01", "pg/postgres@sha256:02"])
                 .prop_map(|i| Scripted::Spec("imageName", json!(i))),
+            1 => prop::sample::select(resources()).prop_map(|r| Scripted::Spec("resources", r)),
+            2 => prop::sample::select(postgresql()).prop_map(|p| Scripted::Spec("postgresql", p)),
             4 => common_events(),
         ], 0..7),
     ) {
@@ -577,6 +580,9 @@ proptest! {
         }
         if let Some(delay) = delay {
             parent["spec"]["failover"] = json!({"delay": delay});
+        }
+        if let Some(pg) = first_postgresql {
+            parent["spec"]["postgresql"] = pg;
         }
         let history = History::default();
         let primaries = Primaries::default();
@@ -752,7 +758,81 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
     }
     condition_true(sim, "Ready")?;
     primary_reached(sim)?;
+    settings_reached(sim)?;
     images_reached(sim)
+}
+
+/// `spec.resources` a life may set: Null drops them (back to the size's).
+fn resources() -> Vec<Value> {
+    vec![
+        Value::Null,
+        json!({"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}),
+        json!({"requests": {"cpu": "1", "memory": "3Gi"}}),
+    ]
+}
+
+/// `spec.postgresql` a life may set: parameters that go up and down
+/// (max_connections, whose decrease is held while standbys run), others
+/// that change freely, and pg_hba lines.
+fn postgresql() -> Vec<Value> {
+    vec![
+        Value::Null,
+        json!({"parameters": {"max_connections": "200", "work_mem": "8MB"}}),
+        json!({"parameters": {"max_connections": "300"}, "pgHba": ["host all all 10.0.0.0/8 scram-sha-256"]}),
+        json!({"parameters": {"max_connections": "50", "max_worker_processes": "4"}}),
+        json!({"pgHba": ["host all all 0.0.0.0/0 reject"]}),
+    ]
+}
+
+/// Every instance runs what `spec.resources` and `spec.postgresql` ask:
+/// the resources, a `-c name=value` for each parameter, and the
+/// pg_hba.conf's mount with lines; a parameter an instance does not run
+/// is one the `ParametersApplied` condition says is held.
+fn settings_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let resources = spec(sim, "resources", &Value::Null);
+    let parameters = spec(sim, "postgresql/parameters", &Value::Null);
+    let hba = spec(sim, "postgresql/pgHba", &Value::Null);
+    let applied = sim
+        .parent()
+        .and_then(|p| condition(p, "ParametersApplied"))
+        .cloned()
+        .unwrap_or_default();
+    for pod in instances(&sim.cluster) {
+        let container = object(sim, "v1", "Pod", &pod)?
+            .pointer("/spec/containers/0")
+            .cloned()
+            .unwrap_or_default();
+        if !resources.is_null() && &container["resources"] != resources {
+            return Err(format!(
+                "{pod} runs with {}, the spec asks {resources}",
+                container["resources"]
+            ));
+        }
+        let command: Vec<&str> = container["command"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for (name, value) in parameters.as_object().into_iter().flatten() {
+            let arg = format!("{name}={}", value.as_str().unwrap_or_default());
+            let held = applied["status"] == "False"
+                && applied["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&format!("{name} stays at")));
+            if !command.contains(&arg.as_str()) && !held {
+                return Err(format!(
+                    "{pod} does not run -c {arg}, and ParametersApplied does not say it is held: {applied}"
+                ));
+            }
+        }
+        let reads_hba = command.iter().any(|a| a.starts_with("hba_file="));
+        let has_lines = hba.as_array().is_some_and(|l| !l.is_empty());
+        if reads_hba != has_lines {
+            return Err(format!(
+                "{pod} reads hba_file: {reads_hba}, the spec's pgHba: {hba}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every instance runs the image the spec asks for, and no rollout is

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use schemars::JsonSchema;
@@ -86,6 +86,9 @@ pub struct Run<'a> {
     /// The pods' service account (for a cloud identity to read and mark
     /// the store); the namespace's default when `None`.
     pub service_account: Option<&'a str>,
+    /// The resources of each container (the defaults of
+    /// [`crate::operators::resources::backup`] when `None`).
+    pub resources: Option<&'a ResourceRequirements>,
     /// Labels of the run's Jobs and pods ([`LABEL_VERIFY`] is added).
     pub labels: BTreeMap<String, String>,
 }
@@ -113,22 +116,22 @@ impl Run<'_> {
                 // In order: choose and download, verify, and only then mark
                 // the dump verified in the store.
                 init_containers: Some(vec![
-                    select_container(self.destination, &choice, self.upload_image),
+                    select_container(self.destination, &choice, self.upload_image, self.resources),
                     script_container(
-                        "verify",
-                        &self.image,
+                        ("verify", &self.image),
                         VERIFY_SCRIPT,
                         vec![env("WORK_DIR", WORK_DIR)],
+                        self.resources,
                     ),
                 ]),
                 containers: vec![script_container(
-                    "mark",
-                    self.upload_image,
+                    ("mark", self.upload_image),
                     MARK_SCRIPT,
                     [env("WORK_DIR", WORK_DIR), env("HOME", WORK_DIR)]
                         .into_iter()
                         .chain(s3_env(self.destination))
                         .collect(),
+                    self.resources,
                 )],
                 volumes: Some(vec![work_volume()]),
                 security_context: Some(restricted_pod(POSTGRES_UID)),

@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::observed::Observed;
+use super::parameters;
 use super::plan::{
     Plan, credentials_secret_name, generated_credentials_name, has_generated_credentials, jobs,
     superuser_secret_name,
@@ -42,6 +43,7 @@ use crate::operators::backup_job::{self, Choice, Credential, Schedule, Source};
 use crate::operators::common::{
     restricted_container, restricted_pod, selector_labels, standard_labels,
 };
+use crate::operators::resources;
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
 pub const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
@@ -66,6 +68,14 @@ const JOB_APP: &str = "postgresql-job";
 const DATA_DIR: &str = "/var/lib/postgresql/data";
 /// Where every instance reads the role ConfigMap.
 const ROLE_DIR: &str = "/etc/opshooks/role";
+/// Where every instance reads the pg_hba.conf of `spec.postgresql.pgHba`.
+const HBA_DIR: &str = "/etc/opshooks/hba";
+/// The pg_hba.conf's key in its ConfigMap, and its file in [`HBA_DIR`].
+const HBA_KEY: &str = "pg_hba.conf";
+/// Annotation on the instances' pod template: a hash of the pg_hba.conf
+/// they read, so that a change of its lines rolls out as a new template
+/// (the server reads the file when it starts).
+const HBA_HASH: &str = "opshooks.io/pg-hba-hash";
 const POSTGRES_UID: i64 = 999;
 
 /// Every desired child of a Database.
@@ -79,6 +89,9 @@ pub fn build(
     out.push(Child::new(&connection(db)));
     out.push(Child::new(&initdb_scripts(db)));
     out.push(Child::new(&role(db, plan)));
+    if let Some(hba) = hba_config(db, seen) {
+        out.push(Child::new(&hba));
+    }
     let [headless, read_write, read_only] = services(db, &plan.primary);
     out.push(Child::new(&headless));
     // Nobody reads or writes before the bootstrap's restore succeeded.
@@ -232,6 +245,39 @@ pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
         ])),
         ..ConfigMap::default()
     }
+}
+
+/// `spec.postgresql.pgHba`'s lines in the pg_hba.conf the instances read
+/// (`hba_file`), after the operator's own rules. Without lines the
+/// instances read the one in their data directory, written when it was
+/// initialized with the same rules; the ConfigMap stays (with the
+/// operator's rules only) while the StatefulSet's template still reads
+/// it: an instance of the old template made again during the rollout
+/// would not start without it.
+pub fn hba_config(db: &Database, seen: &Observed) -> Option<ConfigMap> {
+    let lines = match hba_lines(db) {
+        Some(lines) => lines,
+        None if seen.running_parameters().contains_key("hba_file") => &[],
+        None => return None,
+    };
+    Some(ConfigMap {
+        metadata: meta(db, hba_name(db)),
+        data: Some(BTreeMap::from([(
+            HBA_KEY.to_string(),
+            parameters::hba_conf(lines),
+        )])),
+        ..ConfigMap::default()
+    })
+}
+
+/// `spec.postgresql.pgHba`, when it has lines.
+fn hba_lines(db: &Database) -> Option<&[String]> {
+    let lines = &db.spec.postgresql.as_ref()?.pg_hba;
+    (!lines.is_empty()).then_some(lines.as_slice())
+}
+
+fn hba_name(db: &Database) -> String {
+    format!("{}-hba", name(db))
 }
 
 /// The script the official image runs on the primary's first start.
@@ -442,7 +488,7 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
     } else {
         "Retain"
     };
-    let template = pod_template(db, plan);
+    let template = pod_template(db, seen, plan);
     let hash = digest::of_json(&template);
     let partition = match seen.template_hash() == Some(hash.as_str()) {
         true => plan.rollout.partition,
@@ -489,18 +535,23 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
 }
 
 /// Every instance's pod template.
-fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
+fn pod_template(db: &Database, seen: &Observed, plan: &Plan) -> PodTemplateSpec {
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
+    let hba = hba_lines(db).and_then(|_| hba_config(db, seen));
+    let mut volumes = vec![initdb_volume(db), config_volume("role", role_name(db))];
+    volumes.extend(hba.as_ref().map(|_| config_volume("hba", hba_name(db))));
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
+            annotations: hba
+                .map(|hba| BTreeMap::from([(HBA_HASH.to_string(), digest::of_json(&hba.data))])),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
             security_context: Some(restricted_pod(POSTGRES_UID)),
             containers: vec![postgres_container(db, plan)],
-            volumes: Some(vec![initdb_volume(db), role_volume(db)]),
+            volumes: Some(volumes),
             image_pull_secrets: pull_secrets(db),
             ..PodSpec::default()
         }),
@@ -562,26 +613,50 @@ fn max_standby_lag(db: &Database) -> Option<u64> {
     crate::operators::validate::quantity_bytes(lag)
 }
 
-/// The role ConfigMap, mounted where `start.sh` reads it.
-fn role_volume(db: &Database) -> Volume {
+/// The volume `volume` of the ConfigMap `config_map`: the role, mounted
+/// where `start.sh` reads it, and the pg_hba.conf, where `hba_file` names
+/// it.
+fn config_volume(volume: &str, config_map: String) -> Volume {
     Volume {
-        name: "role".to_string(),
+        name: volume.to_string(),
         config_map: Some(ConfigMapVolumeSource {
-            name: role_name(db),
+            name: config_map,
             ..ConfigMapVolumeSource::default()
         }),
         ..Volume::default()
     }
 }
 
-/// The server: its port, probes by `pg_isready`, the size's resources, the
-/// data volume and the primary's first-start script.
-fn postgres_container(db: &Database, plan: &Plan) -> Container {
+/// Each instance's CPU and memory: `spec.resources`, else the size's, as
+/// requests and limits.
+fn instance_resources(db: &Database) -> ResourceRequirements {
+    if let Some(given) = &db.spec.resources {
+        return given.clone();
+    }
     let (cpu, memory) = db.spec.size.resources();
     let resources = BTreeMap::from([
         ("cpu".to_string(), Quantity(cpu.to_string())),
         ("memory".to_string(), Quantity(memory.to_string())),
     ]);
+    ResourceRequirements {
+        requests: Some(resources.clone()),
+        limits: Some(resources),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The server: its port, probes by `pg_isready`, its resources, the
+/// data volume, the primary's first-start script, and the pg_hba.conf of
+/// `spec.postgresql.pgHba`.
+fn postgres_container(db: &Database, plan: &Plan) -> Container {
+    let mut mounts = vec![
+        mount(VOLUME, DATA_DIR, false),
+        mount("initdb", "/docker-entrypoint-initdb.d", true),
+        mount("role", ROLE_DIR, true),
+    ];
+    if hba_lines(db).is_some() {
+        mounts.push(mount("hba", HBA_DIR, true));
+    }
     let mut command = vec![
         "/bin/sh".to_string(),
         "-c".to_string(),
@@ -589,7 +664,7 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         "start".to_string(),
         "docker-entrypoint.sh".to_string(),
     ];
-    command.extend(postgres_args(db));
+    command.extend(postgres_args(db, plan));
     Container {
         name: "postgres".to_string(),
         image: Some(plan.images.image(plan.version)),
@@ -622,16 +697,8 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
             failure_threshold: Some(6),
             ..script_probe("live")
         }),
-        resources: Some(ResourceRequirements {
-            requests: Some(resources.clone()),
-            limits: Some(resources),
-            ..ResourceRequirements::default()
-        }),
-        volume_mounts: Some(vec![
-            mount(VOLUME, DATA_DIR, false),
-            mount("initdb", "/docker-entrypoint-initdb.d", true),
-            mount("role", ROLE_DIR, true),
-        ]),
+        resources: Some(instance_resources(db)),
+        volume_mounts: Some(mounts),
         security_context: Some(restricted_container()),
         ..Container::default()
     }
@@ -685,8 +752,10 @@ fn claim_template(db: &Database) -> PersistentVolumeClaim {
 /// of the volume of it, between 64 MB and 4 GB, rather than a replication
 /// slot that would fill the primary's disk if a standby disappeared.
 /// `wal_log_hints` lets a former primary rejoin with `pg_rewind`. Under
-/// synchronous replication a commit waits for any one standby.
-pub fn postgres_args(db: &Database) -> Vec<String> {
+/// synchronous replication a commit waits for any one standby. Then
+/// `hba_file` with `spec.postgresql.pgHba`, and the plan's parameters
+/// (`spec.postgresql.parameters`, none of which the operator sets).
+pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
     let volume_mb =
         crate::operators::validate::quantity_bytes(&db.spec.storage.size).unwrap_or(0) / 1_000_000;
     let keep_mb = (volume_mb / 10).clamp(64, 4096);
@@ -705,6 +774,10 @@ pub fn postgres_args(db: &Database) -> Vec<String> {
             "synchronous_standby_names=ANY 1 (*)".to_string(),
         ]);
     }
+    if hba_lines(db).is_some() {
+        args.extend(["-c".to_string(), format!("hba_file={HBA_DIR}/{HBA_KEY}")]);
+    }
+    args.extend(parameters::args(&plan.parameters));
     args
 }
 
@@ -841,6 +914,7 @@ fn backup_plan<'a>(
         retention_requires_verified: backup.verify.is_some(),
         upload_image: backup.upload_image(),
         service_account: backup.service_account_name.as_deref(),
+        resources: backup.resources.as_ref(),
         active_deadline_seconds: 6 * 3600,
         labels: job_labels(db),
     })
@@ -1041,17 +1115,27 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
         secret_env("APP_USER", credentials_secret_name(db), "username"),
     ]);
     let image = plan.images.image(plan.version);
+    let given = backup.and_then(|b| b.resources.as_ref());
+    let with_resources = |container: Container| Container {
+        resources: Some(resources::backup(given)),
+        ..container
+    };
     let pod = PodSpec {
         init_containers: Some(vec![
-            backup_job::select_container(destination, &choice, upload_image),
-            script_container(("init", image.clone()), INIT_APP_SCRIPT, init_env, None),
+            backup_job::select_container(destination, &choice, upload_image, given),
+            with_resources(script_container(
+                ("init", image.clone()),
+                INIT_APP_SCRIPT,
+                init_env,
+                None,
+            )),
         ]),
-        containers: vec![script_container(
+        containers: vec![with_resources(script_container(
             ("restore", image),
             RESTORE_SCRIPT,
             restore_env,
             Some(vec![mount("work", "/work", false)]),
-        )],
+        ))],
         volumes: Some(vec![work_volume()]),
         service_account_name: backup.and_then(|b| b.service_account_name.clone()),
         ..PodSpec::default()
@@ -1154,6 +1238,7 @@ fn verification<'a>(db: &'a Database, plan: &Plan) -> Option<verification::Run<'
         image: plan.images.image(plan.version),
         upload_image: backup.upload_image(),
         service_account: backup.service_account_name.as_deref(),
+        resources: backup.resources.as_ref(),
         labels: job_labels(db),
     })
 }

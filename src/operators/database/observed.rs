@@ -10,6 +10,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PersistentVolumeClaim, Secret};
 use k8s_openapi::jiff::Timestamp;
 
+use super::parameters;
 use super::spec::{
     ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
     role_name,
@@ -208,6 +209,22 @@ impl Observed {
             .containers
             .iter()
             .find(|c| c.name == "postgres")
+    }
+
+    /// The server parameters the StatefulSet's template passes (`-c
+    /// name=value`), the operator's own among them; empty without one.
+    pub fn running_parameters(&self) -> BTreeMap<String, String> {
+        self.postgres_container()
+            .and_then(|c| c.command.as_deref())
+            .map(parameters::of_command)
+            .unwrap_or_default()
+    }
+
+    /// The instances the StatefulSet is asked to run; 0 without one.
+    pub fn statefulset_replicas(&self) -> i32 {
+        self.statefulset.as_ref().map_or(0, |s| {
+            s.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1)
+        })
     }
 
     /// The image the StatefulSet's template runs.

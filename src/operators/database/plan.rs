@@ -3,7 +3,10 @@
 //! what a deletion does next, and which Jobs exist for each. The builders in
 //! `children` and the conditions in `status` only read the [`Plan`].
 
+use std::collections::BTreeMap;
+
 use super::observed::Observed;
+use super::parameters::{self, Held};
 use super::primary::{self, Primary};
 use super::rollout::{self, Rollout, Serving};
 use super::spec::{self, ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
@@ -264,6 +267,12 @@ pub struct Plan {
     pub images: Images,
     /// How a change of the instances' template rolls out.
     pub rollout: Rollout,
+    /// The server parameters the instances run: `spec.postgresql`'s, but
+    /// for the decreases [`held`](Plan::held).
+    pub parameters: BTreeMap<String, String>,
+    /// The decreases the instances do not take while the Database has
+    /// standbys (see [`parameters::hold_decreases`]).
+    pub held: Vec<Held>,
 }
 
 /// The image of each major in play: the spec's image for the spec's
@@ -462,6 +471,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
     // The initial configuration follows the restore, which it would
     // otherwise race: it runs once the primary is ready and the data is in.
     let init_job = has(&jobs::init(db)) || (restore.lets_serve() && primary_ready);
+    let (parameters, held) = decide_parameters(db, seen);
     Plan {
         running,
         reported: seen.running().or_else(|| reported_version(db)),
@@ -486,7 +496,29 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
             || matches!(restore, Restore::Done | Restore::NotOver(_)),
         images: Images::of(db, seen),
         rollout: rollout::decide(db, seen, 0, Serving::UNKNOWN, false),
+        parameters,
+        held,
     }
+}
+
+/// The server parameters to run, and the decreases held. A Database with
+/// standbys (asked for, or still running) keeps what its StatefulSet's
+/// template runs of the parameters a standby needs at least as high as
+/// its primary's: the rollout restarts the standbys first, and one
+/// restarted below its primary stops replaying. One instance alone takes
+/// any value, and so does a Database with no StatefulSet yet.
+fn decide_parameters(db: &Database, seen: &Observed) -> (BTreeMap<String, String>, Vec<Held>) {
+    let wanted = db
+        .spec
+        .postgresql
+        .as_ref()
+        .map(|pg| pg.parameters.clone())
+        .unwrap_or_default();
+    let instances = seen.statefulset_replicas().max(db.spec.size.instances());
+    if seen.statefulset.is_none() || instances <= 1 {
+        return (wanted, Vec::new());
+    }
+    parameters::hold_decreases(&wanted, &seen.running_parameters())
 }
 
 /// Where the restore of `spec.bootstrap` stands. It runs only for a

@@ -2,19 +2,25 @@
 //! derived from it, the facts it writes that others read back (the data
 //! directory of a major, the claim of an instance), and the checks the
 //! schema cannot make. The bottom of the Database's stack: it imports
-//! nothing of the Database.
+//! nothing of the Database but the rules of `spec.postgresql`
+//! (`parameters`), which import nothing of it.
 
 // The CRD structs are re-exported by database.rs, but kube's KubeSchema
 // derive emits them again, and unreachable_pub then misses the re-export.
 #![allow(unreachable_pub)]
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::parameters;
 use crate::hook::conditions::Condition;
 use crate::operators::backup_job::verification::{VerifiedBackup, Verify};
 use crate::operators::backup_job::{Destination, validate_destination};
+use crate::operators::resources;
 use crate::operators::validate::{self, InvalidSpec};
 use k8s_openapi::jiff::Timestamp;
 
@@ -80,9 +86,19 @@ pub struct DatabaseSpec {
     pub version: Major,
     /// small: 1 instance, 500m CPU and 512Mi memory; medium: 2 instances,
     /// 1 CPU and 1Gi; large: 3 instances, 2 CPUs and 2Gi. The first instance
-    /// is the primary, the others streaming standbys.
+    /// is the primary, the others streaming standbys. `resources` replaces
+    /// the CPU and memory; the size still sets the number of instances.
     #[serde(default)]
     pub size: Size,
+    /// The CPU and memory of each instance (requests and limits), in place
+    /// of the size's. Changing them rolls the standbys first, switches over
+    /// to an updated one, then updates the old primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources::schema")]
+    pub resources: Option<ResourceRequirements>,
+    /// PostgreSQL's own settings: server parameters and pg_hba.conf lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgresql: Option<Postgresql>,
     /// The volume of each instance. Fixed once created.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.storage cannot change once created; resize the PersistentVolumeClaims directly"))]
     pub storage: Storage,
@@ -138,6 +154,37 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub image_pull_secrets: Vec<LocalSecret>,
+}
+
+/// PostgreSQL's own settings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Postgresql {
+    /// Server parameters, name to value (`work_mem: 64MB`,
+    /// `shared_preload_libraries: pg_stat_statements`), passed to every
+    /// instance as `-c name=value`. Those the operator sets or relies on
+    /// (listen_addresses, port, wal_level below replica, hot_standby,
+    /// synchronous_standby_names, primary_conninfo, archive and recovery
+    /// settings, ssl files, ...) are refused, naming why. A change rolls
+    /// out with restarts, standbys first. max_connections,
+    /// max_prepared_transactions, max_locks_per_transaction,
+    /// max_wal_senders and max_worker_processes are not lowered while the
+    /// Database has standbys (a standby cannot replay a primary with a
+    /// higher value): the instances keep what they run, and the
+    /// ParametersApplied condition says so.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = parameters::MAX_PARAMETERS))]
+    pub parameters: BTreeMap<String, String>,
+    /// Lines of pg_hba.conf (`host all all 10.0.0.0/8 scram-sha-256`,
+    /// `host all all 0.0.0.0/0 reject`), tried in order after the
+    /// operator's own rules (local connections, the replicator, the
+    /// superuser postgres) and before the last one, `host all all all
+    /// scram-sha-256`. hostssl and hostgssenc are refused: the instances
+    /// have no certificates or keytab, so such a line could never match.
+    /// A change rolls out with restarts, standbys first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = parameters::MAX_HBA_LINES), inner(length(min = 1, max = parameters::MAX_HBA_LINE)))]
+    pub pg_hba: Vec<String>,
 }
 
 /// A Secret in the Database's namespace, by name.
@@ -376,6 +423,12 @@ pub struct DatabaseBackup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: Option<String>,
+    /// The resources of every container of the backup, snapshot,
+    /// verification and restore Jobs, as Backup's `resources`, replacing
+    /// the defaults: requests of 100m CPU and 256Mi memory, no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources::schema")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 impl DatabaseBackup {
@@ -471,7 +524,8 @@ pub struct DatabaseStatus {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceStatus>,
     /// Ready, Initialized, BackupScheduled, Upgrading, Restored (with
-    /// spec.bootstrap) and, when deleting, Snapshotted.
+    /// spec.bootstrap), ParametersApplied (with spec.postgresql) and, when
+    /// deleting, Snapshotted.
     pub conditions: Vec<Condition>,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -683,6 +737,9 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         if let Some(image) = &backup.upload_image {
             validate::image("spec.backup.uploadImage", image)?;
         }
+        if let Some(r) = &backup.resources {
+            resources::validate("spec.backup.resources", r)?;
+        }
         if let Some(account) = &backup.service_account_name
             && !validate::is_dns_subdomain(account)
         {
@@ -694,6 +751,13 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
                 ),
             ));
         }
+    }
+    if let Some(r) = &db.spec.resources {
+        resources::validate("spec.resources", r)?;
+    }
+    if let Some(pg) = &db.spec.postgresql {
+        parameters::validate(&pg.parameters, db.spec.size.instances())?;
+        parameters::validate_hba(&pg.pg_hba)?;
     }
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
         let name = &secret.name;

@@ -56,6 +56,7 @@ pub fn status(
     if instances > 1 || shown {
         observations.push(failover::condition(db, seen, &plan.primary));
     }
+    observations.extend(parameters_condition(db, plan));
     let restored_from = restored_from(db, seen, plan, ctx);
     let (verified_condition, last_verified_backup) = verified(db, seen);
     observations.extend(verified_condition);
@@ -330,6 +331,45 @@ fn rollout_words(db: &Database, plan: &Plan) -> Option<String> {
         ),
     })
 }
+
+/// `ParametersApplied`, with `spec.postgresql` (and kept once shown, as a
+/// condition left out would stay as it was last written): whether the
+/// instances' template carries every parameter asked for, or which
+/// decreases it holds and how to make them.
+fn parameters_condition(db: &Database, plan: &Plan) -> Option<Observation> {
+    let shown = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == PARAMETERS_APPLIED));
+    if db.spec.postgresql.is_none() && !shown {
+        return None;
+    }
+    if plan.held.is_empty() {
+        return Some(Observation::new(
+            PARAMETERS_APPLIED,
+            true,
+            "Applied",
+            "the instances' template carries spec.postgresql; a change rolls out standbys first (see Upgrading)",
+        ));
+    }
+    let held: Vec<String> = plan
+        .held
+        .iter()
+        .map(|h| format!("{} stays at {}, not {}", h.name, h.running, h.wanted))
+        .collect();
+    Some(Observation::new(
+        PARAMETERS_APPLIED,
+        false,
+        "DecreaseHeld",
+        format!(
+            "{}: a standby stops replaying below its primary's value, and changes roll out standbys first; to lower it, run one instance (spec.size small), lower it, then raise the size again",
+            held.join("; ")
+        ),
+    ))
+}
+
+/// The condition of [`parameters_condition`].
+const PARAMETERS_APPLIED: &str = "ParametersApplied";
 
 /// `Upgrading`: where the upgrade the plan is in stands.
 fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {

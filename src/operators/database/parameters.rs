@@ -1,0 +1,579 @@
+//! PostgreSQL's own settings from `spec.postgresql`: which parameters a
+//! user may set and which the operator owns, how they reach the server
+//! (`-c name=value` on its command line, read back from the StatefulSet's
+//! template here too), which of them a standby needs at least as high as
+//! the primary's, and the pg_hba.conf the instances read when
+//! `spec.postgresql.pgHba` adds lines. At the bottom of the Database's
+//! stack beside `spec`: it imports nothing of the Database.
+
+use std::collections::BTreeMap;
+
+use crate::operators::validate::{InvalidSpec, quote};
+
+/// The most parameters `spec.postgresql.parameters` may hold.
+pub(super) const MAX_PARAMETERS: usize = 64;
+/// The longest parameter value.
+pub(super) const MAX_VALUE: usize = 1024;
+/// The most lines `spec.postgresql.pgHba` may hold.
+pub(super) const MAX_HBA_LINES: usize = 64;
+/// The longest pg_hba.conf line.
+pub(super) const MAX_HBA_LINE: usize = 512;
+
+/// The parameters the operator sets or relies on, each with why a user
+/// may not set it. Passed on the command line, a user's value would also
+/// override what the operator writes with ALTER SYSTEM.
+const OWNED: &[(&str, &str)] = &[
+    (
+        "listen_addresses",
+        "the Services, probes and Jobs reach every instance on all its addresses",
+    ),
+    (
+        "port",
+        "the Services, probes and Jobs reach every instance on port 5432",
+    ),
+    ("data_directory", "the operator places the data directory"),
+    ("config_file", "the operator places the configuration files"),
+    (
+        "hba_file",
+        "the operator writes pg_hba.conf; add lines with spec.postgresql.pgHba",
+    ),
+    ("ident_file", "the operator places the configuration files"),
+    (
+        "external_pid_file",
+        "the operator places the server's files",
+    ),
+    (
+        "unix_socket_directories",
+        "the image's entrypoint and the upgrade Job initialize the database over the local socket",
+    ),
+    (
+        "unix_socket_group",
+        "the image's entrypoint and the upgrade Job initialize the database over the local socket",
+    ),
+    (
+        "unix_socket_permissions",
+        "the image's entrypoint and the upgrade Job initialize the database over the local socket",
+    ),
+    (
+        "hot_standby",
+        "standbys serve reads, and their probes query them",
+    ),
+    (
+        "wal_log_hints",
+        "a former primary rejoins with pg_rewind, which needs it on",
+    ),
+    (
+        "wal_keep_size",
+        "the operator keeps a tenth of spec.storage.size of WAL for the standbys to catch up",
+    ),
+    (
+        "synchronous_standby_names",
+        "it follows spec.replication (synchronous: ANY 1 (*))",
+    ),
+    (
+        "primary_conninfo",
+        "each standby streams from the read-write Service, written when it starts",
+    ),
+    (
+        "primary_slot_name",
+        "standbys stream without replication slots, which would fill the primary's volume when one is gone",
+    ),
+    (
+        "promote_trigger_file",
+        "only the operator's promote Job promotes a standby",
+    ),
+    (
+        "recovery_min_apply_delay",
+        "a switchover waits for the candidate to replay the old primary's WAL",
+    ),
+    (
+        "restore_command",
+        "standbys stream from the primary; no WAL archive is managed",
+    ),
+    (
+        "archive_cleanup_command",
+        "standbys stream from the primary; no WAL archive is managed",
+    ),
+    (
+        "recovery_end_command",
+        "standbys stream from the primary; no WAL archive is managed",
+    ),
+    (
+        "default_transaction_read_only",
+        "a switchover stops the old primary's writes with it (ALTER SYSTEM), which a value given here would override",
+    ),
+    (
+        "ssl",
+        "the instances mount no certificates: the server would not start",
+    ),
+    (
+        "ssl_passphrase_command",
+        "the instances mount no certificates: the server would not start",
+    ),
+    (
+        "logging_collector",
+        "the server logs to the container's output, where kubectl logs reads it",
+    ),
+];
+
+/// Prefixes of families of parameters the operator owns, each with why.
+const OWNED_PREFIXES: &[(&str, &str)] = &[
+    (
+        "archive_",
+        "no WAL archive is managed: archive settings would run on whichever instance is the primary, and dumps go to spec.backup",
+    ),
+    (
+        "recovery_target",
+        "instances recover to the end of the primary's WAL; a Database restores from a dump with spec.bootstrap",
+    ),
+];
+
+/// The parameters a hot standby needs at least as high as the primary's,
+/// with PostgreSQL's default (the same in 14 to 17): a standby with a lower
+/// value stops replaying.
+pub(super) const STANDBY_AT_LEAST: [(&str, u64); 5] = [
+    ("max_connections", 100),
+    ("max_locks_per_transaction", 64),
+    ("max_prepared_transactions", 0),
+    ("max_wal_senders", 10),
+    ("max_worker_processes", 8),
+];
+
+/// Why `name` belongs to the operator, if it does.
+pub(super) fn owned(name: &str) -> Option<&'static str> {
+    OWNED
+        .iter()
+        .find(|(owned, _)| *owned == name)
+        .map(|(_, why)| *why)
+        .or_else(|| {
+            if (name.starts_with("ssl_") && name.ends_with("_file")) || name == "ssl_crl_dir" {
+                return Some("the instances mount no certificates: the server would not start");
+            }
+            OWNED_PREFIXES
+                .iter()
+                .find(|(prefix, _)| name.starts_with(prefix))
+                .map(|(_, why)| *why)
+        })
+}
+
+/// Checks `spec.postgresql.parameters` for a Database of `instances`
+/// instances: names shaped as PostgreSQL's (lower case, an extension's
+/// prefix allowed), none the operator owns, values that fit on a command
+/// line, and the few values the operator's replication depends on.
+pub(super) fn validate(
+    parameters: &BTreeMap<String, String>,
+    instances: i32,
+) -> Result<(), InvalidSpec> {
+    if parameters.len() > MAX_PARAMETERS {
+        return Err(InvalidSpec::new(
+            "spec.postgresql.parameters",
+            format!(
+                "holds {} parameters, at most {MAX_PARAMETERS}",
+                parameters.len()
+            ),
+        ));
+    }
+    for (name, value) in parameters {
+        let field = format!("spec.postgresql.parameters.{name}");
+        if !is_parameter_name(name) {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{} is not a PostgreSQL parameter's name: write it in lower case, like work_mem or pg_stat_statements.max",
+                    quote(name)
+                ),
+            ));
+        }
+        if let Some(why) = owned(name) {
+            return Err(InvalidSpec::new(
+                field,
+                format!("is set by the operator and cannot be changed: {why}; remove it"),
+            ));
+        }
+        if value.len() > MAX_VALUE {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "is {} bytes long, at most {MAX_VALUE}; shorten it",
+                    value.len()
+                ),
+            ));
+        }
+        if value.chars().any(|c| c == '\0' || c == '\n' || c == '\r') {
+            return Err(InvalidSpec::new(
+                field,
+                "holds a line break or NUL; write the value on one line",
+            ));
+        }
+        validate_value(name, value, &field, instances)?;
+    }
+    Ok(())
+}
+
+/// The values the operator's replication depends on.
+fn validate_value(name: &str, value: &str, field: &str, instances: i32) -> Result<(), InvalidSpec> {
+    if name == "wal_level" && !matches!(value, "replica" | "logical") {
+        return Err(InvalidSpec::new(
+            field,
+            format!(
+                "{} leaves the standbys nothing to stream; write replica or logical",
+                quote(value)
+            ),
+        ));
+    }
+    if STANDBY_AT_LEAST.iter().any(|(n, _)| *n == name) {
+        let Some(number) = integer(value) else {
+            return Err(InvalidSpec::new(
+                field,
+                format!("{} is not a whole number; write it like 200", quote(value)),
+            ));
+        };
+        let least = u64::try_from(instances).unwrap_or(1) + 1;
+        if name == "max_wal_senders" && number < least {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{number} is too few for {instances} instances: each standby streams with one sender and a standby cloning uses two; write at least {least}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A PostgreSQL parameter's name as written in postgresql.conf: lower
+/// case letters, digits and `_`, not starting with a digit, with at most
+/// one `.` after an extension's prefix; at most 63 bytes.
+fn is_parameter_name(name: &str) -> bool {
+    let part = |p: &str| {
+        p.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    name.len() <= 63
+        && match name.split_once('.') {
+            Some((prefix, rest)) => part(prefix) && part(rest),
+            None => part(name),
+        }
+}
+
+/// A value written as a plain whole number.
+pub(super) fn integer(value: &str) -> Option<u64> {
+    (!value.is_empty() && value.len() <= 10 && value.chars().all(|c| c.is_ascii_digit()))
+        .then(|| value.parse().ok())
+        .flatten()
+}
+
+/// The server's command-line arguments for `parameters`: `-c name=value`,
+/// one argument each, in name order.
+pub(super) fn args(parameters: &BTreeMap<String, String>) -> Vec<String> {
+    parameters
+        .iter()
+        .flat_map(|(name, value)| ["-c".to_string(), format!("{name}={value}")])
+        .collect()
+}
+
+/// Every `-c name=value` of a command, read back: what [`args`] and the
+/// operator's own arguments wrote.
+pub(super) fn of_command(command: &[String]) -> BTreeMap<String, String> {
+    command
+        .windows(2)
+        .filter(|pair| pair[0] == "-c")
+        .filter_map(|pair| pair[1].split_once('='))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+/// A parameter kept at what the instances run instead of what the spec
+/// asks: a decrease a standby could not replay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The parameter.
+    pub name: String,
+    /// What the spec asks (PostgreSQL's default when it names none).
+    pub wanted: u64,
+    /// What the instances run and keep.
+    pub running: u64,
+}
+
+/// The parameters to run: those wanted, but none of [`STANDBY_AT_LEAST`]
+/// below what `running` (the StatefulSet's template) has, and the ones
+/// held so. The rollout updates standbys first: a standby restarted with a
+/// lower value than its primary's stops replaying and blocks the rollout.
+pub(super) fn hold_decreases(
+    wanted: &BTreeMap<String, String>,
+    running: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, Vec<Held>) {
+    let mut out = wanted.clone();
+    let mut held = Vec::new();
+    for (name, default) in STANDBY_AT_LEAST {
+        let value = |map: &BTreeMap<String, String>| match map.get(name) {
+            Some(v) => integer(v),
+            None => Some(default),
+        };
+        let (Some(want), Some(run)) = (value(wanted), value(running)) else {
+            continue;
+        };
+        if want < run {
+            match running.get(name) {
+                Some(v) => out.insert(name.to_string(), v.clone()),
+                None => out.remove(name),
+            };
+            held.push(Held {
+                name: name.to_string(),
+                wanted: want,
+                running: run,
+            });
+        }
+    }
+    (out, held)
+}
+
+/// The operator's own pg_hba.conf rules, first: the local socket (the
+/// image's entrypoint and the operator's scripts), the replicator's
+/// streaming and cloning, the superuser the probes and Jobs connect as.
+const HBA_FIRST: &str = "\
+local all all trust
+local replication all trust
+host replication replicator all scram-sha-256
+host all postgres all scram-sha-256
+";
+
+/// The rule after the user's lines: any user by password, as the image
+/// writes it.
+const HBA_LAST: &str = "host all all all scram-sha-256\n";
+
+/// The pg_hba.conf of instances given `lines`: the operator's rules,
+/// the lines, then the last rule.
+pub(super) fn hba_conf(lines: &[String]) -> String {
+    let mut conf = format!(
+        "# Written by opshooks from spec.postgresql.pgHba.\n# The operator's rules.\n{HBA_FIRST}# spec.postgresql.pgHba.\n"
+    );
+    for line in lines {
+        conf.push_str(line.trim());
+        conf.push('\n');
+    }
+    conf.push_str("# Everyone else, by password.\n");
+    conf.push_str(HBA_LAST);
+    conf
+}
+
+/// The connection types a pg_hba.conf line starts with.
+const HBA_TYPES: [&str; 6] = [
+    "local",
+    "host",
+    "hostssl",
+    "hostnossl",
+    "hostgssenc",
+    "hostnogssenc",
+];
+
+/// Checks `spec.postgresql.pgHba`: each line one rule, starting with a
+/// connection type, no include directives.
+pub(super) fn validate_hba(lines: &[String]) -> Result<(), InvalidSpec> {
+    if lines.len() > MAX_HBA_LINES {
+        return Err(InvalidSpec::new(
+            "spec.postgresql.pgHba",
+            format!("holds {} lines, at most {MAX_HBA_LINES}", lines.len()),
+        ));
+    }
+    for (i, line) in lines.iter().enumerate() {
+        let field = format!("spec.postgresql.pgHba[{i}]");
+        if line.len() > MAX_HBA_LINE {
+            return Err(InvalidSpec::new(
+                field,
+                format!("is {} bytes long, at most {MAX_HBA_LINE}", line.len()),
+            ));
+        }
+        if line.chars().any(|c| c != '\t' && c.is_control()) {
+            return Err(InvalidSpec::new(
+                field,
+                "holds a line break or a control character; write one rule per entry",
+            ));
+        }
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if !HBA_TYPES.contains(&first) {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{} does not start with a connection type; write a rule like \"host all all 10.0.0.0/8 scram-sha-256\" (local, host, hostssl, hostnossl, hostgssenc or hostnogssenc)",
+                    quote(line)
+                ),
+            ));
+        }
+        // A rule that can never match would look like a requirement (TLS
+        // only) while the catch-all after it lets the same clients in.
+        let never = match first {
+            "hostssl" => Some("the instances run without TLS (no certificates are mounted)"),
+            "hostgssenc" => Some("the instances have no Kerberos keytab for GSSAPI encryption"),
+            _ => None,
+        };
+        if let Some(why) = never {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{} can never match: {why}; write host (or hostnossl)",
+                    quote(line)
+                ),
+            ));
+        }
+        if line.split_whitespace().count() < 4 {
+            return Err(InvalidSpec::new(
+                field,
+                format!(
+                    "{} is not a whole rule: a type, databases, users, an address (but for local) and a method",
+                    quote(line)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_users_parameters_pass() {
+        let ok = params(&[
+            ("work_mem", "64MB"),
+            (
+                "shared_preload_libraries",
+                "pg_stat_statements,auto_explain",
+            ),
+            ("pg_stat_statements.max", "10000"),
+            ("max_connections", "300"),
+            ("wal_level", "logical"),
+            ("search_path", "\"$user\", public"),
+            ("ssl_min_protocol_version", "TLSv1.3"),
+        ]);
+        assert_eq!(validate(&ok, 3), Ok(()));
+    }
+
+    #[test]
+    fn each_refusal_names_the_parameter_and_the_fix() {
+        for (name, value, words) in [
+            (
+                "listen_addresses",
+                "*",
+                "is set by the operator and cannot be changed: the Services",
+            ),
+            ("port", "5433", "port 5432"),
+            ("archive_command", "cp %p /x", "no WAL archive is managed"),
+            ("recovery_target_time", "2026-01-01", "spec.bootstrap"),
+            ("ssl_cert_file", "/x.pem", "mount no certificates"),
+            ("synchronous_standby_names", "*", "spec.replication"),
+            ("default_transaction_read_only", "on", "switchover"),
+            ("Work_Mem", "1MB", "not a PostgreSQL parameter's name"),
+            ("work mem", "1MB", "not a PostgreSQL parameter's name"),
+            ("a.b.c", "1", "not a PostgreSQL parameter's name"),
+            ("work_mem", "1MB\nport=1", "line break"),
+            ("work_mem", "1MB\0", "NUL"),
+            ("wal_level", "minimal", "write replica or logical"),
+            ("max_connections", "1e3", "not a whole number"),
+            ("max_wal_senders", "3", "too few for 3 instances"),
+        ] {
+            let e = validate(&params(&[(name, value)]), 3).unwrap_err();
+            assert_eq!(e.field, format!("spec.postgresql.parameters.{name}"));
+            assert!(e.message.contains(words), "{name}: {}", e.message);
+        }
+        let long = "x".repeat(MAX_VALUE + 1);
+        assert!(validate(&params(&[("work_mem", &long)]), 1).is_err());
+        let many: BTreeMap<String, String> = (0..=MAX_PARAMETERS)
+            .map(|i| (format!("x.p{i}"), "1".to_string()))
+            .collect();
+        assert_eq!(
+            validate(&many, 1).unwrap_err().field,
+            "spec.postgresql.parameters"
+        );
+    }
+
+    #[test]
+    fn arguments_read_back_as_written() {
+        let p = params(&[("work_mem", "64MB"), ("search_path", "a, b")]);
+        let mut command = vec!["postgres".to_string()];
+        command.extend(args(&p));
+        assert_eq!(
+            command[1..],
+            ["-c", "search_path=a, b", "-c", "work_mem=64MB"]
+        );
+        assert_eq!(of_command(&command), p);
+    }
+
+    #[test]
+    fn decreases_of_what_a_standby_needs_are_held() {
+        let running = params(&[("max_connections", "300"), ("work_mem", "4MB")]);
+        // Lower max_connections, and max_worker_processes below the default.
+        let wanted = params(&[
+            ("max_connections", "200"),
+            ("max_worker_processes", "4"),
+            ("work_mem", "1MB"),
+        ]);
+        let (out, held) = hold_decreases(&wanted, &running);
+        assert_eq!(
+            out,
+            params(&[("max_connections", "300"), ("work_mem", "1MB")])
+        );
+        assert_eq!(
+            held.iter()
+                .map(|h| (h.name.as_str(), h.wanted, h.running))
+                .collect::<Vec<_>>(),
+            [
+                ("max_connections", 200, 300),
+                ("max_worker_processes", 4, 8)
+            ]
+        );
+        // Raising is never held; neither is going back to the default
+        // from below.
+        let (out, held) = hold_decreases(&params(&[("max_connections", "500")]), &running);
+        assert_eq!((out, held), (params(&[("max_connections", "500")]), vec![]));
+    }
+
+    #[test]
+    fn hba_lines_are_checked() {
+        let ok = [
+            "host all all 10.0.0.0/8 scram-sha-256".to_string(),
+            "hostnossl all all 10.1.0.0/16 reject".to_string(),
+            "local\tall\tall\tpeer".to_string(),
+            "host sameuser all 192.168.0.0/16 md5".to_string(),
+        ];
+        assert_eq!(validate_hba(&ok), Ok(()));
+        for (line, words) in [
+            (
+                "include other.conf",
+                "does not start with a connection type",
+            ),
+            ("host all all", "not a whole rule"),
+            (
+                "host all all 0.0.0.0/0 trust\nlocal all all trust",
+                "line break",
+            ),
+            ("", "does not start with a connection type"),
+            (
+                "hostssl all all 0.0.0.0/0 scram-sha-256",
+                "can never match: the instances run without TLS",
+            ),
+        ] {
+            let e = validate_hba(&[line.to_string()]).unwrap_err();
+            assert_eq!(e.field, "spec.postgresql.pgHba[0]");
+            assert!(e.message.contains(words), "{line:?}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn the_operators_rules_come_first_and_the_catch_all_last() {
+        let conf = hba_conf(&["host all all 10.0.0.0/8 md5".to_string()]);
+        let rules: Vec<&str> = conf.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rules[2], "host replication replicator all scram-sha-256");
+        assert_eq!(rules[4], "host all all 10.0.0.0/8 md5");
+        assert_eq!(rules.last(), Some(&"host all all all scram-sha-256"));
+    }
+}
