@@ -28,8 +28,10 @@ from __future__ import annotations
 import dataclasses
 import glob
 import hashlib
+import json
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import stat
@@ -1206,6 +1208,59 @@ def test_dump_stopped_database_name_is_just_a_name(stopped: Stopped, database):
     assert r.rc == 0, str(r)
     assert copy_rows(dump, "marker") == [database]
     assert_stopped(c)
+
+
+# --------------------------------------------------------------------------
+# 5b. spec.postgresql: the server's arguments and pg_hba.conf, as the hook
+# writes them (the golden answer of v2-postgresql-parameters-and-pg-hba),
+# taken by a real server.
+
+SETTINGS_ANSWER = REPO / "tests" / "fixtures" / "database" / "v2-postgresql-parameters-and-pg-hba" / "response.json"
+
+
+def settings_answer() -> tuple[list[str], str, str]:
+    """The server's arguments after `postgres`, the pg_hba.conf ConfigMap's
+    text, and the path the arguments read it at."""
+    answer = json.loads(SETTINGS_ANSWER.read_text())
+    sts = next(c for c in answer["children"] if c["kind"] == "StatefulSet")
+    hba = next(c for c in answer["children"]
+               if c["kind"] == "ConfigMap" and c["metadata"]["name"].endswith("-hba"))
+    command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
+    args = command[command.index("postgres") + 1:]
+    path = next(a.split("=", 1)[1] for a in args if a.startswith("hba_file="))
+    return args, hba["data"]["pg_hba.conf"], path
+
+
+def test_the_servers_arguments_and_pg_hba_as_the_hook_writes_them():
+    args, hba, path = settings_answer()
+    cluster = Cluster(fresh_path("settings") / "pg16", fresh_path("settings-sock"))
+    cluster.initdb()
+    hba_file = cluster.sock / "pg_hba.conf"
+    hba_file.write_text(hba)
+    cluster.port = free_port()
+    args = [a.replace(path, str(hba_file)) for a in args]
+    # pg_ctl hands -o to a shell: each argument quoted, as the image's
+    # entrypoint does for its first-start server.
+    opts = " ".join(shlex.quote(a) for a in args) + (
+        f" -c listen_addresses=127.0.0.1 -c port={cluster.port}"
+        f" -c unix_socket_directories={cluster.sock} -c fsync=off")
+    r = cluster.pg("pg_ctl", "-D", str(cluster.data), "-l", str(cluster.sock / "log"),
+                   "-w", "-t", "60", "-o", opts, "start", timeout=90)
+    log = (cluster.sock / "log").read_text(errors="replace") if (cluster.sock / "log").exists() else ""
+    assert r.rc == 0, f"postgres did not start with the hook's arguments: {r}\n--- log\n{log}"
+    try:
+        show = cluster.sql("SELECT current_setting('max_connections') || '|' || current_setting('search_path')"
+                           " || '|' || current_setting('shared_preload_libraries') || '|' || current_setting('hba_file')")
+        assert show == f'300|"$user", public|pg_stat_statements|{hba_file}'
+        assert cluster.sql("SELECT count(*) FROM pg_hba_file_rules WHERE error IS NOT NULL") == "0"
+        # The operator's rule for the superuser comes before the user's
+        # `host all all 0.0.0.0/0 reject`, which turns everyone else away.
+        cluster.sql("CREATE ROLE app LOGIN PASSWORD 'app-password'")
+        refused = cluster.psql("SELECT 1", user="app", password="app-password")
+        assert refused.rc != 0 and "rejects connection" in refused.err, str(refused)
+        assert cluster.sql("SELECT 1", user="postgres") == "1"
+    finally:
+        cluster.stop()
 
 
 # --------------------------------------------------------------------------
