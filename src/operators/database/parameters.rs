@@ -139,6 +139,26 @@ pub(super) const STANDBY_AT_LEAST: [(&str, u64); 5] = [
     ("max_worker_processes", 8),
 ];
 
+/// The CRD's rule refusing the parameters the operator owns, so that
+/// `kubectl apply` says so at once (the hook's 422 also says why).
+pub(super) fn owned_rule() -> kube::core::Rule {
+    let names: Vec<String> = OWNED.iter().map(|(n, _)| format!("'{n}'")).collect();
+    let prefixes: Vec<String> = OWNED_PREFIXES
+        .iter()
+        .map(|(p, _)| format!("k.startsWith('{p}')"))
+        .collect();
+    let rule = format!(
+        "!has(self.parameters) || self.parameters.all(k, !(k in [{}]) && !({}) && !(k.startsWith('ssl_') && k.endsWith('_file')) && k != 'ssl_crl_dir')",
+        names.join(", "),
+        prefixes.join(" || ")
+    );
+    let listed: Vec<&str> = OWNED.iter().map(|(n, _)| *n).collect();
+    kube::core::Rule::new(rule).message(kube::core::Message::Message(format!(
+        "spec.postgresql.parameters names a parameter the operator sets or relies on; remove it. Refused: {}, archive_*, recovery_target*, ssl_*_file, ssl_crl_dir",
+        listed.join(", ")
+    )))
+}
+
 /// Why `name` belongs to the operator, if it does.
 pub(super) fn owned(name: &str) -> Option<&'static str> {
     OWNED

@@ -157,8 +157,12 @@ pub struct DatabaseSpec {
 }
 
 /// PostgreSQL's own settings.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = parameters::owned_rule(),
+    validation = Rule::new("!has(self.parameters) || !('wal_level' in self.parameters) || self.parameters['wal_level'] in ['replica', 'logical']").message("spec.postgresql.parameters.wal_level must be replica or logical: the standbys stream the primary's WAL")
+)]
 pub struct Postgresql {
     /// Server parameters, name to value (`work_mem: 64MB`,
     /// `shared_preload_libraries: pg_stat_statements`), passed to every
@@ -183,7 +187,7 @@ pub struct Postgresql {
     /// have no certificates or keytab, so such a line could never match.
     /// A change rolls out with restarts, standbys first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = parameters::MAX_HBA_LINES), inner(length(min = 1, max = parameters::MAX_HBA_LINE)))]
+    #[schemars(length(max = parameters::MAX_HBA_LINES), inner(length(min = 1, max = parameters::MAX_HBA_LINE), pattern(r"^[ \t]*(local|host|hostnossl|hostnogssenc)[ \t]")))]
     pub pg_hba: Vec<String>,
 }
 
