@@ -339,6 +339,8 @@ fn simulation<'a>(
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::usage)?;
     let mut sim = Simulation::new(op, parent, start, args.seed).map_err(Failure::usage)?;
+    sim.check_created()
+        .map_err(|why| Failure::usage(format!("{}: {why}", args.file.display())))?;
     for path in &args.with {
         let object = read(path)?;
         sim.cluster

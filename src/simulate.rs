@@ -434,6 +434,38 @@ impl<'a> Simulation<'a> {
         self.deleting
     }
 
+    /// Why the API server would refuse to create the parent as it is now:
+    /// its spec against the CRD's schema and CEL rules, and the rules on
+    /// the whole object (its name's length).
+    pub fn check_created(&self) -> Result<(), String> {
+        let parent = self.parent().ok_or("the parent is gone")?;
+        let spec = parent.get("spec").cloned().unwrap_or(json!({}));
+        self.admit(&spec, None)?;
+        self.refused(schema::object_rule_errors(self.op, parent))
+    }
+
+    /// Why the CRD refuses `spec`, written over `old` (or created).
+    fn admit(&self, spec: &Value, old: Option<&Value>) -> Result<(), String> {
+        let schema = PartSchema::spec(self.op);
+        let mut errors = schema.errors(spec);
+        if errors.is_empty() {
+            errors = schema.rule_errors("spec", spec, old);
+        }
+        self.refused(errors)
+    }
+
+    /// The CRD's refusal, if there are `errors`.
+    fn refused(&self, errors: Vec<String>) -> Result<(), String> {
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
+                "the {} CRD refuses it: {}",
+                self.op.kind,
+                errors.join("; ")
+            )),
+        }
+    }
+
     /// Why `event` names nothing there is, or asks for a spec the API
     /// server would refuse, if it does: what a person typing events is
     /// told, instead of an event that silently does nothing. (`apply`
@@ -442,16 +474,9 @@ impl<'a> Simulation<'a> {
         match event {
             Event::SetSpec { path, value } => {
                 let spec = self.spec_after(path, value)?;
-                let errors = PartSchema::spec(self.op).errors(&spec);
-                match errors.is_empty() {
-                    true => Ok(()),
-                    false => Err(format!(
-                        "spec.{}: the {} CRD refuses it: {}",
-                        path.join("."),
-                        self.op.kind,
-                        errors.join("; ")
-                    )),
-                }
+                let old = self.parent().and_then(|p| p.get("spec"));
+                self.admit(&spec, old)
+                    .map_err(|why| format!("spec.{}: {why}", path.join(".")))
             }
             Event::NotReady(pod, _) => self.find("Pod", pod).map(drop),
             Event::FailJob(name) | Event::HealJob(name) => {

@@ -63,11 +63,14 @@ const APP: &str = "backup";
     category = "opshooks",
     doc = "Backup dumps a PostgreSQL StatefulSet's database to S3 on a schedule and prunes old dumps.",
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
+    printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
     printcolumn(name = "Target", type_ = "string", json_path = ".spec.target.name"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.lastBackupStatus"),
-    printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.target.kind", priority = "1"),
+    printcolumn(name = "Bucket", type_ = "string", json_path = ".spec.destination.s3Bucket", priority = "1"),
+    printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),
     validation = Rule::new("self.metadata.name.size() <= 45").message("metadata.name must be at most 45 characters, so that job names fit in 63")
 )]
 #[serde(rename_all = "camelCase")]

@@ -26,6 +26,12 @@ pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
     labels
 }
 
+/// `n/m` for a READY printer column: `ready` of the `wanted` pods, or of
+/// those still `running` while a smaller count takes effect.
+pub fn ready_of(ready: i32, wanted: i32, running: i32) -> String {
+    format!("{ready}/{}", wanted.max(running))
+}
+
 /// A container that runs with no capabilities and cannot gain privileges:
 /// the "restricted" Pod Security Standard.
 pub fn restricted_container() -> k8s_openapi::api::core::v1::SecurityContext {

@@ -21,7 +21,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{restricted_container, restricted_pod, selector_labels, standard_labels};
+use super::common::{
+    ready_of, restricted_container, restricted_pod, selector_labels, standard_labels,
+};
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::hook::{
@@ -55,9 +57,11 @@ const APP: &str = "memcached";
     shortname = "mc",
     category = "opshooks",
     doc = "Memcached runs a memcached cluster of a given size and lists its members.",
-    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.readyNodes"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Memory", type_ = "string", json_path = ".spec.memoryLimit", priority = "1"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1"),
     scale(spec_replicas_path = ".spec.size", status_replicas_path = ".status.readyReplicas"),
     validation = Rule::new("self.metadata.name.size() <= 50").message("metadata.name must be at most 50 characters")
 )]
@@ -99,6 +103,8 @@ pub struct MemcachedStatus {
     pub nodes: Vec<String>,
     /// How many of those pods are Ready.
     pub ready_replicas: i32,
+    /// Ready nodes of those asked for, as `n/m`, for `kubectl get mc`'s READY.
+    pub ready_nodes: String,
     /// Ready: every desired node is ready.
     pub conditions: Vec<Condition>,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
@@ -344,6 +350,7 @@ pub fn status(mc: &Memcached, pods: &[ObservedPod], ctx: &Context) -> MemcachedS
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     MemcachedStatus {
+        ready_nodes: ready_of(ready, size, nodes.len() as i32),
         nodes,
         ready_replicas: ready,
         conditions: conditions::reconcile(

@@ -17,7 +17,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::standard_labels;
+use super::common::{ready_of, standard_labels};
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
 use crate::hook::ObservedPod;
@@ -50,10 +50,12 @@ pub const CONTAINER: &str = "web";
     shortname = "ws",
     category = "opshooks",
     doc = "WebServer runs a fixed number of identical web server pods.",
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.readyPods"),
+    printcolumn(name = "Up-to-date", type_ = "string", json_path = ".status.conditions[?(@.type==\"UpToDate\")].status"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1"),
+    printcolumn(name = "Port", type_ = "integer", json_path = ".spec.port", priority = "1"),
     scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.count"),
     validation = Rule::new("self.metadata.name.size() <= 59").message("metadata.name must be at most 59 characters, so that pod names <name>-<index> fit in 63")
 )]
@@ -89,6 +91,8 @@ pub struct WebServerStatus {
     pub count: i32,
     /// Observed pods whose Ready condition is True.
     pub ready_replicas: i32,
+    /// Ready pods of those asked for, as `n/m`, for `kubectl get ws`'s READY.
+    pub ready_pods: String,
     /// Ready: every desired pod exists and is ready.
     pub conditions: Vec<Condition>,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
@@ -308,6 +312,7 @@ pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebSer
     WebServerStatus {
         count: count as i32,
         ready_replicas: ready as i32,
+        ready_pods: ready_of(ready as i32, ws.spec.replicas, count as i32),
         conditions: conditions::reconcile(
             previous,
             vec![ready_condition(ws, observed), up_to_date(ws, observed)],

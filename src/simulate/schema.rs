@@ -1,11 +1,13 @@
 //! A parent's status, or a spec the user writes, checked as the API server
 //! checks it: against that part of the operator's CRD schema (its
-//! structure, types and bounds; CEL rules are not evaluated here).
+//! structure, types and bounds) and its CEL rules
+//! (`x-kubernetes-validations`), transition rules (`oldSelf`) included.
 //!
 //! The CRD's schema is OpenAPI v3 with Kubernetes' own keywords; it becomes
 //! plain JSON Schema here, and fields it does not declare are refused (the
 //! API server would prune them, so a status that relies on one is wrong).
 
+use jsonschema::error::ValidationErrorKind;
 use serde_json::{Value, json};
 
 use crate::operator::Operator;
@@ -13,7 +15,11 @@ use crate::operator::Operator;
 /// The schema of one part (`spec` or `status`) of an operator's CRD, ready
 /// to check values with.
 pub struct PartSchema {
+    /// `spec` or `status`: where the fields named in errors are.
+    part: &'static str,
     validator: jsonschema::Validator,
+    /// The part's schema as the CRD has it, with its CEL rules.
+    crd: Value,
 }
 
 impl PartSchema {
@@ -27,25 +33,136 @@ impl PartSchema {
         Self::of(op, "spec")
     }
 
-    fn of(op: &Operator, part: &str) -> Self {
+    fn of(op: &Operator, part: &'static str) -> Self {
         let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
-        let mut schema =
+        let crd =
             crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][part].clone();
+        let mut schema = crd.clone();
         to_json_schema(&mut schema);
         PartSchema {
+            part,
             validator: jsonschema::validator_for(&schema).expect("generated CRD schemas are valid"),
+            crd,
         }
     }
 
-    /// Every reason the API server would refuse `value`, one line each.
+    /// Every CEL rule of the part that `value` breaks, as an update from
+    /// `old` (or a create, without it), one line each: `path: message`.
+    /// As the API server does, a rule that reads `oldSelf` applies only
+    /// where the old value exists, and list items are not compared with
+    /// old ones.
+    pub fn rule_errors(&self, path: &str, value: &Value, old: Option<&Value>) -> Vec<String> {
+        let mut errors = Vec::new();
+        check_rules(&self.crd, path, value, old, &mut errors);
+        errors
+    }
+
+    /// Every reason the API server would refuse `value`, one line each,
+    /// naming the field (`spec.replicas: ...`); a field the schema does not
+    /// declare and a missing one in the API server's words.
     pub fn errors(&self, value: &Value) -> Vec<String> {
         self.validator
             .iter_errors(value)
-            .map(|e| match e.instance_path().as_str() {
-                "" => e.to_string(),
-                path => format!("{path}: {e}"),
+            .flat_map(|e| {
+                let at = dotted(self.part, e.instance_path().as_str());
+                match e.kind() {
+                    ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
+                        .iter()
+                        .map(|field| format!("{at}.{field}: field not declared in schema"))
+                        .collect(),
+                    ValidationErrorKind::Required { property } => {
+                        let field = property.as_str().unwrap_or_default();
+                        vec![format!("{at}.{field}: Required value")]
+                    }
+                    _ => vec![format!("{at}: {e}")],
+                }
             })
             .collect()
+    }
+}
+
+/// The rules the CRD puts on the whole object (`self.metadata.name`'s
+/// length), which `object` (a parent being created) breaks.
+pub fn object_rule_errors(op: &Operator, object: &Value) -> Vec<String> {
+    let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
+    let rules = json!({
+        "x-kubernetes-validations": crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    });
+    let mut errors = Vec::new();
+    check_rules(&rules, &op.kind, object, None, &mut errors);
+    errors
+}
+
+/// A JSON pointer into `part` as a field path: `/items/0/name` in `spec`
+/// is `spec.items[0].name`.
+fn dotted(part: &str, pointer: &str) -> String {
+    let mut path = part.to_string();
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        match segment.parse::<usize>() {
+            Ok(index) => path.push_str(&format!("[{index}]")),
+            Err(_) => path.push_str(&format!(".{segment}")),
+        }
+    }
+    path
+}
+
+/// Checks the rules of `schema` on `value`, then of its fields and items.
+fn check_rules(
+    schema: &Value,
+    path: &str,
+    value: &Value,
+    old: Option<&Value>,
+    errors: &mut Vec<String>,
+) {
+    let rules = schema["x-kubernetes-validations"].as_array();
+    for rule in rules.into_iter().flatten() {
+        let text = rule["rule"].as_str().unwrap_or_default();
+        if text.contains("oldSelf") && old.is_none() {
+            continue;
+        }
+        if let Err(why) = holds(text, value, old) {
+            let message = rule["message"].as_str().map_or(why, str::to_string);
+            errors.push(format!("{path}: {message}"));
+        }
+    }
+    if let (Some(fields), Some(object)) = (schema["properties"].as_object(), value.as_object()) {
+        for (name, sub) in fields {
+            if let Some(field) = object.get(name) {
+                let was = old.and_then(|o| o.get(name));
+                check_rules(sub, &format!("{path}.{name}"), field, was, errors);
+            }
+        }
+    }
+    if let (Some(values), Some(object)) = (schema.get("additionalProperties"), value.as_object())
+        && values.is_object()
+    {
+        for (key, field) in object {
+            let was = old.and_then(|o| o.get(key));
+            check_rules(values, &format!("{path}.{key}"), field, was, errors);
+        }
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in list.iter().enumerate() {
+            check_rules(items, &format!("{path}[{i}]"), item, None, errors);
+        }
+    }
+}
+
+/// Whether the CEL rule `text` holds for `value` (as `self`) and `old` (as
+/// `oldSelf`); Err says why not, for a rule without a message.
+fn holds(text: &str, value: &Value, old: Option<&Value>) -> Result<(), String> {
+    let program = cel::Program::compile(text).map_err(|e| format!("rule {text}: {e}"))?;
+    let mut context = cel::Context::default();
+    let bind = |v: &Value| cel::to_value(v).map_err(|e| format!("rule {text}: {e}"));
+    context.add_variable_from_value("self", bind(value)?);
+    if let Some(old) = old {
+        context.add_variable_from_value("oldSelf", bind(old)?);
+    }
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(true)) => Ok(()),
+        Ok(other) => Err(format!("failed rule: {text} (is {other:?})")),
+        Err(e) => Err(format!("rule {text} cannot be evaluated: {e}")),
     }
 }
 
@@ -85,5 +202,73 @@ mod tests {
         let bad = json!({"count": "one", "conditions": [{"type": "Ready"}]});
         let errors = schema.errors(&bad);
         assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("status.co"), "{errors:?}");
+    }
+
+    /// Every rule of every CRD, wherever it sits.
+    fn rules(schema: &Value, out: &mut Vec<String>) {
+        if let Some(list) = schema["x-kubernetes-validations"].as_array() {
+            out.extend(list.iter().map(|r| r["rule"].as_str().unwrap().to_string()));
+        }
+        match schema {
+            Value::Object(map) => map.values().for_each(|v| rules(v, out)),
+            Value::Array(items) => items.iter().for_each(|v| rules(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_crd_rule_compiles() {
+        let mut all_rules = Vec::new();
+        for op in all() {
+            rules(&serde_json::to_value(op.crd()).unwrap(), &mut all_rules);
+        }
+        assert!(all_rules.len() >= 10, "{all_rules:?}");
+        for rule in all_rules {
+            assert!(cel::Program::compile(&rule).is_ok(), "{rule}");
+        }
+    }
+
+    #[test]
+    fn transition_rules_apply_to_updates_only() {
+        let op = all().into_iter().find(|op| op.name == "database").unwrap();
+        let schema = PartSchema::spec(&op);
+        let old = json!({"version": "16", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain"});
+        assert_eq!(
+            schema.rule_errors("spec", &old, Some(&old)),
+            Vec::<String>::new()
+        );
+        let mut up = old.clone();
+        up["version"] = json!("17");
+        assert_eq!(
+            schema.rule_errors("spec", &up, Some(&old)),
+            Vec::<String>::new()
+        );
+        let mut grown = old.clone();
+        grown["storage"]["size"] = json!("2Gi");
+        let errors = schema.rule_errors("spec", &grown, Some(&old));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.storage: spec.storage cannot change"),
+            "{errors:?}"
+        );
+        // Created so, it is fine: there is no old value to compare with.
+        assert_eq!(
+            schema.rule_errors("spec", &grown, None),
+            Vec::<String>::new()
+        );
+        let errors = schema.rule_errors("spec", &old, Some(&up));
+        assert!(
+            errors[0].contains("spec.version cannot go down"),
+            "{errors:?}"
+        );
+        // A rule without oldSelf applies on create too.
+        let mut snapshot = old.clone();
+        snapshot["deletionPolicy"] = json!("Snapshot");
+        let errors = schema.rule_errors("spec", &snapshot, None);
+        assert!(
+            errors[0].contains("deletionPolicy Snapshot needs"),
+            "{errors:?}"
+        );
     }
 }

@@ -10,6 +10,7 @@ function of one Scenario, in its own namespace.
 import argparse
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -205,6 +206,15 @@ class Scenario:
         if proc.returncode != 0:
             raise Failed(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
+
+    def columns(self, resource, name):
+        """What `kubectl get RESOURCE NAME -o wide` prints, as {HEADER: cell}:
+        the printer columns as the API server computes them from the CRD."""
+        lines = self.kubectl("get", resource, name, "-o", "wide").splitlines()
+        need(len(lines) == 2, f"kubectl get {resource} {name} printed {lines}")
+        header, row = (re.split(r"\s{2,}", line.strip()) for line in lines)
+        need(len(header) == len(row), f"kubectl get {resource} {name}: {header} but {row}")
+        return dict(zip(header, row))
 
     def gone(self, kind, name):
         need(self.k.get(kind, self.ns, name) is None, f"{kind} {name} still exists")

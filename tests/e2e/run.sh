@@ -111,20 +111,25 @@ kubectl get clusterrole -l app.kubernetes.io/instance=opshooks -o name
 step "hooks on the API server"
 python3 "$HERE/hooks.py" "http://127.0.0.1:$port" "$REPO"
 
-step "transition rules refuse changes to a stored Database"
-refused() { # field message...: a patch that the API server must refuse with that message
-  local patch=$1 want=$2 out
+step "transition rules refuse changes to a stored Database, here and in the simulator"
+refused() { # patch event message: a patch the API server must refuse with that
+  # message, and the same change as a simulator event, refused alike
+  local patch=$1 event=$2 want=$3 out
   if out=$(kubectl patch database orders -n default --type=merge -p "$patch" 2>&1); then
     fail "patch $patch was accepted: $out"
   fi
   grep -qF "$want" <<<"$out" || fail "patch $patch refused for another reason: $out"
-  echo "refused: $patch"
+  if out=$("$OPSHOOKS" simulate database "$REPO/examples/database.yaml" --then "$event" 2>&1); then
+    fail "the simulator took $event: $(tail -3 <<<"$out")"
+  fi
+  grep -qF "$want" <<<"$out" || fail "the simulator refused $event for another reason: $(tail -1 <<<"$out")"
+  echo "refused, by both: $patch"
 }
-refused '{"spec":{"version":"15"}}' "downgrades are refused"
-refused '{"spec":{"storage":{"size":"40Gi"}}}' "spec.storage cannot change"
-refused '{"spec":{"credentialsSecret":"other"}}' "spec.credentialsSecret cannot change"
-refused '{"spec":{"databaseName":"other"}}' "spec.databaseName cannot change"
-refused '{"spec":{"bootstrap":{"database":"other"}}}' "spec.bootstrap cannot change"
+refused '{"spec":{"version":"15"}}' 'spec.version="15"' "downgrades are refused"
+refused '{"spec":{"storage":{"size":"40Gi"}}}' 'spec.storage.size="40Gi"' "spec.storage cannot change"
+refused '{"spec":{"credentialsSecret":"other"}}' 'spec.credentialsSecret="other"' "spec.credentialsSecret cannot change"
+refused '{"spec":{"databaseName":"other"}}' 'spec.databaseName="other"' "spec.databaseName cannot change"
+refused '{"spec":{"bootstrap":{"database":"other"}}}' 'spec.bootstrap={"database":"other"}' "spec.bootstrap cannot change"
 
 step "the chart's generated hook token survives helm upgrade"
 token() { kubectl get secret token-check-opshooks-auth -n token-check -o jsonpath='{.data.token}'; }

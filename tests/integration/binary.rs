@@ -305,10 +305,23 @@ fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
             "fail-job nosuchjob",
             "names no Job of orders, whose Jobs are named orders-",
         ),
-        ("spec.replica=5", "'replica' was unexpected"),
+        (
+            "spec.replica=5",
+            "spec.replica: field not declared in schema",
+        ),
         (
             "spec.storage.size=3",
-            "/storage/size: 3 is not of type \"string\"",
+            "spec.storage.size: 3 is not of type \"string\"",
+        ),
+        // The CRD's CEL rules, transition rules included.
+        ("spec.version=\"15\"", "spec: spec.version cannot go down"),
+        (
+            "spec.storage.size=\"40Gi\"",
+            "spec.storage: spec.storage cannot change once created",
+        ),
+        (
+            "spec.bootstrap={\"database\":\"a\",\"backup\":\"b\"}",
+            "spec.bootstrap: spec.bootstrap names exactly one of database, backup and key",
         ),
     ] {
         let out = simulate(event);
@@ -325,6 +338,43 @@ fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs http:// or https://"));
+}
+
+#[test]
+fn simulate_refuses_each_parent_the_api_server_refuses_with_its_words() {
+    // tests/e2e/invalid/: parents the real API server refuses (hooks.py
+    // checks it does, with the `# expect:` words); the simulator refuses
+    // each before the first step, with the same words.
+    let dir = root().join("tests/e2e/invalid");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let want = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# expect: "))
+            .unwrap();
+        let kind = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .unwrap()
+            .to_lowercase();
+        let out = opshooks()
+            .args(["simulate", &kind])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", path.display());
+        assert!(
+            stderr.contains("CRD refuses it") && stderr.contains(want),
+            "{}: wanted {want:?} in {stderr}",
+            path.display()
+        );
+        assert!(out.stdout.is_empty(), "{}", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} invalid parents");
 }
 
 #[test]

@@ -14,6 +14,7 @@ use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
 use crate::operators::backup_job::verification::{self, VerifiedBackup};
+use crate::operators::common::ready_of;
 use k8s_openapi::jiff::Timestamp;
 
 mod failover;
@@ -82,7 +83,7 @@ pub fn status(
         ready_replicas,
         // Of the instances wanted, or of those still running while a
         // smaller size takes effect.
-        ready_instances: Some(format!("{ready_replicas}/{}", instances.max(replicas))),
+        ready_instances: Some(ready_of(ready_replicas, instances, replicas)),
         last_backup_time: seen.last_backup_time().map(format_time),
         snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
         restored_from,

@@ -77,6 +77,9 @@ def backup_state(s, name, schedule, suspended, target_found, ready_reason):
         need(target_found or "suspended" in found.get("message", ""), f"TargetFound does not say the CronJob is suspended: {found}")
         ready = condition(b, "Ready")
         need(ready and ready.get("reason") == ready_reason, f"Ready {ready}, want reason {ready_reason}")
+        cols = s.columns("bk", name)
+        want = {"SCHEDULE": schedule, "SUSPEND": str(bool(b["spec"].get("suspend"))).lower(), "KIND": b["spec"]["target"]["kind"]}
+        need(all(cols.get(k) == v for k, v in want.items()), f"kubectl get bk: {cols}, want {want}")
         return b, cron
 
     return s.wait(f"CronJob on {schedule!r} suspend={suspended}, status {ready_reason}", check)

@@ -46,6 +46,9 @@ def db_running(s, name, n, version, timeout=180):
         need(job_outcome(init) == "Succeeded", f"init job {job_outcome(init)}")
         initialized = condition(db, "Initialized")
         need(initialized and initialized.get("status") == "True", f"Initialized {initialized}")
+        cols = s.columns("pgdb", name)
+        want = {"READY": f"{n}/{n}", "VERSION": version, "PHASE": "Running", "PRIMARY": st.get("currentPrimary")}
+        need(all(cols.get(k) == v for k, v in want.items()), f"kubectl get pgdb: {cols}, want {want}")
         return db
 
     return s.wait(f"Database {name} Running {version} with {n} ready instances", check, timeout)

@@ -32,6 +32,8 @@ def memcached_converged(s, name, n, ready=None):
         cond = condition(mc, "Ready")
         want = "True" if ready >= n else "False"
         need(cond and cond.get("status") == want, f"Ready condition {cond}, want {want}")
+        cols = s.columns("mc", name)
+        need(cols.get("READY") == f"{ready}/{n}", f"kubectl get mc: READY {cols.get('READY')}, want {ready}/{n}")
         return mc, dep, pods
 
     return s.wait(f"{n} memcached nodes ({ready} ready) and status.nodes listing them", check)

@@ -25,6 +25,9 @@ def webserver_converged(s, name, n, image):
         )
         ready = condition(ws, "Ready")
         need(ready and ready.get("status") == "True", f"Ready condition {ready}")
+        cols = s.columns("ws", name)
+        want = {"READY": f"{n}/{n}", "UP-TO-DATE": "True", "IMAGE": image}
+        need(all(cols.get(k) == v for k, v in want.items()), f"kubectl get ws: {cols}, want {want}")
         return ws
 
     def updated():
