@@ -63,7 +63,7 @@ sys.path[:0] = [str(REPO / "tests" / "e2e"), str(REPO / "tests" / "support")]
 from harness import GROUP, Proc, kube_for, loop_parser, metacontroller_proc, namespace  # noqa: E402
 from kube import KubeError, condition  # noqa: E402
 from pyhelpers import free_port, write_section  # noqa: E402
-from scenarios.backup import make_target  # noqa: E402
+from scenarios.backup import backup_spec, make_target  # noqa: E402
 from scenarios.database import database  # noqa: E402
 
 SECTION = "## The real loop at scale (issue 22)"
@@ -106,11 +106,10 @@ def cpu_seconds(pid):
 
 
 def machine_busy():
-    """Seconds the machine's CPUs were busy (all but idle and iowait), and its CPU count."""
+    """Seconds the machine's CPUs were busy (all but idle and iowait)."""
     with open("/proc/stat") as f:
         cpu = [int(x) for x in f.readline().split()[1:]]
-    cores = sum(1 for _ in open("/proc/cpuinfo") if _.startswith("processor"))
-    return (sum(cpu) - cpu[3] - cpu[4]) / TICK, cores
+    return (sum(cpu) - cpu[3] - cpu[4]) / TICK
 
 
 def loadavg():
@@ -132,10 +131,7 @@ def parents(ns, counts):
                       "spec": {"size": 1, "memoryLimit": "64Mi"}})
     for i in range(counts["Backup"]):
         items.append({"apiVersion": GROUP, "kind": "Backup", "metadata": meta(i, "nightly"),
-                      "spec": {"schedule": "0 2 * * *", "target": {"kind": "StatefulSet", "name": TARGET},
-                               "destination": {"s3Bucket": "bench", "s3Prefix": f"nightly-{i}/",
-                                               "credentialsSecret": "s3-creds"},
-                               "retentionDays": 7}})
+                      "spec": backup_spec("0 2 * * *", TARGET)})
     for i in range(counts["Database"]):
         items.append(database(ns, f"db-{i}", "16", "small", policy="Delete"))
     return {"apiVersion": "v1", "kind": "List", "items": items}
@@ -170,7 +166,7 @@ class Bench:
         return pids
 
     def snapshot(self, pids):
-        return {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}, machine_busy()[0]
+        return {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}, machine_busy()
 
     def metacontrollers(self, setting):
         """The setting's Metacontroller instances, started; the first on the
@@ -285,7 +281,7 @@ def section(args, command, counts, results, started, finished, loads):
     out += ["", "```sh", command, "```", ""]
     out.append(
         f"opshooks at `{args.revision}`; run from {started:%Y-%m-%d %H:%M} to {finished:%H:%M} UTC on "
-        f"{machine_busy()[1]} cores shared with other work. Load average (1, 5, 15 min) "
+        f"{os.cpu_count()} cores shared with other work. Load average (1, 5, 15 min) "
         f"{fmt_load(loads[0])} at the start and {fmt_load(loads[1])} at the end."
     )
     out += ["", "Metacontroller's flags per setting:", ""]
