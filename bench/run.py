@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.dont_write_bytecode = True  # no __pycache__ in the repo
 sys.path.insert(0, str(REPO / "tests" / "support"))
-from pyhelpers import ServerProcess, StartFailed, free_port  # noqa: E402
+from pyhelpers import ServerProcess, StartFailed, free_port, write_section  # noqa: E402
 
 CACHE = Path(os.environ.get("OPSHOOKS_BENCH_CACHE", Path.home() / ".cache/opshooks-bench"))
 SECTION = "## Against the floor and the peers (issue 11)"
@@ -366,20 +366,6 @@ def fmt_load(load):
     return " / ".join(f"{x:.2f}" for x in load)
 
 
-def write_section(text):
-    path = REPO / "BENCHMARKS.md"
-    doc = path.read_text()
-    if SECTION in doc:
-        head, rest = doc.split(SECTION, 1)
-        nxt = rest.find("\n## ")
-        tail = rest[nxt + 1:] if nxt >= 0 else ""
-    else:
-        first = doc.find("\n## ")
-        head, tail = (doc[:first + 1], doc[first + 1:]) if first >= 0 else (doc.rstrip("\n") + "\n\n", "")
-    path.write_text(head + text + ("\n" + tail if tail else ""))
-    log(f"wrote {path}")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -420,7 +406,7 @@ def main():
     raw.write_text(json.dumps({"command": command, "loads": loads, "start": start, "cells": cells}, indent=1))
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(REPO / "BENCHMARKS.md", SECTION, text)
     log(f"raw results in {raw}; {time.time() - began:.0f} s in all")
 
 

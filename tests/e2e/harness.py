@@ -82,6 +82,45 @@ class Proc:
             f.write(f"===== e2e: {self.name} stopped {time.strftime('%H:%M:%S')} =====\n".encode())
 
 
+def kube_for(dir):
+    """A client of the cluster that cluster.sh brought up in dir, as its admin."""
+    with open(f"{dir}/env") as f:
+        for line in f:
+            if line.startswith("export OPSHOOKS_E2E_APISERVER="):
+                return Kube(line.split("=", 1)[1].strip().strip("'"), f"{dir}/pki")
+    raise Failed(f"{dir}/env names no API server")
+
+
+def metacontroller_proc(args, log, flags):
+    """Metacontroller against the cluster in args.dir, its metrics and health
+    on args.mc_ports, with `flags` (its client limits, say) on top."""
+    return Proc(
+        "metacontroller",
+        [
+            args.metacontroller,
+            f"--kubeconfig={args.dir}/kubeconfig",
+            "--discovery-interval=2s",
+            f"--metrics-address=127.0.0.1:{args.mc_ports[0]}",
+            f"--health-probe-bind-address=127.0.0.1:{args.mc_ports[1]}",
+            *flags,
+        ],
+        log,
+        f"http://127.0.0.1:{args.mc_ports[1]}/readyz",
+    )
+
+
+def namespace(kube, ns):
+    """Creates namespace ns (unless it exists) and waits for its default
+    ServiceAccount, without which pods are refused."""
+    if kube.get("Namespace", None, ns) is None:
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    deadline = time.time() + 60
+    while kube.get("ServiceAccount", ns, "default") is None:
+        if time.time() > deadline:
+            raise Failed(f"namespace {ns} has no default ServiceAccount")
+        time.sleep(0.3)
+
+
 # ---- one scenario -----------------------------------------------------------
 class Scenario:
     def __init__(self, suite, title, fn, ns, strategy):
@@ -145,7 +184,7 @@ class Scenario:
         start = time.time()
         say(f"=== {self.title} ({self.strategy}) in namespace {self.ns}")
         try:
-            self.suite.namespace(self.ns)
+            namespace(self.k, self.ns)
             self.fn(self)
             if self.problems:
                 raise Failed("; ".join(self.problems))
@@ -334,12 +373,7 @@ class Suite:
 
     def __init__(self, args, lifecycle, faults, on_request):
         self.lifecycle, self.faults, self.on_request = lifecycle, faults, on_request
-        env = {}
-        with open(f"{args.dir}/env") as f:
-            for line in f:
-                if line.startswith("export OPSHOOKS_E2E_APISERVER="):
-                    env["server"] = line.split("=", 1)[1].strip().strip("'")
-        self.kube = Kube(env["server"], f"{args.dir}/pki")
+        self.kube = kube_for(args.dir)
         self.dir = args.dir
         ops_log = f"{args.dir}/opshooks-loop.log"
         mc_log = f"{args.dir}/metacontroller.log"
@@ -357,20 +391,7 @@ class Suite:
             tls,
         )
         self.mc_extra = []
-        self.metacontroller = Proc(
-            "metacontroller",
-            [
-                args.metacontroller,
-                f"--kubeconfig={args.dir}/kubeconfig",
-                "--discovery-interval=2s",
-                f"--metrics-address=127.0.0.1:{args.mc_ports[0]}",
-                f"--health-probe-bind-address=127.0.0.1:{args.mc_ports[1]}",
-                "--client-go-qps=100",
-                "--client-go-burst=200",
-            ],
-            mc_log,
-            f"http://127.0.0.1:{args.mc_ports[1]}/readyz",
-        )
+        self.metacontroller = metacontroller_proc(args, mc_log, ["--client-go-qps=100", "--client-go-burst=200"])
         self.results = []
         self.resync_seconds = None
 
@@ -383,15 +404,6 @@ class Suite:
                 raise Failed(f"a CompositeController without a resync period: {periods}")
             self.resync_seconds = max(periods)
         return self.resync_seconds
-
-    def namespace(self, ns):
-        if self.kube.get("Namespace", None, ns) is None:
-            self.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        deadline = time.time() + 60
-        while self.kube.get("ServiceAccount", ns, "default") is None:
-            if time.time() > deadline:
-                raise Failed(f"namespace {ns} has no default ServiceAccount")
-            time.sleep(0.3)
 
     def force_cleanup(self, ns):
         """After a failed scenario: drop its parents (finalizers too), so a
@@ -473,20 +485,26 @@ class Suite:
         return ok
 
 
-def main(description, lifecycle, faults, on_request):
+def loop_parser(description):
+    """The options lib.sh's loop_run passes: the cluster's DIR, the port of
+    opshooks, both binaries and Metacontroller's metrics and health ports."""
     parser = argparse.ArgumentParser(description=description.split("\n")[0])
     parser.add_argument("--dir", required=True)
     parser.add_argument("--port", required=True, type=int)
     parser.add_argument("--opshooks", required=True)
     parser.add_argument("--metacontroller", required=True)
-    parser.add_argument("--mc-ports", required=True, help="metrics,health ports")
+    parser.add_argument("--mc-ports", required=True, type=lambda v: v.split(","), help="metrics,health ports")
+    return parser
+
+
+def main(description, lifecycle, faults, on_request):
+    parser = loop_parser(description)
     parser.add_argument("--strategies", default="dynamic-apply,server-side-apply")
     parser.add_argument("--only", default="", help="comma-separated scenario short names")
     parser.add_argument("--opshooks-arg", action="append", default=[], help="one more opshooks flag, e.g. --opshooks-arg=--tls-cert-file=F")
     parser.add_argument("--ca-file", help="opshooks serves HTTPS with a certificate of this CA")
     parser.add_argument("--client-cert", help="CERT,KEY: the client certificate opshooks requires")
     args = parser.parse_args()
-    args.mc_ports = args.mc_ports.split(",")
     suite = Suite(args, lifecycle, faults, on_request)
     try:
         ok = suite.run(args.strategies.split(","), set(filter(None, args.only.split(","))))

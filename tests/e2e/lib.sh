@@ -15,8 +15,8 @@
 #   loop_chart SCHEME [helm args...]
 #                         installs or upgrades the chart, its CompositeControllers
 #                         pointing at SCHEME://127.0.0.1:$port, resync 10 s.
-#   loop_run [loop.py options...]
-#                         runs loop.py against all of it.
+#   loop_run [options...] runs loop.py (or the program LOOP_PY names, e.g.
+#                         bench/loop.py) against all of it.
 
 REPO=$(cd "$HERE/../.." && pwd)
 MC_CRDS=$REPO/../shared/metacontroller/metacontroller-crds-v1.yaml
@@ -88,6 +88,6 @@ loop_chart() {
 }
 
 loop_run() {
-  python3 -B "$HERE/loop.py" --dir "$dir" --port "$port" --opshooks "$OPSHOOKS" \
+  python3 -B "${LOOP_PY:-$HERE/loop.py}" --dir "$dir" --port "$port" --opshooks "$OPSHOOKS" \
     --metacontroller "$BIN/metacontroller" --mc-ports "$metrics,$health" "$@"
 }

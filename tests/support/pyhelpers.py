@@ -1,5 +1,5 @@
 """What the Python test programs share: the control-loop suite (tests/e2e),
-the load test (tests/load/run.py), the benchmark (bench/run.py) and the
+the load test (tests/load/run.py), the benchmarks (bench/run.py, bench/loop.py) and the
 job-script tests (tests/scripts). Standard library only, Linux only (/proc).
 
 Not a package: each program puts this folder on sys.path from its own
@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 
@@ -103,3 +104,20 @@ class ServerProcess:
 
     def reset_peak(self):
         reset_peak(self.pid)
+
+
+# ---- a document's section ------------------------------------------------------
+def write_section(path, heading, text):
+    """Replaces the section of the Markdown file at path that starts with the
+    line `heading` (up to the next `## `) by text; without one, text goes
+    before the first `## ` section."""
+    doc = path.read_text()
+    if heading in doc:
+        head, rest = doc.split(heading, 1)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt + 1:] if nxt >= 0 else ""
+    else:
+        first = doc.find("\n## ")
+        head, tail = (doc[:first + 1], doc[first + 1:]) if first >= 0 else (doc.rstrip("\n") + "\n\n", "")
+    path.write_text(head + text + ("\n" + tail if tail else ""))
+    print(f"wrote {path}", file=sys.stderr, flush=True)
