@@ -251,9 +251,11 @@ class Scenario:
         the printer columns as the API server computes them from the CRD."""
         lines = self.kubectl("get", resource, name, "-o", "wide").splitlines()
         need(len(lines) == 2, f"kubectl get {resource} {name} printed {lines}")
-        header, row = (re.split(r"\s{2,}", line.strip()) for line in lines)
-        need(len(header) == len(row), f"kubectl get {resource} {name}: {header} but {row}")
-        return dict(zip(header, row))
+        # Cells start where their header does; an empty one prints nothing.
+        header, row = lines
+        starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", header)]
+        ends = starts[1:] + [None]
+        return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, ends)}
 
     def gone(self, kind, name):
         need(self.k.get(kind, self.ns, name) is None, f"{kind} {name} still exists")

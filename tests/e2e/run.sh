@@ -96,6 +96,21 @@ echo "rendered files accepted: $rendered, of them ServiceMonitors: $monitors"
 # The ServiceMonitor was once skipped here for want of its CRD: prove it is checked.
 ((monitors > 0)) || fail "no values file under ci/ renders a ServiceMonitor"
 
+step "the README's cluster commands, as written"
+# Every kubectl and helm command of the README's sh blocks, run from the
+# repository as a reader would; each helm install is uninstalled again
+# before the next (and before this suite's own install below).
+ran=0
+while IFS= read -r command; do
+  echo "\$ $command"
+  (cd "$REPO" && bash -euo pipefail -c "$command" </dev/null) || fail "the README's command failed: $command"
+  if [[ $command == "helm install opshooks "* ]]; then
+    helm uninstall opshooks --namespace opshooks --wait >/dev/null
+  fi
+  ran=$((ran + 1))
+done < <(python3 "$HERE/readme_commands.py" "$REPO/README.md")
+((ran >= 3)) || fail "only $ran of the README's cluster commands ran"
+
 step "helm install"
 helm install opshooks "$CHART" --namespace opshooks --create-namespace \
   --set "controllers.baseUrl=http://127.0.0.1:$port" --wait=false

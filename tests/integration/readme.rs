@@ -9,8 +9,11 @@
 //!   block) are the whole answer, `…` again for any text, prefixed with the
 //!   status code when it is not 200.
 //!
-//! Commands that need a cluster or a server (`kubectl`, `helm`, `cargo run
-//! --release`) are not run; a pipe into one runs the opshooks side only.
+//! Commands that need a cluster (`kubectl`, `helm`) run as written in the
+//! end-to-end suite against a real API server (tests/e2e/readme_commands.py
+//! lists them for tests/e2e/run.sh); here a pipe into one runs the opshooks
+//! side only. `cargo run --release` (the server) is not run here, nor
+//! `docker` (no engine on the CI machine).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
