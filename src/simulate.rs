@@ -1159,7 +1159,7 @@ fn differs(existing: &Value, desired: &Value) -> bool {
 }
 
 /// The resources the simulator models, plural to kind.
-const KINDS: [(&str, &str); 10] = [
+const KINDS: [(&str, &str); 11] = [
     ("pods", "Pod"),
     ("services", "Service"),
     ("configmaps", "ConfigMap"),
@@ -1170,6 +1170,7 @@ const KINDS: [(&str, &str); 10] = [
     ("jobs", "Job"),
     ("cronjobs", "CronJob"),
     ("endpointslices", "EndpointSlice"),
+    ("poddisruptionbudgets", "PodDisruptionBudget"),
 ];
 
 fn kind_of(child: &ChildResource) -> &'static str {

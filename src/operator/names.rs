@@ -49,3 +49,27 @@ pub fn is_dns_label(value: &str) -> bool {
         && value.starts_with(alnum)
         && value.ends_with(alnum)
 }
+
+/// True for a label key: an optional DNS-1123 subdomain prefix and '/',
+/// then a name of 1 to 63 letters, digits, '-', '_' or '.', starting and
+/// ending with a letter or digit (`kubernetes.io/hostname`, `disk`).
+pub fn is_label_key(value: &str) -> bool {
+    let (prefix, name) = match value.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, value),
+    };
+    prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
+}
+
+/// True for a label value: empty, or at most 63 letters, digits, '-', '_'
+/// or '.', starting and ending with a letter or digit.
+pub fn is_label_value(value: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    value.is_empty()
+        || (value.len() <= MAX_LABEL_VALUE
+            && value
+                .chars()
+                .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
+            && value.starts_with(alnum)
+            && value.ends_with(alnum))
+}

@@ -21,6 +21,7 @@
 pub mod children;
 mod observed;
 mod parameters;
+mod placement;
 mod plan;
 mod primary;
 mod rollout;
@@ -100,6 +101,12 @@ pub fn operator() -> Operator {
                 "InPlace",
                 "a schedule or destination change updates the backup CronJob",
             ),
+            ChildResource::new(
+                "policy/v1",
+                "poddisruptionbudgets",
+                "InPlace",
+                "the instances' disruption budget follows the size and spec.enablePDB",
+            ),
         ],
         generate_selector: true,
         resync_period_seconds: Some(60),
@@ -107,7 +114,7 @@ pub fn operator() -> Operator {
     Operator::new::<Database>(
         "database",
         controller,
-        "StatefulSet, Services, Secrets, ConfigMap, Jobs, backup CronJob",
+        "StatefulSet, Services, Secrets, ConfigMap, Jobs, backup CronJob, PodDisruptionBudget",
     )
     .sync(sync)
     .finalize(finalize)

@@ -7,7 +7,9 @@
 
 pub use crate::hook::quote::{QUOTE_CHARS, quote};
 pub use crate::operator::InvalidSpec;
-pub use crate::operator::names::{MAX_LABEL_VALUE, dns_label, is_dns_label, is_dns_subdomain};
+pub use crate::operator::names::{
+    MAX_LABEL_VALUE, dns_label, is_dns_label, is_dns_subdomain, is_label_key, is_label_value,
+};
 
 /// An integer within an inclusive range.
 pub fn in_range(field: &str, value: i64, min: i64, max: i64) -> Result<(), InvalidSpec> {

@@ -553,6 +553,7 @@ proptest! {
         policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
         delay in prop::option::of(prop::sample::select(vec![0u32, 10, 30, 60])),
         first_postgresql in prop::option::of(prop::sample::select(postgresql())),
+        placement in prop::option::of(placement()),
         seed in any::<u64>(),
         script in prop::collection::vec(prop_oneof![
             1 => (14u32..=17).prop_map(|v| Scripted::Spec("version", json!(v.to_string()))),
@@ -570,11 +571,22 @@ proptest! {
                 .prop_map(|i| Scripted::Spec("imageName", json!(i))),
             1 => prop::sample::select(resources()).prop_map(|r| Scripted::Spec("resources", r)),
             2 => prop::sample::select(postgresql()).prop_map(|p| Scripted::Spec("postgresql", p)),
+            1 => placement().prop_map(|(affinity, _, _)| Scripted::Spec("affinity", affinity)),
+            1 => any::<bool>().prop_map(|on| Scripted::Spec("enablePDB", json!(on))),
             4 => common_events(),
         ], 0..7),
     ) {
         let op = operator("database");
         let mut parent = orders(&version.to_string(), size, policy);
+        if let Some((affinity, spread, pdb)) = placement {
+            parent["spec"]["affinity"] = affinity;
+            if let Some(spread) = spread {
+                parent["spec"]["topologySpreadConstraints"] = spread;
+            }
+            if let Some(pdb) = pdb {
+                parent["spec"]["enablePDB"] = json!(pdb);
+            }
+        }
         if bootstrap {
             parent["spec"]["bootstrap"] = json!({"database": "orders"});
         }
@@ -588,6 +600,7 @@ proptest! {
         let primaries = Primaries::default();
         let rule = |seen: &Seen<'_>| {
             database_rule(seen)?;
+            placement_rule(seen.sim)?;
             restore_rule(seen, &history)?;
             rollout_rule(seen)?;
             failover_rule(seen, &primaries)
@@ -595,6 +608,134 @@ proptest! {
         let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
+}
+
+/// A Database's placement settings: `spec.affinity`, and maybe
+/// `spec.topologySpreadConstraints` and `spec.enablePDB`.
+fn placement() -> impl Strategy<Value = (Value, Option<Value>, Option<bool>)> {
+    (
+        prop::option::of(any::<bool>()),
+        prop::option::of(prop::sample::select(vec!["preferred", "required"])),
+        prop::option::of(prop::sample::select(vec![
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        ])),
+        prop::option::of(prop::sample::select(vec![
+            json!([]),
+            json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2}]),
+        ])),
+        prop::option::of(any::<bool>()),
+        any::<bool>(),
+    )
+        .prop_map(|(enable, kind, key, spread, pdb, dedicated)| {
+            let mut affinity = json!({});
+            if let Some(enable) = enable {
+                affinity["enablePodAntiAffinity"] = json!(enable);
+            }
+            if let Some(kind) = kind {
+                affinity["podAntiAffinityType"] = json!(kind);
+            }
+            if let Some(key) = key {
+                affinity["topologyKey"] = json!(key);
+            }
+            if dedicated {
+                affinity["nodeSelector"] = json!({"pool": "databases"});
+                affinity["tolerations"] =
+                    json!([{"key": "dedicated", "value": "databases", "effect": "NoSchedule"}]);
+            }
+            (affinity, spread, pdb)
+        })
+}
+
+/// Placement: the instances' anti-affinity and spread select exactly the
+/// StatefulSet's pods, as its anti-affinity type says; a
+/// PodDisruptionBudget, when there is one, selects them too and lets one
+/// go at a time; and while the Database lives (not deleting, every sync
+/// answered) there is one exactly when the size asks for two or more
+/// instances and `enablePDB` is not false.
+fn placement_rule(sim: &Simulation<'_>) -> Result<(), String> {
+    let sts = sim
+        .cluster
+        .get(&Key::new("apps/v1", "StatefulSet", "ns", "orders"));
+    let pdb = sim.cluster.get(&Key::new(
+        "policy/v1",
+        "PodDisruptionBudget",
+        "ns",
+        "orders",
+    ));
+    let Some(sts) = sts else {
+        return Ok(());
+    };
+    let selector = sts.pointer("/spec/selector/matchLabels");
+    let template = sts.pointer("/spec/template/spec").unwrap_or(&Value::Null);
+    let anti = template.pointer("/affinity/podAntiAffinity");
+    let terms = [
+        "/requiredDuringSchedulingIgnoredDuringExecution/0/labelSelector/matchLabels",
+        "/preferredDuringSchedulingIgnoredDuringExecution/0/podAffinityTerm/labelSelector/matchLabels",
+    ];
+    if let Some(anti) = anti
+        && !terms.iter().any(|t| anti.pointer(t) == selector)
+    {
+        return Err(format!(
+            "the anti-affinity {anti} does not select the StatefulSet's pods {selector:?}"
+        ));
+    }
+    for c in template["topologySpreadConstraints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if c.pointer("/labelSelector/matchLabels") != selector {
+            return Err(format!("the spread {c} does not select the instances"));
+        }
+    }
+    if let Some(pdb) = pdb
+        && (pdb.pointer("/spec/selector/matchLabels") != selector
+            || pdb.pointer("/spec/maxUnavailable") != Some(&json!(1)))
+    {
+        return Err(format!(
+            "the PodDisruptionBudget {pdb} is not maxUnavailable 1 over the instances"
+        ));
+    }
+    Ok(())
+}
+
+/// What the settled Database's placement must be: the anti-affinity of
+/// the type the spec asks, and a PodDisruptionBudget exactly when there
+/// are two or more instances and `enablePDB` is not false.
+fn placement_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let sts = object(sim, "apps/v1", "StatefulSet", "orders")?;
+    let anti = sts.pointer("/spec/template/spec/affinity/podAntiAffinity");
+    let on = json!(true);
+    let enabled = spec(sim, "affinity/enablePodAntiAffinity", &on) == &on;
+    let preferred = json!("preferred");
+    let kind = spec(sim, "affinity/podAntiAffinityType", &preferred);
+    let field = if kind == &json!("required") {
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    } else {
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    };
+    if enabled != anti.is_some_and(|a| a.get(field).is_some()) {
+        return Err(format!(
+            "the pod anti-affinity is {anti:?}; the spec asks {kind}, enabled: {enabled}"
+        ));
+    }
+    let small = json!("small");
+    let instances = match spec(sim, "size", &small).as_str() {
+        Some("medium") => 2,
+        Some("large") => 3,
+        _ => 1,
+    };
+    let want = instances >= 2 && spec(sim, "enablePDB", &on) != &json!(false);
+    let has = object(sim, "policy/v1", "PodDisruptionBudget", "orders").is_ok();
+    if want != has {
+        return Err(format!(
+            "{instances} instances, enablePDB {}: a PodDisruptionBudget: {has}",
+            spec(sim, "enablePDB", &Value::Null)
+        ));
+    }
+    Ok(())
 }
 
 /// The parent's spec value at `path`, or `default`.
@@ -759,6 +900,7 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
     condition_true(sim, "Ready")?;
     primary_reached(sim)?;
     settings_reached(sim)?;
+    placement_reached(sim)?;
     images_reached(sim)
 }
 

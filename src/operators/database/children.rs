@@ -18,12 +18,14 @@ use k8s_openapi::api::core::v1::{
     VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::observed::Observed;
 use super::parameters;
+use super::placement;
 use super::plan::{
     Plan, credentials_secret_name, generated_credentials_name, has_generated_credentials, jobs,
     superuser_secret_name,
@@ -103,6 +105,7 @@ pub fn build(
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, seen, plan)));
     }
+    out.extend(disruption_budget(db).as_ref().map(Child::new));
     if plan.init_job {
         out.push(Child::new(&init_job(db, plan)));
     }
@@ -534,13 +537,19 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
     }
 }
 
-/// Every instance's pod template.
+/// Every instance's pod template, placed as `spec.affinity` and
+/// `spec.topologySpreadConstraints` say.
 fn pod_template(db: &Database, seen: &Observed, plan: &Plan) -> PodTemplateSpec {
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
     let hba = hba_lines(db).and_then(|_| hba_config(db, seen));
     let mut volumes = vec![initdb_volume(db), config_volume("role", role_name(db))];
     volumes.extend(hba.as_ref().map(|_| config_volume("hba", hba_name(db))));
+    let placed = placement::pod_placement(
+        db.spec.affinity.as_ref(),
+        db.spec.topology_spread_constraints.as_deref(),
+        &selector_labels(APP, name(db)),
+    );
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
@@ -553,9 +562,26 @@ fn pod_template(db: &Database, seen: &Observed, plan: &Plan) -> PodTemplateSpec 
             containers: vec![postgres_container(db, plan)],
             volumes: Some(volumes),
             image_pull_secrets: pull_secrets(db),
+            affinity: placed.affinity,
+            node_selector: placed.node_selector,
+            tolerations: placed.tolerations,
+            topology_spread_constraints: placed.topology_spread_constraints,
             ..PodSpec::default()
         }),
     }
+}
+
+/// The PodDisruptionBudget of the instances (`spec.enablePDB`): one
+/// eviction at a time once the size asks for two or more. It follows the
+/// size, not the instances running: an upgrade that stops them all keeps
+/// it, a budget over no pods.
+pub fn disruption_budget(db: &Database) -> Option<PodDisruptionBudget> {
+    placement::disruption_budget(
+        meta(db, name(db).to_string()),
+        &selector_labels(APP, name(db)),
+        db.spec.size.instances(),
+        db.spec.enable_pdb.unwrap_or(true),
+    )
 }
 
 /// `spec.imagePullSecrets`, for every pod that runs the PostgreSQL image.

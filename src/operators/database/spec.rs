@@ -3,7 +3,7 @@
 //! directory of a major, the claim of an instance), and the checks the
 //! schema cannot make. The bottom of the Database's stack: it imports
 //! nothing of the Database but the rules of `spec.postgresql`
-//! (`parameters`), which import nothing of it.
+//! (`parameters`) and the placement settings (leaves), which import nothing of it.
 
 // The CRD structs are re-exported by database.rs, but kube's KubeSchema
 // derive emits them again, and unreachable_pub then misses the re-export.
@@ -17,6 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::parameters;
+pub use super::placement::{Affinity, TopologySpreadConstraint};
 use crate::hook::conditions::Condition;
 use crate::operators::backup_job::verification::{VerifiedBackup, Verify};
 use crate::operators::backup_job::{Destination, validate_destination};
@@ -154,6 +155,29 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub image_pull_secrets: Vec<LocalSecret>,
+    /// Which nodes run the instances and how they keep apart: by default
+    /// each instance prefers a node without another instance of this
+    /// Database (pod anti-affinity, weight 100, over
+    /// kubernetes.io/hostname); `podAntiAffinityType: required` makes it a
+    /// rule. Changing it rolls the instances, standbys first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// How the instances spread over zones or other topologies, each
+    /// constraint counting this Database's instances. When omitted: over
+    /// topology.kubernetes.io/zone, maxSkew 1, ScheduleAnyway (a
+    /// preference, so a single zone or nodes without the label change
+    /// nothing); `[]` for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    /// A PodDisruptionBudget (maxUnavailable 1) over the instances of a
+    /// Database of two or more, so a node drain evicts one instance at a
+    /// time and never the primary and its standbys at once; true when
+    /// omitted. A single instance gets none (its budget could only make
+    /// every drain wait for ever). False: no budget, for development
+    /// Databases whose nodes must drain without waiting.
+    #[serde(default, rename = "enablePDB", skip_serializing_if = "Option::is_none")]
+    pub enable_pdb: Option<bool>,
 }
 
 /// PostgreSQL's own settings.
@@ -763,6 +787,10 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         parameters::validate(&pg.parameters, db.spec.size.instances())?;
         parameters::validate_hba(&pg.pg_hba)?;
     }
+    super::placement::validate(
+        db.spec.affinity.as_ref(),
+        db.spec.topology_spread_constraints.as_deref(),
+    )?;
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
         let name = &secret.name;
         if !validate::is_dns_subdomain(name) {

@@ -65,7 +65,7 @@ def simulate(opshooks, parent):
 def real_objects(s, uid):
     """Children of the Database (by owner uid) and its volumes, as `Kind/name`."""
     out = []
-    for kind in ("StatefulSet", "Service", "EndpointSlice", "ConfigMap", "Secret", "Job", "CronJob"):
+    for kind in ("StatefulSet", "Service", "EndpointSlice", "ConfigMap", "Secret", "Job", "CronJob", "PodDisruptionBudget"):
         for obj in s.k.list(kind, s.ns):
             owners = obj["metadata"].get("ownerReferences") or []
             if any(o.get("uid") == uid for o in owners) and not obj["metadata"].get("deletionTimestamp"):
