@@ -1579,6 +1579,37 @@ fn regression_nothing_deleted_is_created_again_while_deleting() {
     assert!(result.is_ok(), "{}", result.unwrap_err());
 }
 
+/// Found by the lives on a merge (issue 22): a medium Database rolls out a
+/// new image while its standby is down, is asked to downgrade (refused),
+/// and is deleted once the standby is back. The deletion let the rollout
+/// switch over while its status reported the downgrade as an upgrade's
+/// backup: a switchover no rollout was seen to ask for.
+#[test]
+fn regression_a_switchover_while_deleting_is_the_rollout_s() {
+    let script = [
+        Scripted::StandbyNotReady(0),
+        Scripted::Spec("imageName", json!("pg/postgres@sha256:01")),
+        Scripted::Spec("version", json!("14")),
+    ];
+    let primaries = Primaries::default();
+    let rule = |seen: &Seen<'_>| {
+        database_rule(seen)?;
+        rollout_rule(seen)?;
+        failover_rule(seen, &primaries)
+    };
+    let parent = orders("16", "medium", "Delete");
+    let result = live(
+        &operator("database"),
+        parent,
+        0,
+        &script,
+        |_| {},
+        rule,
+        database_reached,
+    );
+    assert!(result.is_ok(), "{}", result.unwrap_err());
+}
+
 /// Events in the middle of a change, named in issue 18, each run as a
 /// whole life: the rules after every step, progress, a finished deletion.
 #[test]

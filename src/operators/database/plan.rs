@@ -711,11 +711,14 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
 /// While deleting, exactly the Jobs observed: none is started, none that
 /// can still be built is dropped. An upgrade that has not reached its
 /// restore is abandoned: the old version keeps serving so the snapshot can
-/// read it.
+/// read it, and no step of that upgrade is reported (nor of a downgrade,
+/// which `plan` refuses and `upgrade_plan` reads as an upgrade): a
+/// rollout's switchover may go on meanwhile, and says so.
 fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
     let has = |job: &str| seen.jobs.contains_key(job);
     let to = plan.target;
     if !has(&jobs::upgrade(db, to)) {
+        plan.upgrade = Upgrade::None;
         plan.version = plan.running;
         plan.replicas = db.spec.size.instances();
         // Nothing holds the instances then: they may fail over.
@@ -1312,6 +1315,56 @@ mod tests {
             (1, 1),
             "orders-1 takes over, so the deletion can go on"
         );
+    }
+
+    /// Found by the lives (issue 22): a Database rolling out a new image
+    /// was asked to downgrade (refused) and deleted. Finalizing read the
+    /// downgrade as an upgrade to 14 and reported its pre-upgrade backup
+    /// (a Job never made), while the deletion, the upgrade abandoned, let
+    /// the rollout's switchover go on: a promote Job in switchover mode
+    /// with no rollout in the status. An upgrade abandoned by a deletion
+    /// reports no step; one that reached its restore goes on.
+    #[test]
+    fn regression_a_deletion_reports_no_step_of_an_abandoned_upgrade() {
+        let ctx = Context::fixed();
+        let deleting = |version: &str| {
+            let mut d = db(version, "Delete");
+            d.metadata.deletion_timestamp = Some(Time("2026-03-04T05:06:00Z".parse().unwrap()));
+            d
+        };
+        let cases = [
+            ("a refused downgrade", "14", vec![], Upgrade::None),
+            ("an upgrade before its backup", "17", vec![], Upgrade::None),
+            (
+                "an upgrade backing up",
+                "17",
+                vec![("orders-pre-upgrade-17", "Running")],
+                Upgrade::None,
+            ),
+            (
+                "an upgrade whose backup failed",
+                "17",
+                vec![("orders-pre-upgrade-17", "Failed")],
+                Upgrade::None,
+            ),
+            (
+                "an upgrade restoring",
+                "17",
+                vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Running"),
+                ],
+                Upgrade::Restoring { to: Major::V17 },
+            ),
+        ];
+        for (what, version, jobs, want) in cases {
+            let mut seen = serving("16");
+            for (name, state) in jobs {
+                seen = with_job(seen, name, state);
+            }
+            let (planned, _) = plan_finalize(&deleting(version), &seen, &ctx).unwrap();
+            assert_eq!(planned.upgrade, want, "{what}");
+        }
     }
 
     /// Found by the lives (issue 21): a Database deleted while its primary
