@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The README's cluster commands: every command in its `sh` blocks that
 runs kubectl or helm (alone or at the end of a pipe), continuation lines
-joined, one per line of output, for run.sh to run as written against the
+joined, one per line of output (helm first), for run.sh to run as written against the
 suite's cluster. tests/integration/readme.rs runs the rest (opshooks
 itself); `docker` commands are listed on stderr as not run (no engine here).
 
@@ -47,6 +47,9 @@ def main():
         print(f"not run (no Docker engine): {command}", file=sys.stderr)
     if not wanted:
         sys.exit("no kubectl or helm command found in the README's sh blocks")
+    # The helm installs first: the README's kubectl commands act on what the
+    # chart installs (its CRDs, which stay when the release is uninstalled).
+    wanted.sort(key=lambda command: not command.startswith("helm "))
     print("\n".join(wanted))
 
 
