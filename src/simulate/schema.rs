@@ -52,8 +52,21 @@ impl PartSchema {
     /// where the old value exists, and list items are not compared with
     /// old ones.
     pub fn rule_errors(&self, path: &str, value: &Value, old: Option<&Value>) -> Vec<String> {
+        // The API server defaults both before it evaluates a rule.
+        let defaulted = |v: &Value| {
+            let mut v = v.clone();
+            apply_defaults(&self.crd, &mut v);
+            v
+        };
+        let old = old.map(defaulted);
         let mut errors = Vec::new();
-        check_rules(&self.crd, path, value, old, &mut errors);
+        check_rules(
+            &self.crd,
+            path,
+            &defaulted(value),
+            old.as_ref(),
+            &mut errors,
+        );
         errors
     }
 
@@ -105,6 +118,31 @@ fn dotted(part: &str, pointer: &str) -> String {
         }
     }
     path
+}
+
+/// Fills in, as the API server does, every field `schema` gives a default
+/// that `value` lacks, at every depth.
+fn apply_defaults(schema: &Value, value: &mut Value) {
+    if let (Some(fields), Some(object)) = (schema["properties"].as_object(), value.as_object_mut())
+    {
+        for (name, sub) in fields {
+            if let (false, Some(default)) = (object.contains_key(name), sub.get("default")) {
+                object.insert(name.clone(), default.clone());
+            }
+            if let Some(field) = object.get_mut(name) {
+                apply_defaults(sub, field);
+            }
+        }
+    }
+    if let (Some(values), Some(object)) =
+        (schema.get("additionalProperties"), value.as_object_mut())
+        && values.is_object()
+    {
+        object.values_mut().for_each(|v| apply_defaults(values, v));
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), value.as_array_mut()) {
+        list.iter_mut().for_each(|v| apply_defaults(items, v));
+    }
 }
 
 /// Checks the rules of `schema` on `value`, then of its fields and items.
@@ -269,6 +307,13 @@ mod tests {
         assert!(
             errors[0].contains("deletionPolicy Snapshot needs"),
             "{errors:?}"
+        ); // Defaults first, as the API server: backup.enabled (false) is
+        // filled in before `!self.enabled || has(self.schedule)` reads it.
+        let mut stored = old.clone();
+        stored["backup"] = json!({"destination": {"s3Bucket": "orders-backups"}});
+        assert_eq!(
+            schema.rule_errors("spec", &stored, None),
+            Vec::<String>::new()
         );
     }
 }

@@ -255,12 +255,17 @@ pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
 /// instances read the one in their data directory, written when it was
 /// initialized with the same rules; the ConfigMap stays (with the
 /// operator's rules only) while the StatefulSet's template still reads
-/// it: an instance of the old template made again during the rollout
-/// would not start without it.
+/// it, or, once it exists, while a rollout is under way: an instance of
+/// an older template made again (evicted, rescheduled) would not start
+/// without it.
 pub fn hba_config(db: &Database, seen: &Observed) -> Option<ConfigMap> {
+    let still_read = || {
+        seen.running_parameters().contains_key("hba_file")
+            || (seen.config_maps.contains(&hba_name(db)) && seen.rollout_in_flight())
+    };
     let lines = match hba_lines(db) {
         Some(lines) => lines,
-        None if seen.running_parameters().contains_key("hba_file") => &[],
+        None if still_read() => &[],
         None => return None,
     };
     Some(ConfigMap {
@@ -1267,4 +1272,42 @@ fn verification<'a>(db: &'a Database, plan: &Plan) -> Option<verification::Run<'
         resources: backup.resources.as_ref(),
         labels: job_labels(db),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+    use serde_json::json;
+
+    #[test]
+    fn the_hba_config_map_stays_while_an_older_template_may_be_made_again() {
+        let db: Database = serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "prod"},
+            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain"}
+        }))
+        .unwrap();
+        // pgHba emptied, the newest template no longer reads the file, the
+        // ConfigMap still there: kept while the revisions differ.
+        let seen = |current: &str, update: &str| {
+            Observed {
+            statefulset: Some(
+                fixtures::statefulset("orders")
+                    .status(json!({"observedGeneration": 0, "currentRevision": current, "updateRevision": update}))
+                    .typed(),
+            ),
+            config_maps: ["orders-hba".to_string()].into(),
+            ..Observed::default()
+        }
+        };
+        let kept = hba_config(&db, &seen("orders-a", "orders-b")).expect("kept mid-rollout");
+        assert_eq!(kept.metadata.name.as_deref(), Some("orders-hba"));
+        assert!(hba_config(&db, &seen("orders-b", "orders-b")).is_none());
+        // Never made: not made for a rollout either.
+        let never = Observed {
+            config_maps: BTreeSet::new(),
+            ..seen("orders-a", "orders-b")
+        };
+        assert!(hba_config(&db, &never).is_none());
+    }
 }

@@ -101,6 +101,8 @@ pub struct Observed {
     pub children: BTreeSet<(String, String)>,
     /// What the role ConfigMap says, if it exists and says it.
     pub role: Option<Role>,
+    /// The names of the observed ConfigMaps.
+    pub config_maps: BTreeSet<String>,
     /// When this was observed: the call's time ([`Observed::at`]).
     pub now: Timestamp,
 }
@@ -145,6 +147,12 @@ impl Observed {
             pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
             children: BTreeSet::new(),
+            config_maps: req
+                .children
+                .of::<ConfigMap>()?
+                .into_iter()
+                .filter_map(|c| c.metadata.name)
+                .collect(),
             role: req
                 .children
                 .of::<ConfigMap>()?
@@ -241,6 +249,19 @@ impl Observed {
         (status.observed_generation >= sts.metadata.generation)
             .then_some(status.update_revision.as_deref())
             .flatten()
+    }
+
+    /// Whether an instance may still be made, or run, from a template
+    /// other than the newest: the StatefulSet's current and update
+    /// revisions differ, or its controller has not reported the newest
+    /// generation yet.
+    pub fn rollout_in_flight(&self) -> bool {
+        let Some(sts) = self.statefulset.as_ref() else {
+            return false;
+        };
+        let status = sts.status.as_ref();
+        let current = status.and_then(|s| s.current_revision.as_deref());
+        self.update_revision().is_none() || current != self.update_revision()
     }
 
     /// The StatefulSet's update revision as last reported, even when its

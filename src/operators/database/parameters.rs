@@ -111,6 +111,14 @@ const OWNED: &[(&str, &str)] = &[
         "the instances mount no certificates: the server would not start",
     ),
     (
+        "password_encryption",
+        "the replication and application users' passwords are stored as SCRAM, which the operator's pg_hba.conf rules require (md5 would lock the standbys and the application out)",
+    ),
+    (
+        "full_page_writes",
+        "a former primary rejoins with pg_rewind, and a crash must not leave torn pages",
+    ),
+    (
         "logging_collector",
         "the server logs to the container's output, where kubectl logs reads it",
     ),
@@ -219,10 +227,10 @@ pub(super) fn validate(
                 ),
             ));
         }
-        if value.chars().any(|c| c == '\0' || c == '\n' || c == '\r') {
+        if value.chars().any(char::is_control) {
             return Err(InvalidSpec::new(
                 field,
-                "holds a line break or NUL; write the value on one line",
+                "holds a line break, tab or other control character; write the value on one line of printable characters",
             ));
         }
         validate_value(name, value, &field, instances)?;
@@ -437,17 +445,90 @@ pub(super) fn validate_hba(lines: &[String]) -> Result<(), InvalidSpec> {
                 ),
             ));
         }
-        if line.split_whitespace().count() < 4 {
-            return Err(InvalidSpec::new(
-                field,
-                format!(
-                    "{} is not a whole rule: a type, databases, users, an address (but for local) and a method",
-                    quote(line)
-                ),
-            ));
-        }
+        hba_rule(first, line)
+            .map_err(|why| InvalidSpec::new(field, format!("{}: {why}", quote(line))))?;
     }
     Ok(())
+}
+
+/// The authentication methods a rule may name: those that need no file,
+/// server or setting the instances do not have. Any other would make the
+/// whole pg_hba.conf fail to load, and an instance that restarts then
+/// would not start.
+const HBA_METHODS: [&str; 5] = ["scram-sha-256", "md5", "password", "trust", "reject"];
+
+/// Checks one rule of connection type `kind` as PostgreSQL reads it: its
+/// fields (databases, users, an address but for local, a method) and that
+/// the address and the method are ones the server loads.
+fn hba_rule(kind: &str, line: &str) -> Result<(), String> {
+    if line.trim_end().ends_with('\\') {
+        return Err(
+            "ends with \\, which continues a rule on the next line; write the rule whole"
+                .to_string(),
+        );
+    }
+    let fields: Vec<&str> = line
+        .split_whitespace()
+        .take_while(|f| !f.starts_with('#'))
+        .collect();
+    let whole =
+        "is not a whole rule: a type, databases, users, an address (but for local) and a method";
+    let method_at = match kind {
+        "local" => 3,
+        _ => {
+            let address = fields.get(3).ok_or(whole)?;
+            match address.parse::<std::net::IpAddr>() {
+                // An address alone: the mask is the next field.
+                Ok(_) => {
+                    let mask = fields.get(4).ok_or(whole)?;
+                    mask.parse::<std::net::IpAddr>()
+                        .map_err(|_| format!("{address} needs a mask after it (255.255.255.0), or write it as a CIDR range (10.0.0.0/8)"))?;
+                    5
+                }
+                Err(_) => {
+                    hba_address(address)?;
+                    4
+                }
+            }
+        }
+    };
+    let method = fields.get(method_at).ok_or(whole)?;
+    let local_only = kind == "local" && *method == "peer";
+    if !HBA_METHODS.contains(method) && !local_only {
+        return Err(format!(
+            "the method {method} is not one the instances can use; write scram-sha-256, md5, password, trust or reject (or peer for local)"
+        ));
+    }
+    Ok(())
+}
+
+/// A rule's address: `all`, `samehost`, `samenet`, a CIDR range, or a
+/// host name (`.example.com` for a domain).
+fn hba_address(address: &str) -> Result<(), String> {
+    if matches!(address, "all" | "samehost" | "samenet") {
+        return Ok(());
+    }
+    if let Some((ip, bits)) = address.split_once('/') {
+        let max = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return Err(format!("{ip} in {address} is not an IP address")),
+        };
+        return match bits.parse::<u8>() {
+            Ok(b) if b <= max => Ok(()),
+            _ => Err(format!(
+                "/{bits} in {address} is not a prefix length from 0 to {max}"
+            )),
+        };
+    }
+    let host = address.strip_prefix('.').unwrap_or(address);
+    let label = |l: &str| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    match !host.is_empty() && host.split('.').all(label) {
+        true => Ok(()),
+        false => Err(format!(
+            "{address} is not an address: write all, samehost, samenet, a CIDR range (10.0.0.0/8) or a host name"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -496,7 +577,10 @@ mod tests {
             ("work mem", "1MB", "not a PostgreSQL parameter's name"),
             ("a.b.c", "1", "not a PostgreSQL parameter's name"),
             ("work_mem", "1MB\nport=1", "line break"),
-            ("work_mem", "1MB\0", "NUL"),
+            ("work_mem", "1MB\0", "control character"),
+            ("work_mem", "1MB\t", "control character"),
+            ("password_encryption", "md5", "stored as SCRAM"),
+            ("full_page_writes", "off", "pg_rewind"),
             ("wal_level", "minimal", "write replica or logical"),
             ("max_connections", "1e3", "not a whole number"),
             ("max_wal_senders", "3", "too few for 3 instances"),
@@ -564,6 +648,10 @@ mod tests {
             "hostnossl all all 10.1.0.0/16 reject".to_string(),
             "local\tall\tall\tpeer".to_string(),
             "host sameuser all 192.168.0.0/16 md5".to_string(),
+            "host all all 192.168.1.0 255.255.255.0 reject # a comment".to_string(),
+            "host all all .example.com scram-sha-256".to_string(),
+            "host all all fd00::/8 scram-sha-256".to_string(),
+            "host all all samenet trust".to_string(),
         ];
         assert_eq!(validate_hba(&ok), Ok(()));
         for (line, words) in [
@@ -581,6 +669,20 @@ mod tests {
                 "hostssl all all 0.0.0.0/0 scram-sha-256",
                 "can never match: the instances run without TLS",
             ),
+            // Lines PostgreSQL refuses to load: one would stop every
+            // instance that restarts.
+            ("host all all scram-sha-256", "is not a whole rule"),
+            ("host all all 10.0.0.0/33 md5", "/33 in 10.0.0.0/33"),
+            ("host all all 999.0.0.0/8 md5", "999.0.0.0 in 999.0.0.0/8"),
+            ("host all all 10.0.0.1 md5", "needs a mask after it"),
+            ("host all all 10.0.0.0/8 peer", "the method peer"),
+            ("host all all 10.0.0.0/8 ldap", "the method ldap"),
+            ("local all all krb5", "the method krb5"),
+            (
+                "host all all under_score md5",
+                "under_score is not an address",
+            ),
+            ("host all all 10.0.0.0/8 md5 \\", "continues a rule"),
         ] {
             let e = validate_hba(&[line.to_string()]).unwrap_err();
             assert_eq!(e.field, "spec.postgresql.pgHba[0]");
