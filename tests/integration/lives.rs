@@ -10,7 +10,7 @@
 //! lives.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
 use opshooks::fixtures;
@@ -1342,6 +1342,8 @@ struct Primaries {
     status_epoch: Cell<u64>,
     /// When a scripted failure last held the instances.
     held_since: Cell<Option<Timestamp>>,
+    /// The role epochs a planned switchover designated.
+    planned_epochs: RefCell<BTreeSet<u64>>,
 }
 
 /// The failover rules, for one step (issue 21):
@@ -1406,7 +1408,22 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
     // A planned switchover (only a rollout asks for one in these lives)
     // keeps the read-write Service on the primary that serves until the
     // candidate is promoted.
-    let planned = status.is_some_and(|s| is_planned(s, cluster, role_now.as_ref()));
+    // A switchover's designation stays planned while its promotion is
+    // refused, also once its failed Job is deleted while a refused spec
+    // freezes the status (the Service then stays on the primary that
+    // serves, as it must).
+    let planned = match (status, role_now.as_ref()) {
+        (Some(s), Some((_, epoch))) if is_planned(s, cluster, role_now.as_ref()) => {
+            primaries.planned_epochs.borrow_mut().insert(*epoch);
+            true
+        }
+        (Some(s), Some((_, epoch))) => {
+            primaries.planned_epochs.borrow().contains(epoch)
+                && status_condition(s, "FailingOver")
+                    .is_some_and(|c| c["reason"] == "PromoteRefused")
+        }
+        _ => status.is_some_and(|s| is_planned(s, cluster, None)),
+    };
     let serving = status
         .and_then(|s| s["currentPrimary"].as_str())
         .map(String::from);
@@ -1591,18 +1608,23 @@ fn regression_a_switchover_while_deleting_is_the_rollout_s() {
         Scripted::Spec("imageName", json!("pg/postgres@sha256:01")),
         Scripted::Spec("version", json!("14")),
     ];
+    scripted_database_life(orders("16", "medium", "Delete"), &script);
+}
+
+/// One Database life of `script`, under the database, rollout and
+/// failover rules, that must reach its spec and finish its deletion.
+fn scripted_database_life(parent: Value, script: &[Scripted]) {
     let primaries = Primaries::default();
     let rule = |seen: &Seen<'_>| {
         database_rule(seen)?;
         rollout_rule(seen)?;
         failover_rule(seen, &primaries)
     };
-    let parent = orders("16", "medium", "Delete");
     let result = live(
         &operator("database"),
         parent,
         0,
-        &script,
+        script,
         |_| {},
         rule,
         database_reached,
@@ -1961,4 +1983,18 @@ fn a_killed_primary_fails_over_after_the_delay_and_comes_back_as_a_standby() {
     assert_eq!(read_write_pod(&sim.cluster), Ok(Some("orders-1".into())));
     assert_eq!(status["currentPrimary"], "orders-1");
     primary_reached(&sim).unwrap();
+}
+
+/// A switchover a rollout asked for (small to medium changes the
+/// resources), its promote Job failing, then a downgrade refused: when the
+/// healing deletes the failed Job, the frozen status no longer says
+/// SwitchingOver, and the Service rightly stays on the serving primary.
+#[test]
+fn regression_a_planned_switchover_stays_planned_once_its_job_is_deleted() {
+    let script = [
+        Scripted::FailJob("orders-promote-*".to_string()),
+        Scripted::Spec("size", json!("medium")),
+        Scripted::Spec("version", json!("14")),
+    ];
+    scripted_database_life(orders("15", "small", "Snapshot"), &script);
 }
