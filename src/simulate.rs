@@ -857,6 +857,22 @@ impl<'a> Simulation<'a> {
             .flatten()
         {
             let api_version = rule["apiVersion"].as_str().unwrap_or_default();
+            if rule["resource"] == "storageclasses" {
+                // Cluster-scoped: keyed by name alone.
+                let classes = self.cluster.storage_classes().iter().filter_map(|c| {
+                    Some((
+                        c.pointer("/metadata/name")?.as_str()?.to_string(),
+                        c.clone(),
+                    ))
+                });
+                let group = groups
+                    .entry(format!("StorageClass.{api_version}"))
+                    .or_insert_with(|| json!({}));
+                if let Some(map) = group.as_object_mut() {
+                    map.extend(classes);
+                }
+                continue;
+            }
             let kind = KINDS
                 .iter()
                 .find(|(plural, _)| rule["resource"] == *plural)
@@ -1159,8 +1175,11 @@ fn differs(existing: &Value, desired: &Value) -> bool {
 }
 
 /// The resources the simulator models, plural to kind.
-const KINDS: [(&str, &str); 11] = [
+const KINDS: [(&str, &str); 14] = [
     ("pods", "Pod"),
+    ("serviceaccounts", "ServiceAccount"),
+    ("roles", "Role"),
+    ("rolebindings", "RoleBinding"),
     ("services", "Service"),
     ("configmaps", "ConfigMap"),
     ("secrets", "Secret"),

@@ -27,6 +27,7 @@ mod primary;
 mod rollout;
 mod spec;
 mod status;
+mod storage;
 
 pub use observed::{Observed, REFUSAL};
 pub use plan::{
@@ -107,6 +108,24 @@ pub fn operator() -> Operator {
                 "InPlace",
                 "the instances' disruption budget follows the size and spec.enablePDB",
             ),
+            ChildResource::new(
+                "v1",
+                "serviceaccounts",
+                "InPlace",
+                "the grow Job's identity, while claims grow",
+            ),
+            ChildResource::new(
+                "rbac.authorization.k8s.io/v1",
+                "roles",
+                "InPlace",
+                "the grow Job may patch the claims it grows, no others",
+            ),
+            ChildResource::new(
+                "rbac.authorization.k8s.io/v1",
+                "rolebindings",
+                "InPlace",
+                "binds the grow Job's Role to its ServiceAccount",
+            ),
         ],
         generate_selector: true,
         resync_period_seconds: Some(60),
@@ -114,17 +133,18 @@ pub fn operator() -> Operator {
     Operator::new::<Database>(
         "database",
         controller,
-        "StatefulSet, Services, Secrets, ConfigMap, Jobs, backup CronJob, PodDisruptionBudget",
+        "StatefulSet, Services, Secrets, ConfigMap, Jobs, backup CronJob, PodDisruptionBudget, and the grow Job's ServiceAccount, Role and RoleBinding",
     )
     .sync(sync)
     .finalize(finalize)
     .customize(customize)
 }
 
-/// Asks for this Database's Pods and PersistentVolumeClaims. The claims are
-/// asked for under every deletion policy: whether the StatefulSet holds
-/// them decides when it may go, and retained claims of an earlier Database
-/// of the same name must be seen before a new one starts beside them.
+/// Asks for this Database's Pods and PersistentVolumeClaims, and the
+/// StorageClasses. The claims are asked for under every deletion policy:
+/// whether the StatefulSet holds them decides when it may go, and retained
+/// claims of an earlier Database of the same name must be seen before a
+/// new one starts beside them. A claim grows only if its class allows it.
 pub fn customize(
     req: &CustomizeRequest<Database>,
     _ctx: &Context,
@@ -136,6 +156,13 @@ pub fn customize(
         related_resources: vec![
             RelatedResourceRule::labelled("v1", "pods", labels.clone(), ns.clone()),
             RelatedResourceRule::labelled("v1", "persistentvolumeclaims", labels, ns),
+            // Every StorageClass: whether a claim's allows it to grow.
+            RelatedResourceRule::labelled(
+                "storage.k8s.io/v1",
+                "storageclasses",
+                BTreeMap::new(),
+                None,
+            ),
         ],
     })
 }

@@ -108,6 +108,9 @@ pub struct Change {
     pub actor: Actor,
 }
 
+/// The name of the simulated cluster's default StorageClass.
+const DEFAULT_CLASS: &str = "standard";
+
 /// The object store and the controllers' model.
 #[derive(Clone, Debug)]
 pub struct Cluster {
@@ -131,6 +134,9 @@ pub struct Cluster {
     /// (`<statefulset>-<digest>`): the controller's ControllerRevisions.
     revisions: BTreeMap<String, Value>,
     changes: Vec<Change>,
+    /// The cluster's StorageClasses (cluster-scoped, so kept apart from the
+    /// namespaced objects): one, the default, which allows expansion.
+    storage_classes: Vec<Value>,
 }
 
 impl Cluster {
@@ -147,7 +153,18 @@ impl Cluster {
             empty_volumes: BTreeSet::new(),
             revisions: BTreeMap::new(),
             changes: Vec::new(),
+            storage_classes: vec![json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": DEFAULT_CLASS,
+                             "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "simulated", "allowVolumeExpansion": true,
+                "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})],
         }
+    }
+
+    /// The cluster's StorageClasses.
+    pub fn storage_classes(&self) -> &[Value] {
+        &self.storage_classes
     }
 
     /// The object at `key`.
@@ -311,10 +328,38 @@ impl Cluster {
                 ("apps/v1", "StatefulSet") => self.statefulset(key),
                 ("apps/v1", "Deployment") => self.deployment(key),
                 ("batch/v1", "Job") => self.job(key),
+                ("v1", "PersistentVolumeClaim") => self.expand(key),
                 _ => {}
             }
         }
         self.collect_garbage();
+    }
+
+    /// A storage driver that expands volumes online: a bound claim of a
+    /// class that allows expansion has what it requests, one round after
+    /// it asked.
+    fn expand(&mut self, key: &Key) {
+        let Some(claim) = self.objects.get(key) else {
+            return;
+        };
+        let class = claim
+            .pointer("/spec/storageClassName")
+            .and_then(Value::as_str);
+        let expands = self.storage_classes.iter().any(|c| {
+            c.pointer("/metadata/name").and_then(Value::as_str) == class
+                && c["allowVolumeExpansion"] == json!(true)
+        });
+        let wanted = claim.pointer("/spec/resources/requests/storage").cloned();
+        let has = claim.pointer("/status/capacity/storage");
+        if !expands || wanted.is_none() || has == wanted.as_ref() {
+            return;
+        }
+        if let Some(status) = self.objects.get_mut(key).map(|c| object_map(c, "status")) {
+            let capacity = status.entry("capacity").or_insert_with(|| json!({}));
+            if let Some(capacity) = capacity.as_object_mut() {
+                capacity.insert("storage".into(), wanted.unwrap_or_default());
+            }
+        }
     }
 
     /// Starts a Job from a CronJob's template, as a schedule firing would.
@@ -487,11 +532,22 @@ impl Cluster {
             .collect();
         for (claim, claim_key) in claims.iter().zip(&claim_keys) {
             if !self.objects.contains_key(claim_key) {
+                // Admission gives a claim without a class the default one;
+                // the volume bound to it has the size it requests.
+                let mut spec = claim.get("spec").cloned().unwrap_or(json!({}));
+                if let Some(spec) = spec.as_object_mut() {
+                    spec.entry("storageClassName")
+                        .or_insert_with(|| json!(DEFAULT_CLASS));
+                }
+                let capacity = spec
+                    .pointer("/resources/requests")
+                    .cloned()
+                    .unwrap_or(json!({}));
                 let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                     "metadata": {"name": claim_key.name, "namespace": key.namespace,
                                  "labels": claim.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
-                    "spec": claim.get("spec").cloned().unwrap_or(json!({})),
-                    "status": {"phase": "Bound"}});
+                    "spec": spec,
+                    "status": {"phase": "Bound", "capacity": capacity}});
                 self.create(pvc, Actor::Controllers);
             }
         }
@@ -599,7 +655,11 @@ impl Cluster {
             return;
         }
         let done = self.age_of(job) >= self.job_steps;
-        let fails = self.failing_jobs.iter().any(|f| job_matches(f, &key.name));
+        let mut fails = self.failing_jobs.iter().any(|f| job_matches(f, &key.name));
+        if done && !fails {
+            let patches = claim_patches(job, &key.namespace);
+            fails = !self.patch_claims(&patches);
+        }
         let now = format_time(self.now);
         let status = match (done, fails) {
             (false, _) => json!({"active": 1, "startTime": now}),
@@ -613,6 +673,39 @@ impl Cluster {
                 .as_object_mut()
                 .map(|o| o.insert("status".into(), status));
         }
+    }
+
+    /// Applies a grow Job's `kubectl patch` of claims, each a JSON patch of
+    /// `test` and `replace` operations; false (nothing changed of that
+    /// claim) when a test fails or the claim is missing, as kubectl fails.
+    fn patch_claims(&mut self, patches: &[(Key, Vec<Value>)]) -> bool {
+        let mut all = true;
+        for (claim, ops) in patches {
+            let Some(object) = self.objects.get(claim) else {
+                all = false;
+                continue;
+            };
+            let mut patched = object.clone();
+            let applied = ops.iter().all(|op| {
+                let path = op["path"].as_str().unwrap_or_default();
+                match op["op"].as_str() {
+                    Some("test") => patched.pointer(path) == Some(&op["value"]),
+                    Some("replace") => patched
+                        .pointer_mut(path)
+                        .map(|v| *v = op["value"].clone())
+                        .is_some(),
+                    _ => false,
+                }
+            });
+            if applied {
+                if let Some(object) = self.objects.get_mut(claim) {
+                    *object = patched;
+                }
+                self.record(Verb::Updated, claim, Actor::Controllers);
+            }
+            all &= applied;
+        }
+        all
     }
 
     /// A pod runs once scheduled and is ready from its second round on,
@@ -789,6 +882,38 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The claims a Job's containers patch with `kubectl patch
+/// persistentvolumeclaim NAME --namespace NS --type=json -p PATCH`, and
+/// their patches.
+fn claim_patches(job: &Value, namespace: &str) -> Vec<(Key, Vec<Value>)> {
+    let containers = job
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array);
+    containers
+        .into_iter()
+        .flatten()
+        .filter(|c| c["command"] == json!(["kubectl"]))
+        .filter_map(|c| {
+            let args: Vec<&str> = c["args"]
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            let ["patch", "persistentvolumeclaim", name, rest @ ..] = args.as_slice() else {
+                return None;
+            };
+            let after = |flag: &str| {
+                rest.iter()
+                    .position(|a| *a == flag)
+                    .and_then(|i| rest.get(i + 1))
+            };
+            let ns = after("--namespace").copied().unwrap_or(namespace);
+            let ops: Vec<Value> = serde_json::from_str(after("-p")?).ok()?;
+            Some((Key::new("v1", "PersistentVolumeClaim", ns, name), ops))
+        })
+        .collect()
 }
 
 /// True when `pattern` (a Job's name, or the start of names followed by

@@ -192,6 +192,7 @@ fn check_rules(
 fn holds(text: &str, value: &Value, old: Option<&Value>) -> Result<(), String> {
     let program = cel::Program::compile(text).map_err(|e| format!("rule {text}: {e}"))?;
     let mut context = cel::Context::default();
+    quantities(&mut context);
     let bind = |v: &Value| cel::to_value(v).map_err(|e| format!("rule {text}: {e}"));
     context.add_variable_from_value("self", bind(value)?);
     if let Some(old) = old {
@@ -202,6 +203,31 @@ fn holds(text: &str, value: &Value, old: Option<&Value>) -> Result<(), String> {
         Ok(other) => Err(format!("failed rule: {text} (is {other:?})")),
         Err(e) => Err(format!("rule {text} cannot be evaluated: {e}")),
     }
+}
+
+/// Kubernetes' CEL quantity library, as far as the CRDs use it: a
+/// quantity is its value in bytes (an `int`), which is all a comparison of
+/// sizes needs. `quantity()` of text that is not one fails, as there.
+fn quantities(context: &mut cel::Context<'_, '_>) {
+    use crate::operators::validate::quantity_bytes;
+    use cel::extractors::This;
+    use std::sync::Arc;
+    let bytes = |text: &str| quantity_bytes(text).and_then(|b| i64::try_from(b).ok());
+    let declared = [
+        context.add_function("isQuantity", move |text: Arc<String>| {
+            bytes(&text).is_some()
+        }),
+        context.add_function("quantity", move |text: Arc<String>| {
+            bytes(&text).map(cel::Value::Int).ok_or_else(|| {
+                cel::ExecutionError::function_error(
+                    "quantity",
+                    format!("{text:?} is not a quantity"),
+                )
+            })
+        }),
+        context.add_function("compareTo", |This(a): This<i64>, b: i64| a.cmp(&b) as i64),
+    ];
+    debug_assert!(declared.iter().all(Result::is_ok), "{declared:?}");
 }
 
 /// Turns a CRD's OpenAPI v3 schema into JSON Schema in place: Kubernetes'
@@ -282,19 +308,38 @@ mod tests {
             schema.rule_errors("spec", &up, Some(&old)),
             Vec::<String>::new()
         );
+        // The storage grows, in any unit, but never shrinks, and keeps
+        // its class: CEL's quantity library compares the sizes.
         let mut grown = old.clone();
-        grown["storage"]["size"] = json!("2Gi");
-        let errors = schema.rule_errors("spec", &grown, Some(&old));
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(
-            errors[0].starts_with("spec.storage: spec.storage cannot change"),
-            "{errors:?}"
-        );
-        // Created so, it is fine: there is no old value to compare with.
+        grown["storage"]["size"] = json!("1.5Gi");
         assert_eq!(
-            schema.rule_errors("spec", &grown, None),
+            schema.rule_errors("spec", &grown, Some(&old)),
             Vec::<String>::new()
         );
+        let mut same = old.clone();
+        same["storage"]["size"] = json!("1024Mi");
+        assert_eq!(
+            schema.rule_errors("spec", &same, Some(&old)),
+            Vec::<String>::new()
+        );
+        let errors = schema.rule_errors("spec", &old, Some(&grown));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.storage: spec.storage.size cannot shrink"),
+            "{errors:?}"
+        );
+        let mut classed = old.clone();
+        classed["storage"]["storageClassName"] = json!("fast");
+        for (new, was) in [(&classed, &old), (&old, &classed)] {
+            let errors = schema.rule_errors("spec", new, Some(was));
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].contains("spec.storage.storageClassName cannot change"),
+                "{errors:?}"
+            );
+        }
+        // Created so, it is fine: there is no old value to compare with.
+        assert_eq!(schema.rule_errors("spec", &old, None), Vec::<String>::new());
         let errors = schema.rule_errors("spec", &old, Some(&up));
         assert!(
             errors[0].contains("spec.version cannot go down"),

@@ -141,7 +141,8 @@ refused() { # patch event message: a patch the API server must refuse with that
   echo "refused, by both: $patch"
 }
 refused '{"spec":{"version":"15"}}' 'spec.version="15"' "downgrades are refused"
-refused '{"spec":{"storage":{"size":"40Gi"}}}' 'spec.storage.size="40Gi"' "spec.storage cannot change"
+refused '{"spec":{"storage":{"size":"10Gi"}}}' 'spec.storage.size="10Gi"' "spec.storage.size cannot shrink"
+refused '{"spec":{"storage":{"storageClassName":"fast"}}}' 'spec.storage.storageClassName="fast"' "spec.storage.storageClassName cannot change"
 refused '{"spec":{"credentialsSecret":"other"}}' 'spec.credentialsSecret="other"' "spec.credentialsSecret cannot change"
 refused '{"spec":{"databaseName":"other"}}' 'spec.databaseName="other"' "spec.databaseName cannot change"
 refused '{"spec":{"bootstrap":{"database":"other"}}}' 'spec.bootstrap={"database":"other"}' "spec.bootstrap cannot change"

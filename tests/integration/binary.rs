@@ -316,8 +316,12 @@ fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
         // The CRD's CEL rules, transition rules included.
         ("spec.version=\"15\"", "spec: spec.version cannot go down"),
         (
-            "spec.storage.size=\"40Gi\"",
-            "spec.storage: spec.storage cannot change once created",
+            "spec.storage.size=\"10Gi\"",
+            "spec.storage: spec.storage.size cannot shrink",
+        ),
+        (
+            "spec.storage.storageClassName=\"fast\"",
+            "spec.storage: spec.storage.storageClassName cannot change once created",
         ),
         (
             "spec.bootstrap={\"database\":\"a\",\"backup\":\"b\"}",

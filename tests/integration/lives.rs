@@ -1998,3 +1998,81 @@ fn regression_a_planned_switchover_stays_planned_once_its_job_is_deleted() {
     ];
     scripted_database_life(orders("15", "small", "Snapshot"), &script);
 }
+
+/// Issue 22, storage growth in the loop: a medium Database grows from 1Gi
+/// to 2Gi; every claim comes to request and hold 2Gi through one grow Job
+/// under its own Role, the grow objects go once done, and the StatefulSet's
+/// claim template keeps the size it was created with (the API server
+/// refuses a change there). Scaled to large, the third instance's claim,
+/// made at 1Gi from that template, is grown the same way by another Job.
+/// No grow Job is ever created twice.
+#[test]
+fn a_grown_storage_reaches_every_claim_and_a_claim_made_later() {
+    let op = operator("database");
+    let mut sim = Simulation::new(&op, orders("16", "medium", "Delete"), start(), 0).unwrap();
+    let primaries = Primaries::default();
+    settle_database(&mut sim, &primaries, |_, _| {});
+    let created: RefCell<Vec<String>> = RefCell::default();
+    let record = |_: &Simulation<'_>, step: &Step| {
+        created.borrow_mut().extend(
+            step.changes
+                .iter()
+                .filter(|c| c.verb == Verb::Created && c.key.kind == "Job")
+                .filter(|c| c.key.name.starts_with("orders-grow-"))
+                .map(|c| c.key.name.clone()),
+        );
+    };
+    let grown = |sim: &Simulation<'_>, claims: u32| {
+        for i in 0..claims {
+            let key = Key::new(
+                "v1",
+                "PersistentVolumeClaim",
+                "ns",
+                &format!("data-orders-{i}"),
+            );
+            let claim = sim.cluster.get(&key).expect("the claim exists");
+            assert_eq!(
+                claim["spec"]["resources"]["requests"]["storage"], "2Gi",
+                "{key}"
+            );
+            assert_eq!(claim["status"]["capacity"]["storage"], "2Gi", "{key}");
+        }
+        let parent = sim.parent().unwrap();
+        let resized = condition(parent, "StorageResized").expect("StorageResized shown");
+        assert_eq!(resized["status"], "True", "{resized}");
+        assert_eq!(resized["reason"], "AsRequested", "{resized}");
+        let left: Vec<String> = sim
+            .cluster
+            .objects()
+            .filter(|(k, _)| k.name.starts_with("orders-grow"))
+            .map(|(k, _)| k.to_string())
+            .collect();
+        assert!(left.is_empty(), "grow objects left: {left:?}");
+        let sts = Key::new("apps/v1", "StatefulSet", "ns", "orders");
+        let template = &sim.cluster.get(&sts).unwrap()["spec"]["volumeClaimTemplates"][0];
+        assert_eq!(template["spec"]["resources"]["requests"]["storage"], "1Gi");
+    };
+
+    sim.apply(&Event::parse(r#"spec.storage.size="2Gi""#).unwrap())
+        .unwrap();
+    settle_database(&mut sim, &primaries, record);
+    grown(&sim, 2);
+    assert_eq!(created.borrow().len(), 1, "one grow Job: {created:?}");
+
+    sim.apply(&Event::parse(r#"spec.size="large""#).unwrap())
+        .unwrap();
+    settle_database(&mut sim, &primaries, record);
+    grown(&sim, 3);
+    let created = created.into_inner();
+    assert_eq!(
+        created.len(),
+        2,
+        "another grow Job, for the new claim: {created:?}"
+    );
+    let unique: BTreeSet<&String> = created.iter().collect();
+    assert_eq!(
+        unique.len(),
+        created.len(),
+        "a grow Job made twice: {created:?}"
+    );
+}

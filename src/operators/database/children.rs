@@ -131,13 +131,20 @@ pub fn build(
             out.push(Child::new(&run.after_backup(meta(db, verify_name(db)), at)));
         }
     }
+    if plan.growth.growing() && !plan.deleting {
+        let (account, role, binding, job) = plan.growth.children(db, seen);
+        out.push(Child::new(&account));
+        out.push(Child::new(&role));
+        out.push(Child::new(&binding));
+        out.extend(job.as_ref().map(Child::new));
+    }
     if plan.deleting {
         out = while_deleting(db, seen, plan, out);
     }
     Ok(out)
 }
 
-fn meta(db: &Database, object: String) -> ObjectMeta {
+pub(super) fn meta(db: &Database, object: String) -> ObjectMeta {
     ObjectMeta {
         name: Some(object),
         namespace: db.metadata.namespace.clone(),
@@ -535,7 +542,7 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
                 }),
             }),
             template,
-            volume_claim_templates: Some(vec![claim_template(db)]),
+            volume_claim_templates: Some(vec![claim_template(db, &plan.growth.template)]),
             ..StatefulSetSpec::default()
         }),
         status: None,
@@ -752,7 +759,9 @@ fn initdb_volume(db: &Database) -> Volume {
 
 /// Each instance's volume, `data-<name>-<i>`, labelled as the Database's
 /// so customize finds it. Fixed once the StatefulSet exists.
-fn claim_template(db: &Database) -> PersistentVolumeClaim {
+/// The claim template, at `size`: what the StatefulSet was created with
+/// (the API server refuses a change), the spec's for a new one.
+fn claim_template(db: &Database, size: &str) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(VOLUME.to_string()),
@@ -768,7 +777,7 @@ fn claim_template(db: &Database) -> PersistentVolumeClaim {
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_string(),
-                    Quantity(db.spec.storage.size.clone()),
+                    Quantity(size.to_string()),
                 )])),
                 ..VolumeResourceRequirements::default()
             }),
@@ -787,8 +796,10 @@ fn claim_template(db: &Database) -> PersistentVolumeClaim {
 /// `hba_file` with `spec.postgresql.pgHba`, and the plan's parameters
 /// (`spec.postgresql.parameters`, none of which the operator sets).
 pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
+    // Of the size the StatefulSet was created with: growing the claims
+    // restarts nothing.
     let volume_mb =
-        crate::operators::validate::quantity_bytes(&db.spec.storage.size).unwrap_or(0) / 1_000_000;
+        crate::operators::validate::quantity_bytes(&plan.growth.template).unwrap_or(0) / 1_000_000;
     let keep_mb = (volume_mb / 10).clamp(64, 4096);
     let mut args: Vec<String> = [
         "postgres",
@@ -812,7 +823,7 @@ pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
     args
 }
 
-fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {
+pub(super) fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {
     Job {
         metadata: meta(db, job_name),
         spec: Some(JobSpec {

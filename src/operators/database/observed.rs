@@ -7,7 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolumeClaim, Secret, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use super::parameters;
@@ -15,6 +20,7 @@ use super::spec::{
     ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
     role_name,
 };
+use super::storage;
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -103,6 +109,11 @@ pub struct Observed {
     pub role: Option<Role>,
     /// The names of the observed ConfigMaps.
     pub config_maps: BTreeSet<String>,
+    /// The cluster's StorageClasses, by name (related objects).
+    pub storage_classes: BTreeMap<String, StorageClass>,
+    /// The claims the grow Job's Role lets patch, once that Role, its
+    /// RoleBinding and ServiceAccount are all observed.
+    pub grow_access: Option<BTreeSet<String>>,
     /// When this was observed: the call's time ([`Observed::at`]).
     pub now: Timestamp,
 }
@@ -159,6 +170,13 @@ impl Observed {
                 .iter()
                 .find(|c| c.metadata.name.as_deref() == Some(&role_name(db)))
                 .and_then(Role::read),
+            storage_classes: req
+                .related
+                .of::<StorageClass>()?
+                .into_iter()
+                .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+                .collect(),
+            grow_access: grow_access(req)?,
             now: Timestamp::UNIX_EPOCH,
         })
     }
@@ -434,4 +452,33 @@ impl Observed {
     pub fn live_instances(&self, db: &Database) -> usize {
         self.instances(db).count()
     }
+}
+
+/// The claims the observed Role `<name>-grow` lets patch, when it, its
+/// RoleBinding and its ServiceAccount are all observed.
+fn grow_access(req: &SyncRequest<Database>) -> Result<Option<BTreeSet<String>>, HookError> {
+    let grow = storage::grow_name(&req.parent);
+    let named = |meta: &ObjectMeta| meta.name.as_deref() == Some(grow.as_str());
+    let account = req
+        .children
+        .of::<ServiceAccount>()?
+        .iter()
+        .any(|a| named(&a.metadata));
+    let binding = req
+        .children
+        .of::<RoleBinding>()?
+        .iter()
+        .any(|b| named(&b.metadata));
+    let roles = req.children.of::<RbacRole>()?;
+    let Some(role) = roles.iter().find(|r| named(&r.metadata)) else {
+        return Ok(None);
+    };
+    let claims = role
+        .rules
+        .iter()
+        .flatten()
+        .filter(|r| r.verbs.iter().any(|v| v == "patch"))
+        .flat_map(|r| r.resource_names.iter().flatten().cloned())
+        .collect();
+    Ok((account && binding).then_some(claims))
 }

@@ -10,6 +10,7 @@ use super::parameters::{self, Held};
 use super::primary::{self, Primary};
 use super::rollout::{self, Rollout, Serving};
 use super::spec::{self, ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
+use super::storage::Growth;
 use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, RunStatus};
@@ -273,6 +274,8 @@ pub struct Plan {
     /// The decreases the instances do not take while the Database has
     /// standbys (see [`parameters::hold_decreases`]).
     pub held: Vec<Held>,
+    /// Where the claims stand against `spec.storage.size`.
+    pub growth: Growth,
 }
 
 /// The image of each major in play: the spec's image for the spec's
@@ -498,6 +501,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         rollout: rollout::decide(db, seen, 0, Serving::UNKNOWN, false),
         parameters,
         held,
+        growth: Growth::of(db, seen),
     }
 }
 

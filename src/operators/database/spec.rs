@@ -100,8 +100,9 @@ pub struct DatabaseSpec {
     /// PostgreSQL's own settings: server parameters and pg_hba.conf lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgresql: Option<Postgresql>,
-    /// The volume of each instance. Fixed once created.
-    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.storage cannot change once created; resize the PersistentVolumeClaims directly"))]
+    /// The volume of each instance. Its size may grow (the claims are
+    /// expanded where their StorageClass allows it), never shrink; its
+    /// StorageClass is fixed once created.
     pub storage: Storage,
     /// Backups to S3: where (also used for pre-upgrade backups and the
     /// snapshot before deletion) and, when enabled, on which schedule.
@@ -408,14 +409,25 @@ impl Size {
 /// The volume of each instance.
 #[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("spec.storage.storageClassName cannot change once created: the claims keep the class they were made with"))]
+#[x_kube(validation = Rule::new("!isQuantity(self.size) || !isQuantity(oldSelf.size) || quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0").message("spec.storage.size cannot shrink: a volume only grows; keep the size, or restore a backup into a new Database with a smaller one"))]
 pub struct Storage {
-    /// The size of each instance's volume, for example 20Gi.
-    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"))]
+    /// The size of each instance's volume, for example 20Gi. Raising it
+    /// grows every instance's claim (status condition `StorageResized`).
+    #[schemars(
+        length(min = 1, max = 32),
+        pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+    )]
     pub size: String,
     /// The StorageClass; the cluster's default when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub storage_class_name: Option<String>,
+    /// The kubectl image of the Job that grows the claims when `size`
+    /// rises (its command is `kubectl`); rancher/kubectl when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
+    pub resize_image: Option<String>,
 }
 
 /// Backups of a Database.
@@ -760,6 +772,9 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     }
     if let Some(image) = &db.spec.image_name {
         validate_image(db.spec.version, image)?;
+    }
+    if let Some(image) = &db.spec.storage.resize_image {
+        validate::image("spec.storage.resizeImage", image)?;
     }
     if let Some(backup) = &db.spec.backup {
         if let Some(image) = &backup.upload_image {
