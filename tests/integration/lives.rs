@@ -573,6 +573,7 @@ proptest! {
             2 => prop::sample::select(postgresql()).prop_map(|p| Scripted::Spec("postgresql", p)),
             1 => placement().prop_map(|(affinity, _, _)| Scripted::Spec("affinity", affinity)),
             1 => any::<bool>().prop_map(|on| Scripted::Spec("enablePDB", json!(on))),
+            1 => prop::sample::select(vec!["2Gi", "3Gi"]).prop_map(|g| Scripted::Spec("storage.size", json!(g))),
             4 => common_events(),
         ], 0..7),
     ) {
@@ -901,7 +902,37 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
     primary_reached(sim)?;
     settings_reached(sim)?;
     placement_reached(sim)?;
+    storage_reached(sim)?;
     images_reached(sim)
+}
+
+/// Every instance's claim holds at least `spec.storage.size` (a size the
+/// lives write as `<n>Gi`), and the grow Job, Role, RoleBinding and
+/// ServiceAccount are gone.
+fn storage_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    let gib = |v: &Value| v.as_str()?.strip_suffix("Gi")?.parse::<u32>().ok();
+    let wanted =
+        gib(spec(sim, "storage/size", &Value::Null)).ok_or("spec.storage.size is not <n>Gi")?;
+    for pod in instances(&sim.cluster) {
+        let claim = object(sim, "v1", "PersistentVolumeClaim", &format!("data-{pod}"))?;
+        let has = gib(&claim["status"]["capacity"]["storage"]);
+        if has.is_none_or(|has| has < wanted) {
+            return Err(format!(
+                "claim data-{pod} holds {has:?} Gi, the spec asks {wanted}Gi"
+            ));
+        }
+    }
+    let left: Vec<String> = sim
+        .cluster
+        .objects()
+        .filter(|(k, _)| k.name.starts_with("orders-grow"))
+        .map(|(k, _)| k.to_string())
+        .collect();
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("grow objects left: {left:?}"))
+    }
 }
 
 /// `spec.resources` a life may set: Null drops them (back to the size's).
@@ -1821,7 +1852,9 @@ fn a_database_created_over_retained_volumes_serves_them_and_never_restores() {
             let volume = fixtures::object("v1", "PersistentVolumeClaim", claim)
                 .namespace("ns")
                 .label("opshooks.io/database", "orders")
-                .status(json!({"phase": "Bound"}));
+                .spec("resources", json!({"requests": {"storage": "1Gi"}}))
+                .spec("storageClassName", "standard")
+                .status(json!({"phase": "Bound", "capacity": {"storage": "1Gi"}}));
             sim.cluster.create(volume.json(), Actor::User);
         }
         sim.cluster.now = now;

@@ -890,7 +890,7 @@ fn while_deleting(db: &Database, seen: &Observed, plan: &Plan, mut out: Vec<Chil
 /// version the spec moved past), kept while the Database is deleted. Jobs
 /// are `OnDelete` children: Metacontroller never updates an existing one, so
 /// its name is all the answer needs to keep it.
-fn kept_job(db: &Database, job_name: &str) -> Job {
+pub(super) fn kept_job(db: &Database, job_name: &str) -> Job {
     Job {
         metadata: meta(db, job_name.to_string()),
         spec: None,

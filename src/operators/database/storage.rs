@@ -51,6 +51,11 @@ pub struct Growth {
     /// The claims the Role `<name>-grow` lets patch, when it, its
     /// RoleBinding and ServiceAccount are all observed.
     access: Option<BTreeSet<String>>,
+    /// A grow Job still running, with the claims it patches: kept, with
+    /// its access, until it ends, and no other is made meanwhile (the
+    /// claims it patched already would otherwise make another Job for the
+    /// rest while it still runs).
+    running: Option<(String, Vec<String>)>,
 }
 
 /// One instance claim, as observed.
@@ -90,6 +95,7 @@ impl Growth {
             target: (target, bytes),
             claims,
             access: seen.grow_access.clone(),
+            running: running(db, seen),
         }
     }
 
@@ -129,13 +135,26 @@ impl Growth {
         db: &Database,
         seen: &Observed,
     ) -> (ServiceAccount, Role, RoleBinding, Option<Job>) {
-        let claims: Vec<String> = self.to_patch().iter().map(|c| c.name.clone()).collect();
+        let mut claims: BTreeSet<String> = self.to_patch().iter().map(|c| c.name.clone()).collect();
         let job_name = self.job_name(db).unwrap_or_default();
-        let allowed = self
-            .access
-            .as_ref()
-            .is_some_and(|names| claims.iter().all(|c| names.contains(c)));
-        let job = (allowed || seen.jobs.contains_key(&job_name)).then(|| self.job(db, job_name));
+        let job = match &self.running {
+            Some((running, patches)) => {
+                claims.extend(patches.iter().cloned());
+                Some(match *running == job_name {
+                    true => self.job(db, job_name),
+                    false => super::children::kept_job(db, running),
+                })
+            }
+            None => {
+                let allowed = self
+                    .access
+                    .as_ref()
+                    .is_some_and(|names| claims.iter().all(|c| names.contains(c)));
+                let seen_job = seen.jobs.contains_key(&job_name);
+                (allowed || seen_job).then(|| self.job(db, job_name))
+            }
+        };
+        let claims: Vec<String> = claims.into_iter().collect();
         (
             ServiceAccount {
                 metadata: super::children::meta(db, grow_name(db)),
@@ -172,7 +191,7 @@ impl Growth {
 
     /// Whether anything is to grow (and so the grow children exist).
     pub fn growing(&self) -> bool {
-        !self.to_patch().is_empty()
+        self.running.is_some() || !self.to_patch().is_empty()
     }
 
     /// The grow Job: one container a claim, each one `kubectl patch` that
@@ -334,12 +353,28 @@ impl Growth {
                 ),
             );
         }
+        if let Some((job, claims)) = &self.running {
+            return condition(
+                ConditionStatus::False,
+                "Growing",
+                format!("Job {job} patches {} to request {size}", claims.join(", ")),
+            );
+        }
         if let Some(job) = self.job_name(db) {
+            let names: Vec<&str> = self.to_patch().iter().map(|c| c.name.as_str()).collect();
+            let allowed = self
+                .access
+                .as_ref()
+                .is_some_and(|a| names.iter().all(|c| a.contains(*c)));
+            let when = match allowed || seen.jobs.contains_key(&job) {
+                true => "",
+                false => ", once its ServiceAccount, Role and RoleBinding exist",
+            };
             return condition(
                 ConditionStatus::False,
                 "Growing",
                 format!(
-                    "Job {job} patches {} to request {size}",
+                    "Job {job} patches {} to request {size}{when}",
                     self.to_patch()
                         .iter()
                         .map(|c| c.name.as_str())
@@ -375,6 +410,35 @@ impl Growth {
 /// The ServiceAccount, Role and RoleBinding of the grow Job.
 pub(super) fn grow_name(db: &Database) -> String {
     format!("{}-grow", name(db))
+}
+
+/// The first observed grow Job of `db` that has not ended, with the
+/// claims its containers patch (`kubectl patch persistentvolumeclaim
+/// <claim> ...`).
+fn running(db: &Database, seen: &Observed) -> Option<(String, Vec<String>)> {
+    let prefix = format!("{}-", grow_name(db));
+    seen.jobs.iter().find_map(|(name, job)| {
+        let digest = name.strip_prefix(&prefix)?;
+        let ours = digest.len() == 8 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+        let ended = matches!(
+            crate::operators::backup_job::run_status(job),
+            RunStatus::Succeeded | RunStatus::Failed
+        );
+        if !ours || ended {
+            return None;
+        }
+        let containers = &job.spec.as_ref()?.template.spec.as_ref()?.containers;
+        let claims = containers
+            .iter()
+            .filter_map(|c| match c.args.as_deref()? {
+                [patch, kind, claim, ..] if patch == "patch" && kind == "persistentvolumeclaim" => {
+                    Some(claim.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        Some((name.clone(), claims))
+    })
 }
 
 /// The size the observed StatefulSet's claim template requests.
