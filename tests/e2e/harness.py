@@ -21,7 +21,7 @@ import traceback
 import urllib.request
 
 from invariants import RW_GRACE, Recorder
-from kube import Kube, KubeError, controller_uid, job_outcome
+from kube import Kube, KubeError, controller_uid, job_outcome, path as kube_path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from pyhelpers import ServerProcess, StartFailed  # noqa: E402
@@ -365,6 +365,62 @@ def job_stage(ns, job, outcome, delay_ms, message=None):
             ],
         },
     }
+
+
+# ---- a Job's pod, played by the suite ---------------------------------------------------
+def sa_kubeconfig(s, ns, sa, path, seconds=600):
+    """Writes to `path` a kubeconfig that acts as ServiceAccount ns/sa with a
+    fresh token (TokenRequest, as `kubectl create token`), its default
+    namespace ns as in a pod of that namespace."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
+    status, body = s.k.call("POST", kube_path("ServiceAccount", ns, sa, sub="token"), request)
+    if status != 201:
+        raise KubeError(status, body, f"token for ServiceAccount {ns}/{sa}")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {"server": f"https://{s.k.host}:{s.k.port}", "certificate-authority": f"{s.suite.dir}/pki/ca.crt"}}],
+        "users": [{"name": sa, "user": {"token": body["status"]["token"]}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa, "namespace": ns}}],
+        "current-context": "e2e",
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(config, f)
+
+
+def run_job_as_its_pod(s, ns, job_name):
+    """kwok runs no containers, so the suite plays the pod of Job ns/job_name
+    for real: each of its containers (init containers first), in order, runs
+    here as its command and args, with the kubectl the suite uses and a
+    kubeconfig of the Job's serviceAccountName, so the Job's own RBAC decides
+    what it may do. Only kubectl containers can be played. Returns
+    [(container, output)]; raises Failed at the first container that exits
+    non-zero, with its output."""
+    job = s.k.get("Job", ns, job_name)
+    if job is None:
+        raise Failed(f"job {ns}/{job_name} not found")
+    spec = job["spec"]["template"]["spec"]
+    sa = spec.get("serviceAccountName") or "default"
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    for c in containers:
+        if (c.get("command") or [None])[0] != "kubectl":
+            raise Failed(f"job {ns}/{job_name}: container {c['name']} runs {c.get('command')}, not kubectl: the suite cannot play it")
+    kubeconfig = os.path.join(s.suite.dir, f"sa-{ns}-{job_name}.kubeconfig")
+    sa_kubeconfig(s, ns, sa, kubeconfig)
+    env = {"PATH": os.environ["PATH"], "HOME": s.suite.dir, "KUBECONFIG": kubeconfig}
+    outputs = []
+    try:
+        for c in containers:
+            argv = [*c["command"], *c.get("args", [])]
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            output = (proc.stdout + proc.stderr).strip()
+            if proc.returncode != 0:
+                raise Failed(f"job {ns}/{job_name} container {c['name']} as ServiceAccount {sa} exited {proc.returncode}: {output}")
+            outputs.append((c["name"], output))
+    finally:
+        os.unlink(kubeconfig)
+    return outputs
 
 
 # ---- the suite ------------------------------------------------------------------------
