@@ -5,7 +5,7 @@
 # admitted and reconciled by the built-in controllers. After `up` alone Pods
 # stay Pending; `nodes` adds the real kube-scheduler and kwok (which plays the
 # kubelet of one fake node, driven by the stage files in ../shared/kwok), and
-# kube-controller-manager's hostpath provisioner binds volumes.
+# kube-controller-manager's hostpath provisioner binds volumes (volumes/ grows some).
 #
 # Usage (an executable script with subcommands, not a library):
 #
