@@ -85,6 +85,9 @@ def grow_job(s, name, containers, claims, size, before=()):
 
 def grow_access_gone(s, name, job):
     s.gone("Job", job)
+    # Nor another: a Job answered for the claims left after one container
+    # patched its claim goes as soon as the other did too.
+    need(not grow_jobs(s, name), f"grow Jobs left: {grow_jobs(s, name)}")
     for kind in ("ServiceAccount", "Role", "RoleBinding"):
         s.gone(kind, f"{name}-grow")
 
