@@ -5,7 +5,7 @@
 # admitted and reconciled by the built-in controllers. After `up` alone Pods
 # stay Pending; `nodes` adds the real kube-scheduler and kwok (which plays the
 # kubelet of one fake node, driven by the stage files in ../shared/kwok), and
-# kube-controller-manager's hostpath provisioner binds volumes.
+# kube-controller-manager's hostpath provisioner binds volumes (volumes/ grows some).
 #
 # Usage (an executable script with subcommands, not a library):
 #
@@ -404,6 +404,10 @@ cmd_nodes() {
   k wait --for=condition=Established --timeout=60s crd/stages.kwok.x-k8s.io >/dev/null
   k apply --server-side --field-manager=opshooks-e2e -f "$shared/stages.yaml" >/dev/null
   k apply --server-side --field-manager=opshooks-e2e -f "$shared/storageclass-hostpath.yaml" >/dev/null
+  # A second class whose claims may grow, and the Stage that plays its
+  # external volume resizer (both described in their files).
+  k apply --server-side --field-manager=opshooks-e2e -f "$HERE/volumes/storageclass-expandable.yaml" \
+    -f "$HERE/volumes/stage-volume-resizer.yaml" >/dev/null
 
   # kwok's default pod CIDR collides with the Service CIDR: another one.
   # HOME=DIR keeps kwok from reading a configuration from the real $HOME.

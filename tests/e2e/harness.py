@@ -21,7 +21,7 @@ import traceback
 import urllib.request
 
 from invariants import RW_GRACE, Recorder
-from kube import Kube, KubeError, controller_uid, job_outcome
+from kube import Kube, KubeError, controller_uid, job_outcome, path as kube_path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from pyhelpers import ServerProcess, StartFailed  # noqa: E402
@@ -29,6 +29,9 @@ from pyhelpers import ServerProcess, StartFailed  # noqa: E402
 GROUP = "opshooks.io/v1alpha1"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 NOT_READY_LABEL = "e2e.kwok.x-k8s.io/not-ready"
+FAIL_LABEL = "e2e.kwok.x-k8s.io/fail"
+# Marks a Job pod whose containers the suite ran (run_job_as_its_pod).
+PLAYED_ANNOTATION = "e2e.opshooks.io/played"
 PRINT_LOCK = threading.Lock()
 
 
@@ -365,6 +368,117 @@ def job_stage(ns, job, outcome, delay_ms, message=None):
             ],
         },
     }
+
+
+# ---- a Job's pod, played by the suite ---------------------------------------------------
+def sa_kubeconfig(s, ns, sa, path, seconds=600):
+    """Writes to `path` a kubeconfig that acts as ServiceAccount ns/sa with a
+    fresh token (TokenRequest, as `kubectl create token`), its default
+    namespace ns as in a pod of that namespace."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
+    status, body = s.k.call("POST", kube_path("ServiceAccount", ns, sa, sub="token"), request)
+    if status != 201:
+        raise KubeError(status, body, f"token for ServiceAccount {ns}/{sa}")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {"server": f"https://{s.k.host}:{s.k.port}", "certificate-authority": f"{s.suite.dir}/pki/ca.crt"}}],
+        "users": [{"name": sa, "user": {"token": body["status"]["token"]}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa, "namespace": ns}}],
+        "current-context": "e2e",
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(config, f)
+
+
+def hold_job_pods(s, prefix):
+    """A kwok Stage that keeps the running pods of this namespace's Jobs
+    named prefix* from finishing until run_job_as_its_pod has played them:
+    without it, kwok's shared stage would succeed such a pod a second after
+    it runs, before the work it stands for was done. Its weight wins over
+    the shared stages' (weight 0); it only emits an event. Returns its name,
+    for s.unstage."""
+    name = f"e2e-hold-{s.ns}-{prefix}".rstrip("-")[:63]
+    s.k.apply(
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Stage",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+                "selector": {
+                    "matchExpressions": [
+                        {"cel": {"expression": "!has(self.metadata.deletionTimestamp)"}},
+                        {"cel": {"expression": f"self.metadata.namespace == {json.dumps(s.ns)}"}},
+                        {"cel": {"expression": "has(self.status.phase) && self.status.phase == 'Running'"}},
+                        {"cel": {"expression": f"has(self.metadata.labels) && '{JOB_NAME_LABEL}' in self.metadata.labels && self.metadata.labels['{JOB_NAME_LABEL}'].startsWith({json.dumps(prefix)}) && !('{FAIL_LABEL}' in self.metadata.labels)"}},
+                        {"cel": {"expression": f"!has(self.metadata.annotations) || !('{PLAYED_ANNOTATION}' in self.metadata.annotations)"}},
+                    ]
+                },
+                "weight": 100,
+                "steps": [{"event": {"type": "Normal", "reason": "HeldByTheSuite", "message": "runs until the e2e suite has played its containers"}}],
+            },
+        }
+    )
+    return name
+
+
+def run_job_as_its_pod(s, ns, job_name, timeout=60):
+    """kwok runs no containers, so the suite plays the pod of Job ns/job_name
+    for real: once the Job has a pod (so its ServiceAccount exists), each of
+    its containers (init containers first), in order, runs here as its
+    command and args, with the kubectl the suite uses and a kubeconfig of the
+    Job's serviceAccountName, so the Job's own RBAC decides what it may do.
+    Only kubectl containers can be played. The Job's unfinished pods are then
+    marked played (a pod hold_job_pods holds then succeeds) or, on a failure,
+    labelled to fail. Returns [(container, output)]; raises Failed at the
+    first container that exits non-zero, with its output."""
+    job = s.k.get("Job", ns, job_name)
+    if job is None:
+        raise Failed(f"job {ns}/{job_name} not found")
+    spec = job["spec"]["template"]["spec"]
+    sa = spec.get("serviceAccountName") or "default"
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    for c in containers:
+        if (c.get("command") or [None])[0] != "kubectl":
+            raise Failed(f"job {ns}/{job_name}: container {c['name']} runs {c.get('command')}, not kubectl: the suite cannot play it")
+
+    def pods():
+        return s.k.list("Pod", ns, f"{JOB_NAME_LABEL}={job_name}")
+
+    deadline = time.time() + timeout
+    while not pods():
+        if time.time() > deadline:
+            raise Failed(f"job {ns}/{job_name} made no pod in {timeout}s")
+        time.sleep(0.3)
+    kubeconfig = os.path.join(s.suite.dir, f"sa-{ns}-{job_name}.kubeconfig")
+    sa_kubeconfig(s, ns, sa, kubeconfig)
+    env = {"PATH": os.environ["PATH"], "HOME": s.suite.dir, "KUBECONFIG": kubeconfig}
+    outputs, failure = [], None
+    try:
+        for c in containers:
+            argv = [*c["command"], *c.get("args", [])]
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            output = (proc.stdout + proc.stderr).strip()
+            if proc.returncode != 0:
+                failure = f"job {ns}/{job_name} container {c['name']} as ServiceAccount {sa} exited {proc.returncode}: {output}"
+                break
+            outputs.append((c["name"], output))
+    finally:
+        os.unlink(kubeconfig)
+    mark = {"metadata": {"labels": {FAIL_LABEL: "true"}}} if failure else {"metadata": {"annotations": {PLAYED_ANNOTATION: "true"}}}
+    for pod in pods():
+        if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            s.k.patch("Pod", ns, pod["metadata"]["name"], mark)
+        except KubeError as err:
+            if err.status != 404:
+                raise
+    if failure:
+        raise Failed(failure)
+    return outputs
 
 
 # ---- the suite ------------------------------------------------------------------------

@@ -27,6 +27,8 @@ RESOURCES = {
     "Namespace": ("api/v1", "namespaces", False),
     "Node": ("api/v1", "nodes", False),
     "ServiceAccount": ("api/v1", "serviceaccounts", True),
+    "Role": ("apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "StatefulSet": ("apis/apps/v1", "statefulsets", True),
     "Deployment": ("apis/apps/v1", "deployments", True),
     "Job": ("apis/batch/v1", "jobs", True),

@@ -19,7 +19,7 @@ and its readiness is checked with that CA (and that client certificate).
 The harness (processes, waits, kwok stages, the runner) is harness.py; the
 scenarios are under scenarios/, one file an operator, one for the Database's restore,
 one for its failover, one for its switchover and
-minor update, one for its placement over several nodes, one for the faults and one for the simulator's twin (fidelity.py). This file lists them.
+minor update, one for its placement over several nodes, one for its storage growth, one for the faults and one for the simulator's twin (fidelity.py). This file lists them.
 """
 
 from harness import main
@@ -31,6 +31,7 @@ from scenarios.fidelity import scenario_fidelity
 from scenarios.memcached import scenario_memcached
 from scenarios.placement import scenario_placement
 from scenarios.restore import scenario_restore, scenario_restore_fails, scenario_restore_over_retained
+from scenarios.storage import scenario_grow
 from scenarios.switchover import scenario_minor_update, scenario_switchover
 from scenarios.webserver import scenario_webserver, scenario_webserver_brief
 
@@ -49,6 +50,7 @@ LIFECYCLE = [
     ("Database switchover", "dbswitchover", scenario_switchover),
     ("Database minor update, rolled", "dbminor", scenario_minor_update),
     ("Database placement, drain held", "dbplacement", scenario_placement),
+    ("Database storage grown", "dbgrow", scenario_grow),
     ("Invalid spec refused", "invalid", scenario_invalid_spec),
     ("Simulator matches the real loop", "fid", scenario_fidelity),
 ]

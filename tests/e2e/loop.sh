@@ -6,7 +6,8 @@
 #   1. builds (once, cached) the tools, and opshooks in release mode;
 #   2. starts a fresh control plane (cluster.sh up) and adds the scheduler,
 #      kwok with the stage files from ../shared/kwok, a fake node and a
-#      default StorageClass served by the hostpath provisioner (cluster.sh nodes);
+#      default StorageClass served by the hostpath provisioner, and a class
+#      `expandable` whose claims a kwok Stage grows (cluster.sh nodes);
 #   3. installs Metacontroller's CRDs and the chart with helm, its
 #      CompositeControllers pointing at http://127.0.0.1:PORT and a short resync;
 #   4. runs loop.py: it starts opshooks on PORT and Metacontroller, drives the
