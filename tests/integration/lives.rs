@@ -2074,13 +2074,7 @@ fn a_grown_storage_reaches_every_claim_and_a_claim_made_later() {
         let resized = condition(parent, "StorageResized").expect("StorageResized shown");
         assert_eq!(resized["status"], "True", "{resized}");
         assert_eq!(resized["reason"], "AsRequested", "{resized}");
-        let left: Vec<String> = sim
-            .cluster
-            .objects()
-            .filter(|(k, _)| k.name.starts_with("orders-grow"))
-            .map(|(k, _)| k.to_string())
-            .collect();
-        assert!(left.is_empty(), "grow objects left: {left:?}");
+        storage_reached(sim).unwrap();
         let sts = Key::new("apps/v1", "StatefulSet", "ns", "orders");
         let template = &sim.cluster.get(&sts).unwrap()["spec"]["volumeClaimTemplates"][0];
         assert_eq!(template["spec"]["resources"]["requests"]["storage"], "1Gi");
