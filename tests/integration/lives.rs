@@ -2103,3 +2103,22 @@ fn a_grown_storage_reaches_every_claim_and_a_claim_made_later() {
         "a grow Job made twice: {created:?}"
     );
 }
+
+/// Found by database_lives once it grew the storage at random (the seed,
+/// not the storage): a downgrade the hook refuses freezes the syncs, the
+/// primary's volume is lost meanwhile (no failover while refused), the
+/// size goes down to small, and the Database is deleted. The deletion
+/// scaled the StatefulSet to the size, stopping the one standby that held
+/// the data, and failed over to no one (the candidates were bounded by the
+/// size): the snapshot waited for a primary for ever. Now a deletion keeps
+/// the instances that run, and a standby still running above a smaller
+/// size may take over.
+#[test]
+fn regression_a_deletion_keeps_the_standby_a_lost_primary_needs() {
+    let script = [
+        Scripted::Spec("version", json!("14")),
+        Scripted::LoseVolume(0),
+        Scripted::Spec("size", json!("small")),
+    ];
+    scripted_database_life(orders("16", "medium", "Snapshot"), &script);
+}

@@ -724,7 +724,11 @@ fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
     if !has(&jobs::upgrade(db, to)) {
         plan.upgrade = Upgrade::None;
         plan.version = plan.running;
-        plan.replicas = db.spec.size.instances();
+        // Never fewer instances than run: a smaller size (or one a refused
+        // spec asks for, which no sync applied) would stop the standby a
+        // failover needs when the primary is lost, and the snapshot would
+        // wait for ever for a primary.
+        plan.replicas = db.spec.size.instances().max(seen.statefulset_replicas());
         // Nothing holds the instances then: they may fail over.
         decide_primary(db, seen, plan, false);
     }

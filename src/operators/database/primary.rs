@@ -394,11 +394,15 @@ fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
     primary.step = Step::Stuck;
 }
 
-/// The ready instances that may take over from `serving`, in order.
+/// The ready instances that may take over from `serving`, in order: of
+/// those the size asks for, or that still run while a smaller size waits
+/// (the primary lost as the size went down: its standbys still hold the
+/// data, and the instances are kept up to the one promoted).
 fn candidates(db: &Database, seen: &Observed, serving: Option<u32>) -> impl Iterator<Item = u32> {
+    let running = u32::try_from(seen.statefulset_replicas()).unwrap_or(0);
     let mut ready: Vec<u32> = seen
         .instances(db)
-        .filter(|(o, p)| Some(*o) != serving && *o < replicas(db) && p.is_ready())
+        .filter(|(o, p)| Some(*o) != serving && *o < replicas(db).max(running) && p.is_ready())
         .map(|(o, _)| o)
         .collect();
     ready.sort_unstable();
