@@ -338,6 +338,15 @@ fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bo
     // The standbys counted with the instances kept up to the primary: a
     // size made smaller after a failover still has one below it.
     let steady = primary::decide(db, seen, false, None);
+    // A smaller size waits while the designated primary is not ready: the
+    // standbys above the size may be the ones that take over from it, and
+    // stopping them could leave no instance that holds the data.
+    if plan.replicas > 0
+        && was_initialized(db, seen)
+        && !seen.is_instance_ready(db, steady.designated)
+    {
+        plan.replicas = plan.replicas.max(seen.statefulset_replicas());
+    }
     let replicas = with_primary(plan.replicas, &steady);
     let may_fail_over =
         !upgrading && plan.restore.lets_serve() && replicas > 1 && was_initialized(db, seen);
