@@ -1509,7 +1509,17 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
             .or_else(|| role_before.as_ref().map(|(p, _)| p.clone()))
             .unwrap_or_else(|| "orders-0".to_string());
         let delay = failover_delay(seen.before);
-        if *epoch > highest && *primary != serving && not_ready_for(&serving) < delay && !planned {
+        // A change of primary already under way (its delay passed when it
+        // began) that moves on to another candidate, the one designated
+        // having failed (its volume lost, say), is not a new failover.
+        let under_way = status_condition(&seen.before["status"], "FailingOver")
+            .is_some_and(|c| c["status"] == "True");
+        if *epoch > highest
+            && *primary != serving
+            && not_ready_for(&serving) < delay
+            && !planned
+            && !under_way
+        {
             return Err(format!(
                 "{primary} designated at epoch {epoch} when {serving} had been not ready for {}s, under the {delay}s delay",
                 not_ready_for(&serving)
@@ -2139,4 +2149,26 @@ fn regression_a_smaller_size_waits_while_the_primary_is_down() {
         Scripted::Spec("size", json!("small")),
     ];
     scripted_database_life(orders("14", "medium", "Snapshot"), &script);
+}
+
+/// Found by a CI run of database_lives: a rollout's switchover whose
+/// promote Jobs fail, the primary orders-2 killed and failed over from
+/// (epoch 3, orders-1 designated), then orders-1's volume lost before it
+/// is promoted. The hook moves on to orders-0 (epoch 4) while orders-2,
+/// back, is ready: the change under way goes on with another candidate.
+/// The failover rule took that for a new failover before the delay; it is
+/// the same one, whose delay had passed. (A rule fix: the hook was right.)
+#[test]
+fn regression_a_failover_under_way_moves_on_from_a_lost_candidate() {
+    let script = [
+        Scripted::Spec(
+            "affinity",
+            json!({"nodeSelector": {"pool": "databases"}, "tolerations": [{"effect": "NoSchedule", "key": "dedicated", "value": "databases"}]}),
+        ),
+        Scripted::Spec("imageName", json!("pg/postgres@sha256:01")),
+        Scripted::FailJob("orders-promote-*".to_string()),
+        Scripted::KillPrimaryFor(4),
+        Scripted::LoseVolume(1),
+    ];
+    scripted_database_life(orders("14", "large", "Snapshot"), &script);
 }
