@@ -857,7 +857,7 @@ impl<'a> Simulation<'a> {
             .flatten()
         {
             let api_version = rule["apiVersion"].as_str().unwrap_or_default();
-            if rule["resource"] == "storageclasses" {
+            let (kind, members) = if rule["resource"] == "storageclasses" {
                 // Cluster-scoped: keyed by name alone.
                 let classes = self.cluster.storage_classes().iter().filter_map(|c| {
                     Some((
@@ -865,41 +865,10 @@ impl<'a> Simulation<'a> {
                         c.clone(),
                     ))
                 });
-                let group = groups
-                    .entry(format!("StorageClass.{api_version}"))
-                    .or_insert_with(|| json!({}));
-                if let Some(map) = group.as_object_mut() {
-                    map.extend(classes);
-                }
-                continue;
-            }
-            let kind = KINDS
-                .iter()
-                .find(|(plural, _)| rule["resource"] == *plural)
-                .map(|(_, kind)| *kind)
-                .ok_or_else(|| format!("the simulator does not model {}", rule["resource"]))?;
-            let namespace = rule["namespace"]
-                .as_str()
-                .unwrap_or(self.parent.namespace.as_str());
-            let wanted = rule["labelSelector"]["matchLabels"].as_object();
-            let names = rule["names"].as_array();
-            let members: serde_json::Map<String, Value> = self
-                .cluster
-                .objects()
-                .filter(|(k, _)| {
-                    k.api_version == api_version && k.kind == kind && k.namespace == namespace
-                })
-                .filter(|(k, _)| names.is_none_or(|n| n.iter().any(|n| n == k.name.as_str())))
-                .filter(|(_, o)| {
-                    wanted.is_none_or(|w| {
-                        w.iter().all(|(label, value)| {
-                            o.pointer(&format!("/metadata/labels/{}", label.replace('/', "~1")))
-                                == Some(value)
-                        })
-                    })
-                })
-                .map(|(k, o)| (format!("{}/{}", k.namespace, k.name), o.clone()))
-                .collect();
+                ("StorageClass", classes.collect())
+            } else {
+                self.namespaced_related(rule, api_version)?
+            };
             let group = groups
                 .entry(format!("{kind}.{api_version}"))
                 .or_insert_with(|| json!({}));
@@ -908,6 +877,43 @@ impl<'a> Simulation<'a> {
             }
         }
         Ok(Value::Object(groups))
+    }
+
+    /// The namespaced objects one related rule selects, keyed
+    /// `<namespace>/<name>`, with their kind.
+    fn namespaced_related(
+        &self,
+        rule: &Value,
+        api_version: &str,
+    ) -> Result<(&'static str, serde_json::Map<String, Value>), String> {
+        let kind = KINDS
+            .iter()
+            .find(|(plural, _)| rule["resource"] == *plural)
+            .map(|(_, kind)| *kind)
+            .ok_or_else(|| format!("the simulator does not model {}", rule["resource"]))?;
+        let namespace = rule["namespace"]
+            .as_str()
+            .unwrap_or(self.parent.namespace.as_str());
+        let wanted = rule["labelSelector"]["matchLabels"].as_object();
+        let names = rule["names"].as_array();
+        let members = self
+            .cluster
+            .objects()
+            .filter(|(k, _)| {
+                k.api_version == api_version && k.kind == kind && k.namespace == namespace
+            })
+            .filter(|(k, _)| names.is_none_or(|n| n.iter().any(|n| n == k.name.as_str())))
+            .filter(|(_, o)| {
+                wanted.is_none_or(|w| {
+                    w.iter().all(|(label, value)| {
+                        o.pointer(&format!("/metadata/labels/{}", label.replace('/', "~1")))
+                            == Some(value)
+                    })
+                })
+            })
+            .map(|(k, o)| (format!("{}/{}", k.namespace, k.name), o.clone()))
+            .collect();
+        Ok((kind, members))
     }
 
     /// Applies an answer as Metacontroller does: the observed children the

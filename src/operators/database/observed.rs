@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
@@ -136,20 +137,11 @@ impl Observed {
                 name(db)
             )));
         }
+        let config_maps = req.children.of::<ConfigMap>()?;
         Ok(Observed {
             statefulset: statefulsets.pop(),
-            jobs: req
-                .children
-                .of::<Job>()?
-                .into_iter()
-                .filter_map(|j| Some((j.metadata.name.clone()?, j)))
-                .collect(),
-            secrets: req
-                .children
-                .of::<Secret>()?
-                .into_iter()
-                .filter_map(|s| Some((s.metadata.name.clone()?, s)))
-                .collect(),
+            jobs: by_name(req.children.of::<Job>()?),
+            secrets: by_name(req.children.of::<Secret>()?),
             cron_job: req
                 .children
                 .of::<CronJob>()?
@@ -158,24 +150,15 @@ impl Observed {
             pods: req.related.of::<ObservedPod>()?,
             volumes: req.related.of::<PersistentVolumeClaim>()?,
             children: BTreeSet::new(),
-            config_maps: req
-                .children
-                .of::<ConfigMap>()?
-                .into_iter()
-                .filter_map(|c| c.metadata.name)
-                .collect(),
-            role: req
-                .children
-                .of::<ConfigMap>()?
+            role: config_maps
                 .iter()
                 .find(|c| c.metadata.name.as_deref() == Some(&role_name(db)))
                 .and_then(Role::read),
-            storage_classes: req
-                .related
-                .of::<StorageClass>()?
+            config_maps: config_maps
                 .into_iter()
-                .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+                .filter_map(|c| c.metadata.name)
                 .collect(),
+            storage_classes: by_name(req.related.of::<StorageClass>()?),
             grow_access: grow_access(req)?,
             now: Timestamp::UNIX_EPOCH,
         })
@@ -481,4 +464,12 @@ fn grow_access(req: &SyncRequest<Database>) -> Result<Option<BTreeSet<String>>, 
         .flat_map(|r| r.resource_names.iter().flatten().cloned())
         .collect();
     Ok((account && binding).then_some(claims))
+}
+
+/// Objects by their names (an object without one is left out).
+fn by_name<K: Metadata<Ty = ObjectMeta>>(objects: Vec<K>) -> BTreeMap<String, K> {
+    objects
+        .into_iter()
+        .filter_map(|o| Some((o.metadata().name.clone()?, o)))
+        .collect()
 }

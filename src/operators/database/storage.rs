@@ -25,7 +25,7 @@ use super::observed::Observed;
 use super::spec::{Database, VOLUME, name, namespace};
 use crate::hook::conditions::{ConditionStatus, Observation};
 use crate::hook::digest;
-use crate::operators::backup_job::RunStatus;
+use crate::operators::backup_job::{RunStatus, run_status};
 use crate::operators::common::restricted_container;
 use crate::operators::validate::quantity_bytes;
 
@@ -109,6 +109,14 @@ impl Growth {
             .collect()
     }
 
+    /// Whether the observed Role lets the grow Job patch every claim it
+    /// would patch.
+    fn access_granted(&self) -> bool {
+        self.access
+            .as_ref()
+            .is_some_and(|names| self.to_patch().iter().all(|c| names.contains(&c.name)))
+    }
+
     /// The grow Job's name: it names what it patches (each claim and the
     /// request it tests for) and the size, so another growth, or a claim
     /// that changed meanwhile, is another Job, and the same one is never
@@ -145,14 +153,8 @@ impl Growth {
                     false => super::children::kept_job(db, running),
                 })
             }
-            None => {
-                let allowed = self
-                    .access
-                    .as_ref()
-                    .is_some_and(|names| claims.iter().all(|c| names.contains(c)));
-                let seen_job = seen.jobs.contains_key(&job_name);
-                (allowed || seen_job).then(|| self.job(db, job_name))
-            }
+            None => (self.access_granted() || seen.jobs.contains_key(&job_name))
+                .then(|| self.job(db, job_name)),
         };
         let claims: Vec<String> = claims.into_iter().collect();
         (
@@ -362,11 +364,7 @@ impl Growth {
         }
         if let Some(job) = self.job_name(db) {
             let names: Vec<&str> = self.to_patch().iter().map(|c| c.name.as_str()).collect();
-            let allowed = self
-                .access
-                .as_ref()
-                .is_some_and(|a| names.iter().all(|c| a.contains(*c)));
-            let when = match allowed || seen.jobs.contains_key(&job) {
+            let when = match self.access_granted() || seen.jobs.contains_key(&job) {
                 true => "",
                 false => ", once its ServiceAccount, Role and RoleBinding exist",
             };
@@ -375,11 +373,7 @@ impl Growth {
                 "Growing",
                 format!(
                     "Job {job} patches {} to request {size}{when}",
-                    self.to_patch()
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    names.join(", ")
                 ),
             );
         }
@@ -420,10 +414,7 @@ fn running(db: &Database, seen: &Observed) -> Option<(String, Vec<String>)> {
     seen.jobs.iter().find_map(|(name, job)| {
         let digest = name.strip_prefix(&prefix)?;
         let ours = digest.len() == 8 && digest.bytes().all(|b| b.is_ascii_hexdigit());
-        let ended = matches!(
-            crate::operators::backup_job::run_status(job),
-            RunStatus::Succeeded | RunStatus::Failed
-        );
+        let ended = matches!(run_status(job), RunStatus::Succeeded | RunStatus::Failed);
         if !ours || ended {
             return None;
         }
