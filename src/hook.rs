@@ -70,6 +70,14 @@ pub enum DecodeError {
     /// The parent decodes as JSON but does not fit the operator's resource.
     #[error("{0}")]
     Parent(String),
+    /// A group of `children` or `related` the operator reads is not in the
+    /// request at all (its `<Kind>.<apiVersion>` key). Metacontroller sends
+    /// every group it was asked for, even empty, so this one was not asked
+    /// for: answering as if it were empty could delete what it holds.
+    #[error(
+        "observed group {0} is missing: Metacontroller sends every child type the controller declares and every related group the customize hook asks for, even empty, so it was not asked for; nothing is changed: apply this version's controller manifests, and if they are applied wait for Metacontroller's cached customize answer to expire (at most 20 minutes) or restart Metacontroller"
+    )]
+    MissingGroup(String),
 }
 
 /// Decodes a whole request body, naming the offending field on failure.

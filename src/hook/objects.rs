@@ -50,6 +50,12 @@ impl ObjectGroups {
     /// All observed objects of type `K`, decoded and sorted by namespace and
     /// name. Fields the typed model does not know are ignored.
     ///
+    /// A group that is not there at all is refused: Metacontroller sends
+    /// every child type the controller declares and every related group the
+    /// customize hook asked for, even empty, so an absent group was not
+    /// asked for (a customize answer cached from before an upgrade), never
+    /// "no such object".
+    ///
     /// An object whose `metadata.name` is missing or does not match its
     /// path key (`name` or `namespace/name`) is refused: Metacontroller never
     /// sends one, and an operator that skipped it would leave it out of its
@@ -60,7 +66,7 @@ impl ObjectGroups {
     {
         let key = group_key::<K>();
         let Some(group) = self.0.get(&key) else {
-            return Ok(Vec::new());
+            return Err(DecodeError::MissingGroup(key));
         };
         let mut objects = group
             .iter()
@@ -107,12 +113,18 @@ impl ObjectGroups {
     /// Every object as its group key and name (read from its path key,
     /// which [`ObjectGroups::check_keys`] holds to the object's name).
     pub fn names(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().flat_map(|(key, group)| {
-            group.keys().map(move |path| {
-                let name = path.rsplit_once('/').map_or(path.as_str(), |(_, n)| n);
-                (key.as_str(), name)
-            })
-        })
+        self.0
+            .iter()
+            .flat_map(|(key, group)| group.keys().map(move |path| (key.as_str(), name_in(path))))
+    }
+
+    /// The names of the objects of type `K` (read from their path keys,
+    /// which [`ObjectGroups::check_keys`] holds to their names); a missing
+    /// group is refused as [`ObjectGroups::of`] refuses it.
+    pub fn names_of<K: k8s_openapi::Resource>(&self) -> Result<Vec<&str>, DecodeError> {
+        let key = group_key::<K>();
+        let group = self.0.get(&key).ok_or(DecodeError::MissingGroup(key))?;
+        Ok(group.keys().map(|path| name_in(path)).collect())
     }
 
     /// How many objects there are across all groups.
@@ -143,6 +155,11 @@ impl ObjectGroups {
     pub fn declare<K: k8s_openapi::Resource>(&mut self) {
         self.0.entry(group_key::<K>()).or_default();
     }
+}
+
+/// The name in a path key, `name` or `namespace/name`.
+fn name_in(path: &str) -> &str {
+    path.rsplit_once('/').map_or(path, |(_, n)| n)
 }
 
 /// An observed object must carry the name (and namespace, when the key has
@@ -226,6 +243,7 @@ mod tests {
     use super::*;
     use crate::fixtures::object;
     use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::{Value, json};
 
@@ -331,10 +349,19 @@ mod tests {
         assert!(err.contains("metadata.name"), "{err}");
     }
 
+    /// Issue 31: an absent group was read as "none", so finalize let
+    /// retained volumes go while a claim existed.
     #[test]
-    fn absent_group_is_empty_and_bad_object_names_its_key() {
-        let g = groups(json!({"Pod.v1": {"web-0": {"metadata": {"name": 7}}}}));
-        assert!(g.of::<StatefulSet>().unwrap().is_empty());
+    fn regression_absent_group_is_refused_and_bad_object_names_its_key() {
+        let g = groups(json!({"Pod.v1": {"web-0": {"metadata": {"name": 7}}}, "Job.batch/v1": {}}));
+        assert!(g.of::<Job>().unwrap().is_empty());
+        let err = g.of::<StatefulSet>().unwrap_err();
+        assert_eq!(err, DecodeError::MissingGroup("StatefulSet.apps/v1".into()));
+        assert!(
+            err.to_string()
+                .starts_with("observed group StatefulSet.apps/v1 is missing"),
+            "{err}"
+        );
         let err = g.of::<Pod>().unwrap_err().to_string();
         assert!(
             err.starts_with("observed Pod.v1 \"web-0\": metadata.name: invalid type"),

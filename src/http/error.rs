@@ -97,7 +97,8 @@ impl Refusal {
 
 impl From<&HookError> for Refusal {
     /// An operator's refusal: 400 for an undecodable body, 422 for a spec it
-    /// cannot act on, 409 when acting could lose data.
+    /// cannot act on, 409 when acting could lose data (a group it reads
+    /// missing from the request included).
     fn from(err: &HookError) -> Self {
         let detail = err.to_string();
         match err {
@@ -105,7 +106,10 @@ impl From<&HookError> for Refusal {
             HookError::Decode(DecodeError::Parent(_)) | HookError::Invalid(_) => {
                 Refusal::Invalid(detail)
             }
-            HookError::Unsafe(_) => Refusal::Unsafe(detail),
+            // Retried by Metacontroller: a stale customize answer expires.
+            HookError::Unsafe(_) | HookError::Decode(DecodeError::MissingGroup(_)) => {
+                Refusal::Unsafe(detail)
+            }
         }
     }
 }

@@ -30,14 +30,14 @@ use super::backup_job::{
     self as job, Credential, Destination, RunStatus, Schedule, Source, run_status, scheduled,
     validate_destination,
 };
-use super::common::standard_labels;
+use super::common::{refuse_not_built, standard_labels};
 use super::resources;
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
 use crate::hook::conditions::{self, Condition, ConditionStatus, Observation, format_time};
 use crate::hook::{
-    CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
-    SyncResponse,
+    CustomizeRequest, CustomizeResponse, ObjectGroups, ObservedPod, RelatedResourceRule,
+    SyncRequest, SyncResponse,
 };
 use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 
@@ -469,6 +469,7 @@ pub fn sync(
     if let Some(Ok(source)) = &usable {
         children.extend(verification_children(b, source, observed_cron.as_ref()));
     }
+    keep_or_refuse_not_built(b, &req.children, &mut children)?;
     let status = status(
         b,
         observed_cron.as_ref(),
@@ -504,6 +505,35 @@ fn built_with(b: &Backup, cron: &CronJob) -> Result<Source, HookError> {
             cron_job_name(b)
         ))
     })
+}
+
+/// Children it does not build, which an answer without them would delete:
+/// a CronJob of another name is refused; a Job other than a verification
+/// run (one started by hand) is kept as it is, as Jobs run once and are
+/// never updated.
+fn keep_or_refuse_not_built(
+    b: &Backup,
+    observed: &ObjectGroups,
+    children: &mut Vec<Child>,
+) -> Result<(), HookError> {
+    let verify = format!("{}-verify", name(b));
+    refuse_not_built::<CronJob>(observed, "Backup", name(b), |n| {
+        n == cron_job_name(b) || n == verify
+    })?;
+    let runs = format!("{}-v-", name(b));
+    for job in observed.names_of::<Job>()? {
+        if !job.starts_with(&runs) {
+            children.push(Child::new(&Job {
+                metadata: ObjectMeta {
+                    name: Some(job.to_string()),
+                    namespace: b.metadata.namespace.clone(),
+                    ..ObjectMeta::default()
+                },
+                ..Job::default()
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// True for the objects of a verification run.

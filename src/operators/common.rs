@@ -60,3 +60,32 @@ pub fn restricted_pod(uid: i64) -> k8s_openapi::api::core::v1::PodSecurityContex
         ..Default::default()
     }
 }
+
+/// Refuses the request when an observed child of type `K` is not one
+/// `is_built` names ([`not_built`]); a missing group is refused too.
+pub fn refuse_not_built<K: k8s_openapi::Resource>(
+    children: &crate::hook::ObjectGroups,
+    kind: &str,
+    parent: &str,
+    is_built: impl Fn(&str) -> bool,
+) -> Result<(), crate::operator::HookError> {
+    match children.names_of::<K>()?.into_iter().find(|n| !is_built(n)) {
+        Some(name) => Err(not_built(
+            kind,
+            parent,
+            &crate::hook::group_key::<K>(),
+            name,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The refusal for an observed child of `parent` (a `kind`) that the
+/// operator does not build: an answer without it would delete it, and the
+/// operator owns none of its fields to answer it with.
+pub fn not_built(kind: &str, parent: &str, group: &str, name: &str) -> crate::operator::HookError {
+    crate::operator::HookError::Unsafe(format!(
+        "{group} {} is a child of {kind} {parent} but not one opshooks builds; nothing is changed, as an answer without it would delete it: remove its owner reference, or delete it by hand",
+        crate::hook::quote::quote(name)
+    ))
+}

@@ -19,6 +19,7 @@
 //! to what to build; [`children`] turns that into objects.
 
 pub mod children;
+mod foreign;
 mod observed;
 mod parameters;
 mod placement;
@@ -177,7 +178,7 @@ pub fn sync(
     let seen = Observed::from_request(req)?.at(ctx.now);
     check_volumes(db, &seen)?;
     let plan = plan(db, &seen)?;
-    answer(db, &seen, plan, None, ctx)
+    answer(req, &seen, plan, None, ctx)
 }
 
 /// Deletion: snapshot (under Snapshot), then remove the StatefulSet with
@@ -189,7 +190,9 @@ pub fn finalize(
 ) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let db = &req.parent;
     if let Err(invalid) = validate(db) {
-        // Nothing of it is left: an invalid spec must not hold the deletion.
+        // Nothing of it is left: an invalid spec must not hold the deletion
+        // (but a group missing from the request shows nothing).
+        foreign::require_groups(req)?;
         if req.children.is_empty() && req.related.is_empty() {
             let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
             let status = DatabaseStatus {
@@ -218,7 +221,7 @@ pub fn finalize(
     }
     let seen = Observed::from_request(req)?.with_children(req).at(ctx.now);
     let (plan, deletion) = plan_finalize(db, &seen, ctx)?;
-    answer(db, &seen, plan, Some(&deletion), ctx)
+    answer(req, &seen, plan, Some(&deletion), ctx)
 }
 
 /// When to look again: soon while something moves by itself, and when the
@@ -241,14 +244,16 @@ fn resync_after(waiting: bool, primary: &Primary, ctx: &Context) -> Option<f64> 
 /// The answer from the plan; `deletion` is how far a deletion got, `None`
 /// when not finalizing.
 fn answer(
-    db: &Database,
+    req: &SyncRequest<Database>,
     seen: &Observed,
     plan: Plan,
     deletion: Option<&Deletion>,
     ctx: &Context,
 ) -> Result<SyncResponse<DatabaseStatus>, HookError> {
+    let db = &req.parent;
     let finalizing = deletion.is_some();
-    let built = children::build(db, seen, &plan, ctx)?;
+    let mut built = children::build(db, seen, &plan, ctx)?;
+    foreign::keep_or_refuse(db, &req.children, &mut built, finalizing)?;
     let status = status(db, seen, &plan, deletion, ctx);
     let finalized = finalizing && plan.is_finalized(db, seen);
     let waiting = finalizing && !finalized || plan.upgrade.in_progress() || plan.primary.changing();

@@ -22,7 +22,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    ready_of, restricted_container, restricted_pod, selector_labels, standard_labels,
+    ready_of, refuse_not_built, restricted_container, restricted_pod, selector_labels,
+    standard_labels,
 };
 use super::validate::{self, InvalidSpec};
 use crate::hook::conditions::{self, Condition, Observation};
@@ -163,6 +164,10 @@ pub fn sync(
     let mc = &req.parent;
     let item_memory = validate(mc)?;
     let pods = req.related.of::<ObservedPod>()?;
+    // Both children are named after the cache; any other would be deleted.
+    let built = |n: &str| n == name(mc);
+    refuse_not_built::<Deployment>(&req.children, "Memcached", name(mc), built)?;
+    refuse_not_built::<Service>(&req.children, "Memcached", name(mc), built)?;
     Ok(SyncResponse {
         status: status(mc, &pods, ctx),
         children: Child::sorted(vec![

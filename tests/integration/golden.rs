@@ -23,11 +23,7 @@ fn fixtures_replay_to_their_committed_answers() {
     let mut replayed = 0;
     for op in operators::all() {
         for case in cases(op.name) {
-            let hook = case
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.split('-').find_map(Hook::parse))
-                .unwrap_or(Hook::Sync);
+            let hook = hook_of(&case);
             let request = std::fs::read(case.join("request.json")).unwrap();
             let call = call_slice(&op, hook, &request, &ctx()).expect("hook exists");
             match call.result {
@@ -74,6 +70,57 @@ fn fixtures_replay_to_their_committed_answers() {
         replayed, on_disk,
         "every case folder has a request.json and was replayed"
     );
+}
+
+/// The hook a case folder is for: the first word of its name that names
+/// one (`finalize-retain`), `sync` otherwise.
+fn hook_of(case: &std::path::Path) -> Hook {
+    case.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('-').find_map(Hook::parse))
+        .unwrap_or(Hook::Sync)
+}
+
+/// Issue 31: a group missing from `children` or `related` was read as
+/// empty, so `finalize` under `Retain` answered `finalized: true` while a
+/// claim existed. Every group of every answered sync and finalize case,
+/// dropped in turn, gets a 409 naming it.
+#[test]
+fn regression_every_missing_group_of_every_hook_is_refused_naming_it() {
+    let mut dropped = 0;
+    for op in operators::all() {
+        for case in cases(op.name) {
+            let hook = hook_of(&case);
+            if hook == Hook::Customize || !case.join("response.json").exists() {
+                continue;
+            }
+            let request: Value =
+                serde_json::from_slice(&std::fs::read(case.join("request.json")).unwrap()).unwrap();
+            for side in ["children", "related"] {
+                for group in request[side].as_object().unwrap().keys() {
+                    let mut without = request.clone();
+                    without[side].as_object_mut().unwrap().remove(group);
+                    let call = call_slice(&op, hook, without.to_string().as_bytes(), &ctx())
+                        .expect("hook exists");
+                    let problem = match call.result {
+                        Ok(_) => panic!("{}: {side} without {group} answered 200", case.display()),
+                        Err(err) => Problem::from_hook_error(&err),
+                    };
+                    assert_eq!(problem.status, 409, "{}: {problem:?}", case.display());
+                    assert!(
+                        problem
+                            .detail
+                            .starts_with(&format!("observed group {group} is missing")),
+                        "{}: {side} without {group}: {}",
+                        case.display(),
+                        problem.detail
+                    );
+                    dropped += 1;
+                }
+            }
+        }
+    }
+    assert!(dropped > 1000, "only {dropped} groups dropped");
 }
 
 /// Both hook versions of the same observed state give the same answer.

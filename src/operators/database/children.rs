@@ -291,7 +291,7 @@ fn hba_lines(db: &Database) -> Option<&[String]> {
     (!lines.is_empty()).then_some(lines.as_slice())
 }
 
-fn hba_name(db: &Database) -> String {
+pub(super) fn hba_name(db: &Database) -> String {
     format!("{}-hba", name(db))
 }
 
@@ -368,11 +368,11 @@ pub fn services(db: &Database, designated: &Primary) -> [Service; 3] {
     ]
 }
 
-fn headless_name(db: &Database) -> String {
+pub(super) fn headless_name(db: &Database) -> String {
     format!("{}-headless", name(db))
 }
 
-fn read_only_name(db: &Database) -> String {
+pub(super) fn read_only_name(db: &Database) -> String {
     format!("{}-ro", name(db))
 }
 
