@@ -646,22 +646,27 @@ pub struct Deletion {
 }
 
 impl Deletion {
-    /// The record carried in the status, completed by what is observed now.
+    /// What the snapshot Job shows, else the record carried in the status.
+    /// The status is what the hook wrote last, but anyone with status
+    /// access can write it: an observed Job that failed or still runs
+    /// decides over it, and a recorded time counts only if it is a time.
     pub fn observe(db: &Database, seen: &Observed, ctx: &Context) -> Self {
-        let recorded = db.status.as_ref().and_then(|s| s.snapshot_time.clone());
-        let succeeded = seen
-            .jobs
-            .get(&jobs::snapshot(db))
-            .filter(|j| backup_job::run_status(j) == RunStatus::Succeeded);
-        let observed = succeeded.map(|job| {
-            job.status
-                .as_ref()
-                .and_then(|s| s.completion_time.as_ref())
-                .map_or_else(|| format_time(ctx.now), |t| format_time(t.0))
-        });
-        Deletion {
-            snapshot_time: recorded.or(observed),
-        }
+        let recorded = db
+            .status
+            .as_ref()
+            .and_then(|s| s.snapshot_time.as_deref()?.parse::<Timestamp>().ok())
+            .map(format_time);
+        let snapshot_time = match seen.jobs.get(&jobs::snapshot(db)) {
+            Some(job) if backup_job::run_status(job) == RunStatus::Succeeded => Some(
+                job.status
+                    .as_ref()
+                    .and_then(|s| s.completion_time.as_ref())
+                    .map_or_else(|| format_time(ctx.now), |t| format_time(t.0)),
+            ),
+            Some(_) => None,
+            None => recorded,
+        };
+        Deletion { snapshot_time }
     }
 }
 
@@ -1561,6 +1566,20 @@ mod tests {
         failed.jobs.insert("orders-snapshot".into(), job("Failed"));
         let got = Deletion::observe(&db("16", "Snapshot"), &failed, &Context::fixed());
         assert_eq!(got.snapshot_time, None, "a failed snapshot records nothing");
+        // Issue 31: a status written by hand finished a failed snapshot.
+        for forged in ["", "garbage", "2026-01-01T00:00:00Z"] {
+            d.status = Some(DatabaseStatus {
+                snapshot_time: Some(forged.into()),
+                ..DatabaseStatus::default()
+            });
+            let got = Deletion::observe(&d, &failed, &Context::fixed());
+            assert_eq!(got.snapshot_time, None, "{forged:?} over a failed Job");
+            let got = Deletion::observe(&d, &Observed::default(), &Context::fixed());
+            assert_eq!(
+                got.snapshot_time.is_some(),
+                !forged.is_empty() && forged != "garbage"
+            );
+        }
     }
 
     /// Issue 9: with the annotation gone and no reported version, a raised
