@@ -293,6 +293,7 @@ mod tests {
             refusals: Vec::new(),
             planned: false,
             request_ignored: None,
+            status_ignored: None,
         };
         assert_eq!(resync_after(false, &waiting(50), &ctx), Some(50.0));
         assert_eq!(resync_after(false, &waiting(0), &ctx), Some(1.0));

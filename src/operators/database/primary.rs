@@ -28,6 +28,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::observed::Observed;
 use super::spec::{Database, name};
+use crate::hook::quote::quote;
 use crate::operators::backup_job::RunStatus;
 
 /// How a promote Job begins its termination message.
@@ -129,6 +130,8 @@ pub struct Primary {
     /// Why a switchover asked for is not carried out, if one is asked for
     /// and is not.
     pub request_ignored: Option<String>,
+    /// Why a primary the status names was not believed, if one was not.
+    pub status_ignored: Option<String>,
 }
 
 /// A failover that happened.
@@ -177,13 +180,42 @@ struct Recorded {
     last_failover_epoch: u64,
 }
 
-fn recorded(db: &Database) -> Recorded {
+/// The status is what the hook wrote last, but anyone with status access
+/// can write it: a primary it names counts only if that instance is
+/// observed (its pod) or the StatefulSet runs it; else it is ignored, and
+/// `ignored` says so.
+fn recorded(db: &Database, seen: &Observed, ignored: &mut Option<String>) -> Recorded {
     let status = db.status.as_ref();
-    let ordinal = |pod: Option<&String>| pod_ordinal(db, pod?);
+    let mut ordinal = |field: &str, pod: Option<&String>| {
+        let pod = pod?;
+        let exists = |o: u32| {
+            i64::from(o) < i64::from(seen.statefulset_replicas())
+                || seen.instances(db).any(|(i, _)| i == o)
+        };
+        let found = pod_ordinal(db, pod).filter(|o| exists(*o));
+        if found.is_none() {
+            *ignored = Some(format!(
+                "status.{field} {} names no instance that runs and is ignored",
+                quote(pod)
+            ));
+        }
+        found
+    };
+    let current = ordinal(
+        "currentPrimary",
+        status.and_then(|s| s.current_primary.as_ref()),
+    );
+    let target = ordinal(
+        "targetPrimary",
+        status.and_then(|s| s.target_primary.as_ref()),
+    );
+    // A designation none of whose instances runs says nothing, its epoch
+    // included: believed, it would start a failover to instance 0.
+    let believed = ignored.is_none() || current.or(target).is_some();
     Recorded {
-        current: ordinal(status.and_then(|s| s.current_primary.as_ref())),
-        target: ordinal(status.and_then(|s| s.target_primary.as_ref())),
-        epoch: status.map_or(0, |s| s.primary_epoch),
+        current,
+        target,
+        epoch: status.filter(|_| believed).map_or(0, |s| s.primary_epoch),
         last_failover_epoch: status
             .and_then(|s| s.last_failover.as_ref())
             .map_or(0, |f| f.epoch),
@@ -213,7 +245,8 @@ pub(super) fn decide(
     may_fail_over: bool,
     rollout: Option<u32>,
 ) -> Primary {
-    let rec = recorded(db);
+    let mut status_ignored = None;
+    let rec = recorded(db, seen, &mut status_ignored);
     let (designated, epoch) = designation(db, seen, &rec);
     let succeeded = |e: u64, o: u32| seen.job(&promote_job(db, e, o)) == Some(RunStatus::Succeeded);
     // The primary that serves: the designated one once promoted (or the
@@ -236,6 +269,7 @@ pub(super) fn decide(
         refusals: refusals(db, seen, epoch),
         planned: false,
         request_ignored: None,
+        status_ignored,
     };
     let request = switchover_request(db);
     if primary.changing() {

@@ -84,7 +84,10 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
             None => (
                 ConditionStatus::False,
                 "Stable",
-                format!("{designated} is the primary (epoch {epoch})"),
+                match &primary.status_ignored {
+                    Some(why) => format!("{designated} is the primary (epoch {epoch}); {why}"),
+                    None => format!("{designated} is the primary (epoch {epoch})"),
+                },
             ),
         },
         Step::Waiting { since, after } => (
