@@ -59,6 +59,10 @@ pub struct ObservedPodStatus {
     /// The pod's IP address, once it has one.
     #[serde(rename = "podIP", default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
+    /// Why the pod is in its phase, when the kubelet says: `Evicted`,
+    /// `DeadlineExceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// How its init containers ran.
     #[serde(
         rename = "initContainerStatuses",
@@ -109,6 +113,9 @@ pub struct ObservedTermination {
     /// The message it wrote to its termination log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Why it stopped, when the kubelet says: `OOMKilled`, `Error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl ObservedPod {
@@ -170,6 +177,33 @@ impl ObservedPod {
     /// The pod's phase, if reported.
     pub fn phase(&self) -> Option<&str> {
         self.status.as_ref()?.phase.as_deref()
+    }
+
+    /// Why the pod failed, when it did (phase `Failed`, or a container
+    /// that stopped with a non-zero exit code), whatever it printed: the
+    /// phase's reason, else the first failed container's exit code and
+    /// reason.
+    pub fn failure(&self) -> Option<String> {
+        let status = self.status.as_ref()?;
+        let failed_container = [&status.init_container_statuses, &status.container_statuses]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|c| {
+                let t = c.state.as_ref()?.terminated.as_ref()?;
+                (t.exit_code != 0).then(|| {
+                    let why = t.reason.as_deref().unwrap_or("no reason given");
+                    format!("container {} exited {} ({why})", c.name, t.exit_code)
+                })
+            });
+        match (status.phase.as_deref(), failed_container) {
+            (_, Some(container)) => Some(container),
+            (Some("Failed"), None) => Some(format!(
+                "pod phase Failed ({})",
+                status.reason.as_deref().unwrap_or("no reason given")
+            )),
+            _ => None,
+        }
     }
 }
 

@@ -448,12 +448,11 @@ pub fn sync(
         .into_iter()
         .find(|s| s.metadata.name.as_deref() == Some(b.spec.target.name.as_str()));
     // The backup runs: the verification runs share the Backup's label.
-    let jobs: Vec<Job> = req
+    let (verify_jobs, jobs): (Vec<Job>, Vec<Job>) = req
         .related
         .of::<Job>()?
         .into_iter()
-        .filter(|j| !labelled_verify(&j.metadata))
-        .collect();
+        .partition(|j| labelled_verify(&j.metadata));
     let pods = req.related.of::<ObservedPod>()?;
 
     let usable = target
@@ -474,7 +473,7 @@ pub fn sync(
         b,
         observed_cron.as_ref(),
         usable.as_ref(),
-        (&jobs, &pods),
+        (&jobs, &pods, &verify_jobs),
         ctx,
     );
     Ok(SyncResponse {
@@ -585,11 +584,15 @@ fn verification_children(b: &Backup, source: &Source, cron: Option<&CronJob>) ->
 
 /// With `spec.verify`: `BackupVerified` and the newest dump proven to
 /// restore, from the newest finished verification run.
-fn verified(b: &Backup, pods: &[ObservedPod]) -> (Option<Observation>, Option<VerifiedBackup>) {
+fn verified(
+    b: &Backup,
+    pods: &[ObservedPod],
+    jobs: &[Job],
+) -> (Option<Observation>, Option<VerifiedBackup>) {
     let Some(_) = &b.spec.verify else {
         return (None, None);
     };
-    let report = verification::newest_report(pods.iter());
+    let report = verification::newest_report(pods.iter(), jobs.iter());
     let recorded = b
         .status
         .as_ref()
@@ -622,7 +625,7 @@ pub fn status(
     b: &Backup,
     cron: Option<&CronJob>,
     target: Option<&Result<Source, Unusable>>,
-    (jobs, pods): (&[Job], &[ObservedPod]),
+    (jobs, pods, verify_jobs): (&[Job], &[ObservedPod], &[Job]),
     ctx: &Context,
 ) -> BackupStatus {
     let cron_status = cron.and_then(|c| c.status.as_ref());
@@ -640,7 +643,7 @@ pub fn status(
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let (verified, last_verified_backup) = verified(b, pods);
+    let (verified, last_verified_backup) = verified(b, pods, verify_jobs);
     let mut observations = vec![
         target_found(b, target),
         ready(b, cron, target),

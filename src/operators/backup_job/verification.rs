@@ -206,26 +206,63 @@ pub enum Report {
     Failed(String),
 }
 
-/// The newest finished verification run among `pods`, as it reported
-/// itself: `mark`'s message when recording the proof failed (it leaves one
-/// only then), else `verify`'s, or `select`'s when choosing or downloading
-/// failed.
-pub fn newest_report<'a>(pods: impl Iterator<Item = &'a ObservedPod>) -> Option<Report> {
-    pods.filter(|p| {
-        p.metadata
-            .labels
+/// The newest finished verification run among `pods` and `jobs`, as it
+/// reported itself: `mark`'s message when recording the proof failed (it
+/// leaves one only then), else `verify`'s, or `select`'s when choosing or
+/// downloading failed. A run that failed without a message (killed for
+/// memory, evicted, past its deadline, never started) is a failure all the
+/// same: its pod's failure, else its failed Job's condition.
+pub fn newest_report<'a>(
+    pods: impl Iterator<Item = &'a ObservedPod>,
+    jobs: impl Iterator<Item = &'a Job>,
+) -> Option<Report> {
+    let is_run = |meta: &ObjectMeta| {
+        meta.labels
             .as_ref()
             .is_some_and(|l| l.contains_key(LABEL_VERIFY))
-    })
-    .filter_map(|p| {
-        let message = ["mark", "verify", "select"]
-            .into_iter()
-            .find_map(|c| p.container_message(c))?;
+    };
+    let from_pods = pods.filter(|p| is_run(&p.metadata)).filter_map(|p| {
         let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        Some(((created, p.metadata.name.clone()), message))
-    })
-    .max_by_key(|(newest, _)| newest.clone())
-    .map(|((created, _), message)| read_report(message, created))
+        let report = match ["mark", "verify", "select"]
+            .into_iter()
+            .find_map(|c| p.container_message(c))
+        {
+            Some(message) => read_report(message, created),
+            None => Report::Failed(format!("it left no report: {}", p.failure()?)),
+        };
+        Some(((created, p.metadata.name.clone()), report))
+    });
+    let from_jobs = jobs
+        .filter(|j| is_run(&j.metadata) && super::run_status(j) == super::RunStatus::Failed)
+        .map(|j| {
+            let created = j.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let failed = j
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Failed"));
+            let why = failed
+                .map(|c| {
+                    format!(
+                        "{}: {}",
+                        c.reason.as_deref().unwrap_or("Failed"),
+                        c.message.as_deref().unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            let name = j.metadata.name.clone();
+            let report = Report::Failed(format!(
+                "job {} failed and no pod of it left a report ({})",
+                name.as_deref().unwrap_or_default(),
+                why.trim_end_matches([' ', ':'])
+            ));
+            ((created, name), report)
+        });
+    // A run's pod is made after its Job: what the pod says wins.
+    from_pods
+        .chain(from_jobs)
+        .max_by(|(a, _), (b, _)| a.cmp(b))
+        .map(|(_, report)| report)
 }
 
 /// Reads one run's message: `opshooks verify: verified tables=<n> rows=<n>
@@ -324,6 +361,11 @@ mod tests {
             .typed()
     }
 
+    /// The older of the test's two runs, the verified one.
+    fn v_pod(pods: &[ObservedPod]) -> ObservedPod {
+        pods[0].clone()
+    }
+
     fn json_status(message: &str) -> serde_json::Value {
         serde_json::json!({"containerStatuses": [
             {"name": "verify", "state": {"terminated": {"exitCode": 0, "message": message}}}
@@ -342,14 +384,14 @@ mod tests {
             .typed::<ObservedPod>();
         let pods = [older.clone(), newer.clone(), backup_pod];
         assert_eq!(
-            newest_report(pods.iter()),
+            newest_report(pods.iter(), [].iter()),
             Some(Report::Failed(
                 "the dump is truncated or corrupt: pg_restore: error: unexpected end of file"
                     .into()
             )),
             "the newest verification pod, not a backup's"
         );
-        let Some(Report::Verified(v)) = newest_report([older].iter()) else {
+        let Some(Report::Verified(v)) = newest_report([older].iter(), [].iter()) else {
             panic!("a verified run reads as one");
         };
         assert_eq!(
@@ -379,13 +421,64 @@ mod tests {
                 {"name": "verify", "state": {"terminated": {"exitCode": 0, "message": ok}}}]}))
             .typed::<ObservedPod>();
         assert_eq!(
-            newest_report([unmarked].iter()),
+            newest_report([unmarked].iter(), [].iter()),
             Some(Report::Failed(
                 "access denied writing n/x.pgdump.verified".into()
             ))
         );
+        // Issue 31: a run killed for memory left no message and was
+        // ignored, so an older success stayed True.
+        let oom_killed = fixtures::pod("v-4")
+            .label(LABEL_VERIFY, "true")
+            .created("2026-01-08T00:00:00Z")
+            .status(serde_json::json!({"phase": "Failed", "containerStatuses": [
+                {"name": "verify", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}))
+            .typed::<ObservedPod>();
+        assert_eq!(
+            newest_report([v_pod(&pods), oom_killed].iter(), [].iter()),
+            Some(Report::Failed(
+                "it left no report: container verify exited 137 (OOMKilled)".into()
+            ))
+        );
+        let evicted = fixtures::pod("v-5")
+            .label(LABEL_VERIFY, "true")
+            .created("2026-01-08T00:00:00Z")
+            .status(serde_json::json!({"phase": "Failed", "reason": "Evicted"}))
+            .typed::<ObservedPod>();
+        assert_eq!(
+            newest_report([v_pod(&pods), evicted].iter(), [].iter()),
+            Some(Report::Failed(
+                "it left no report: pod phase Failed (Evicted)".into()
+            ))
+        );
+        // Past its deadline, or never started: only the Job says so.
+        let past_deadline = fixtures::job("orders-verify-20260108000000")
+            .label(LABEL_VERIFY, "true")
+            .created("2026-01-08T00:00:00Z")
+            .set(
+                "/status",
+                serde_json::json!({"conditions": [
+                    {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}),
+            )
+            .typed::<Job>();
+        assert_eq!(
+            newest_report([v_pod(&pods)].iter(), [past_deadline.clone()].iter()),
+            Some(Report::Failed(
+                "job orders-verify-20260108000000 failed and no pod of it left a report (DeadlineExceeded)".into()
+            ))
+        );
+        // A run still going (no failure, no message) reports nothing.
+        let running = fixtures::pod("v-6")
+            .label(LABEL_VERIFY, "true")
+            .created("2026-01-09T00:00:00Z")
+            .status(serde_json::json!({"phase": "Running"}))
+            .typed::<ObservedPod>();
+        assert_eq!(
+            newest_report([v_pod(&pods), running].iter(), [].iter()),
+            newest_report([v_pod(&pods)].iter(), [].iter())
+        );
         // A failed run keeps the dump proven before; a newer success replaces it.
-        let failed = newest_report(pods.iter());
+        let failed = newest_report(pods.iter(), [].iter());
         assert_eq!(last_verified(failed.as_ref(), Some(&v)), Some(v.clone()));
         assert_eq!(last_verified(failed.as_ref(), None), None);
     }

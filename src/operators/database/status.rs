@@ -639,7 +639,7 @@ fn not_over(holds: Holds) -> String {
 /// With `spec.backup.verify`: `BackupVerified`, from the newest finished
 /// verification run; and the newest dump proven to restore, now or before.
 fn verified(db: &Database, seen: &Observed) -> (Option<Observation>, Option<VerifiedBackup>) {
-    let report = verification::newest_report(seen.pods.iter());
+    let report = verification::newest_report(seen.pods.iter(), seen.jobs.values());
     let recorded = db
         .status
         .as_ref()
