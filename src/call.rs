@@ -53,6 +53,8 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             call.children_in = req.children.len() + req.related.len();
             req.children.check_keys()?;
             req.related.check_keys()?;
+            req.children.check_scope(head.namespace())?;
+            req.related.check_scope(None)?;
             // The route decides which hook this is, whatever the body says.
             req.finalizing = hook == Hook::Finalize;
             let answer = f(req, ctx)?;

@@ -110,6 +110,37 @@ impl ObjectGroups {
         Ok(())
     }
 
+    /// Checks that no object is observed twice (under a `name` and a
+    /// `namespace/name` key of one group) and, for children (`namespace`:
+    /// the parent's), that none lies in another namespace: Metacontroller
+    /// sends neither, and an answer built from such a request would act
+    /// on the wrong object or delete one of the two.
+    pub fn check_scope(&self, namespace: Option<&str>) -> Result<(), DecodeError> {
+        for (key, group) in &self.0 {
+            let mut seen = std::collections::BTreeSet::new();
+            for (path, raw) in group {
+                let head: Head<String> =
+                    serde_json::from_str(raw.get()).unwrap_or(Head { metadata: None });
+                let meta = head.metadata.as_ref();
+                let object_ns = meta.and_then(|m| m.namespace.clone());
+                if let (Some(parent), Some(object)) = (namespace, object_ns.as_deref())
+                    && parent != object
+                {
+                    return Err(DecodeError::Malformed(format!(
+                        "observed {key} {path:?}: metadata.namespace is {object:?}, not the parent's {parent:?}; a child lies in its parent's namespace"
+                    )));
+                }
+                let ns = object_ns.or_else(|| namespace.map(String::from));
+                if !seen.insert((ns, name_in(path).to_string())) {
+                    return Err(DecodeError::Malformed(format!(
+                        "observed {key} {path:?}: the same object is observed under two keys"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every object as its group key and name (read from its path key,
     /// which [`ObjectGroups::check_keys`] holds to the object's name).
     pub fn names(&self) -> impl Iterator<Item = (&str, &str)> {
@@ -367,6 +398,37 @@ mod tests {
             err.starts_with("observed Pod.v1 \"web-0\": metadata.name: invalid type"),
             "{err}"
         );
+    }
+
+    /// Issue 31: an object in another namespace, or one observed under
+    /// both key shapes, reached the operator.
+    #[test]
+    fn regression_children_lie_in_the_parents_namespace_and_once() {
+        let pod = |ns: &str| json!({"metadata": {"name": "web-0", "namespace": ns}});
+        let cases = [
+            ("own namespace", json!({"ns/web-0": pod("ns")}), None),
+            ("v1 key", json!({"web-0": pod("ns")}), None),
+            (
+                "other namespace",
+                json!({"other/web-0": pod("other")}),
+                Some("metadata.namespace is \"other\", not the parent's \"ns\""),
+            ),
+            (
+                "two keys",
+                json!({"web-0": pod("ns"), "ns/web-0": pod("ns")}),
+                Some("the same object is observed under two keys"),
+            ),
+        ];
+        for (reason, group, want) in cases {
+            let got = groups(json!({ "Pod.v1": group })).check_scope(Some("ns"));
+            match want {
+                None => assert!(got.is_ok(), "{reason}: {got:?}"),
+                Some(want) => {
+                    let err = got.unwrap_err().to_string();
+                    assert!(err.contains(want), "{reason}: {err}");
+                }
+            }
+        }
     }
 
     #[test]
