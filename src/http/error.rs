@@ -280,12 +280,17 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// Reads a whole body of at most `max` bytes within `deadline`.
+/// Reads a whole body of at most `max` bytes within `deadline`, asking
+/// `hold` for room for each part as it arrives. When `hold` refuses, the
+/// rest of the body is read and dropped (so the client, still sending,
+/// reads the refusal rather than a reset connection) and its refusal is
+/// the answer.
 pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
     max: usize,
     deadline: Duration,
+    mut hold: impl FnMut(usize) -> Result<(), Problem>,
 ) -> Result<Bytes, Problem> {
     let too_large = |size: Option<u64>| {
         let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
@@ -300,28 +305,40 @@ pub(super) async fn read_body(
         return Err(too_large(Some(length)));
     }
     // One buffer of the declared size: collecting chunks and joining them
-    // would hold the body twice at the end.
+    // would hold the body twice at the end. Its pages are touched, and so
+    // use memory, only as the body arrives.
     let capacity = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
     // The most the buffer held, known even when the deadline drops it.
     let mut held = 0;
+    let mut refused = None;
     let read = async {
         use http_body_util::BodyExt;
         let mut body = body;
         let mut buffer = Vec::with_capacity(capacity);
-        held = buffer.capacity();
         while let Some(frame) = body.frame().await {
             if let Some(data) = frame?.data_ref() {
-                if buffer.len() + data.len() > max {
+                let received = buffer.len() + data.len();
+                if received > max {
+                    return Ok(None);
+                }
+                if let Err(problem) = hold(received) {
+                    refused = Some(problem);
+                    drop(buffer);
+                    let mut seen = received;
+                    drain(&mut body, &mut seen, max).await;
                     return Ok(None);
                 }
                 buffer.extend_from_slice(data);
-                held = buffer.capacity();
+                held = received;
             }
         }
         Ok::<_, axum::Error>(Some(Bytes::from(buffer)))
     };
     let read = tokio::time::timeout(deadline, read).await;
-    let result = refused_or_read(read, declared, deadline, too_large);
+    let result = match refused {
+        Some(problem) => Err(problem),
+        None => refused_or_read(read, declared, deadline, too_large),
+    };
     if result.is_err() && held >= super::memory::LARGE_BODY {
         // The refused body is freed by now, on this thread: hand its pages
         // back as after a large call, rather than when this thread next
@@ -372,19 +389,22 @@ fn whole(bytes: Bytes, declared: Option<u64>) -> Result<Bytes, Problem> {
 /// one frame at a time; gives up silently past either. Returns how many
 /// bytes it read.
 pub(super) async fn discard_body(body: Body, max: usize, deadline: Duration) -> usize {
-    use http_body_util::BodyExt;
     let mut body = body;
-    let mut seen = 0usize;
-    let drain = async {
-        while let Some(Ok(frame)) = body.frame().await {
-            seen += frame.data_ref().map_or(0, Bytes::len);
-            if seen > max {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(deadline, drain).await;
+    let mut seen = 0;
+    let _ = tokio::time::timeout(deadline, drain(&mut body, &mut seen, max)).await;
     seen
+}
+
+/// Reads and drops the rest of a body, one frame at a time, until it ends,
+/// fails or passes `max` bytes counting the `seen` already read.
+async fn drain(body: &mut Body, seen: &mut usize, max: usize) {
+    use http_body_util::BodyExt;
+    while let Some(Ok(frame)) = body.frame().await {
+        *seen += frame.data_ref().map_or(0, Bytes::len);
+        if *seen > max {
+            break;
+        }
+    }
 }
 
 fn is_length_limit(err: &axum::Error) -> bool {
@@ -457,6 +477,7 @@ mod tests {
             &headers,
             10,
             Duration::from_secs(1),
+            |_| Ok(()),
         )
         .await
         .unwrap_err();
@@ -466,6 +487,7 @@ mod tests {
             &HeaderMap::new(),
             10,
             Duration::from_secs(1),
+            |_| Ok(()),
         )
         .await
         .unwrap_err();
@@ -475,6 +497,7 @@ mod tests {
             &HeaderMap::new(),
             10,
             Duration::from_secs(1),
+            |_| Ok(()),
         )
         .await
         .unwrap();

@@ -129,10 +129,10 @@ async fn admit(
     // A place before the body is read: past the limit, answer 429 without
     // holding one more body in memory. The body is read and dropped first,
     // so the client (which is still sending) reads the 429 rather than a
-    // reset connection.
+    // reset connection. The body then holds budget as it arrives, not for
+    // the length it declares.
     let limits = &state.limits;
-    let size = error::declared_length(headers).unwrap_or(limits.max_body_bytes as u64);
-    let ticket = match state.admission.enter(size) {
+    let mut ticket = match state.admission.enter(error::declared_length(headers)) {
         Ok(ticket) => ticket,
         Err(problem) => {
             let seen =
@@ -144,8 +144,14 @@ async fn admit(
         }
     };
     error::check_content_type(headers)?;
-    let bytes =
-        error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout).await?;
+    let bytes = error::read_body(
+        body,
+        headers,
+        limits.max_body_bytes,
+        limits.request_timeout,
+        |received| ticket.hold(received),
+    )
+    .await?;
     if tracing::enabled!(Level::DEBUG) {
         debug!(body = %redacted(&bytes), "hook request");
     }

@@ -564,3 +564,48 @@ async fn an_http2_body_reset_before_its_content_length_is_never_computed() {
     drop(stream);
     server.stop().await;
 }
+
+/// Opens a call that declares a `Content-Length` of 32 MiB and sends its
+/// body one byte every 100 ms, until the returned task is aborted.
+async fn trickler(address: SocketAddr) -> JoinHandle<()> {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let head = "POST /webserver/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 33554432\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(b"{").await.unwrap();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            every.tick().await;
+            if stream.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Issue 31: two connections declaring 32 MiB bodies and trickling them a
+/// byte at a time reserved the whole 64 MiB buffered budget, so every other
+/// call (a 3.6 KB one too) got 429 until their deadline. A body now holds
+/// the budget it has received, and an ordinary call is answered at once.
+#[tokio::test]
+async fn regression_two_trickled_huge_bodies_do_not_starve_a_small_call() {
+    let server = Server::start(quick()).await;
+    let trickling = [
+        trickler(server.address).await,
+        trickler(server.address).await,
+    ];
+    // Both calls are in: their headers and first bytes were read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let stream = TcpStream::connect(server.address).await.unwrap();
+        let reply = exchange(stream, "/webserver/sync", &request()).await;
+        let took = started.elapsed();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    }
+    for task in trickling {
+        task.abort();
+    }
+    server.stop().await;
+}
