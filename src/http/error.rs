@@ -197,7 +197,7 @@ mod status_code {
 
 /// Every metrics label [`outcome`] gives, so each series exists from the
 /// first scrape.
-pub(super) const OUTCOMES: [&str; 12] = [
+pub(super) const OUTCOMES: [&str; 13] = [
     "ok",
     "bad_request",
     "unauthorized",
@@ -210,6 +210,7 @@ pub(super) const OUTCOMES: [&str; 12] = [
     "timeout",
     "internal",
     "other",
+    super::report::CLIENT_GONE,
 ];
 
 /// The outcomes of a refusal made before any route is known, counted with
@@ -468,39 +469,35 @@ mod tests {
         assert_eq!(problem.title, "Bad Request");
     }
 
+    /// Reads `body` with at most `max` bytes, declaring `length`, with
+    /// room for every byte.
+    async fn read(body: &str, length: Option<&'static str>, max: usize) -> Result<Bytes, Problem> {
+        let mut headers = HeaderMap::new();
+        if let Some(length) = length {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(length));
+        }
+        let body = Body::from(body.to_string());
+        read_body(body, &headers, max, Duration::from_secs(1), |_| Ok(())).await
+    }
+
     #[tokio::test]
     async fn declared_and_streamed_oversize_bodies_are_refused() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("11"));
-        let declared = read_body(
-            Body::from("x".repeat(11)),
-            &headers,
-            10,
-            Duration::from_secs(1),
-            |_| Ok(()),
-        )
-        .await
-        .unwrap_err();
+        let declared = read(&"x".repeat(11), Some("11"), 10).await.unwrap_err();
         assert_eq!(declared.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let streamed = read_body(
-            Body::from("x".repeat(11)),
-            &HeaderMap::new(),
-            10,
-            Duration::from_secs(1),
-            |_| Ok(()),
-        )
-        .await
-        .unwrap_err();
+        let streamed = read(&"x".repeat(11), None, 10).await.unwrap_err();
         assert_eq!(streamed.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let fits = read_body(
-            Body::from("x".repeat(10)),
-            &HeaderMap::new(),
-            10,
-            Duration::from_secs(1),
-            |_| Ok(()),
-        )
-        .await
-        .unwrap();
+        let fits = read(&"x".repeat(10), None, 10).await.unwrap();
         assert_eq!(fits.len(), 10);
+    }
+
+    /// Issue 18: a body that ends before its Content-Length (an HTTP/2
+    /// stream reset with NO_ERROR ends it without an error) is refused,
+    /// never computed.
+    #[tokio::test]
+    async fn a_body_shorter_than_its_content_length_is_refused() {
+        let cut = read("{}", Some("12"), 100).await.unwrap_err();
+        assert_eq!(cut.status, StatusCode::BAD_REQUEST);
+        let detail = &cut.detail;
+        assert!(detail.contains("after 2 of the 12 bytes"), "{detail}");
     }
 }
