@@ -13,7 +13,8 @@
 //! the small routes; `hook_call` the hook routes' adapter; `admission` the
 //! places and bytes a call may hold (429); `limits` the limits themselves;
 //! `auth` the bearer token; `error` every refusal and the body's checks;
-//! `redact` Secrets out of debug logs; `memory` handing freed pages back
+//! `redact` Secrets out of debug logs; `report` the one log line and
+//! metric per call, written when its answer is delivered; `memory` handing freed pages back
 //! after a large body; `server` the listener, draining and the shutdown
 //! signal; `tls` and `reload` the certificate and the files that change
 //! underneath; `metrics` and `openapi` what they say.
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod openapi;
 mod redact;
 pub mod reload;
+mod report;
 mod server;
 pub mod tls;
 

@@ -1,11 +1,18 @@
 //! Bounded work: at most `concurrent` hook computations at once, at most
 //! `queued` more calls waiting (their bodies being read or waiting for a
-//! worker), and at most `buffered` bytes of bodies held by all of them (a
-//! body counts its declared length, or the largest allowed when it declares
-//! none). A call past any of these is answered 429 with `Retry-After` before
-//! its body is read, and Metacontroller requeues the parent after that many
-//! seconds. Small calls queue freely; large ones are refused early. A computation holds its places until it really ends,
-//! even when its caller was already answered 503, so work abandoned at the
+//! worker), and at most `buffered` bytes of bodies held by all of them. A
+//! call past the places is answered 429 with `Retry-After` before its body
+//! is read, and Metacontroller requeues the parent after that many seconds.
+//!
+//! A body holds the budget for the bytes it has received, not for the
+//! length it declares: a client that declares 32 MiB and trickles a byte a
+//! second holds a KiB, so a few such clients cannot turn every other call
+//! away. A body that grows past what is left is refused 429. A quarter of
+//! the budget is kept for small bodies (under [`LARGE_BODY`], declared or
+//! as received so far): large bodies that arrive in full and then stall
+//! take at most the rest, and Metacontroller's ordinary calls still enter.
+//! A computation holds its places and its bytes until it really ends, even
+//! when its caller was already answered 503, so work abandoned at the
 //! deadline still counts and can never pile up behind the answers.
 
 use std::sync::Arc;
@@ -14,6 +21,7 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::{Problem, RETRY_AFTER_SECONDS, Refusal};
+use super::memory::LARGE_BODY;
 
 /// The places for hook calls.
 #[derive(Clone, Debug)]
@@ -22,10 +30,21 @@ pub(super) struct Admission {
     places: Arc<Semaphore>,
     /// A call holds one of these while it computes.
     workers: Arc<Semaphore>,
-    /// A call holds one per KiB of its body until its computation ends.
-    kib: Arc<Semaphore>,
+    /// The bytes of bodies, in KiB.
+    budget: Arc<Budget>,
     concurrent: usize,
     queued: usize,
+}
+
+/// The byte budget of bodies, one permit per KiB: a shared part any body
+/// may hold and a reserve only small bodies may.
+#[derive(Debug)]
+struct Budget {
+    shared: Arc<Semaphore>,
+    reserve: Arc<Semaphore>,
+    /// The shared part's size, in KiB: the most one body is charged, so one
+    /// body alone always fits.
+    shared_kib: u32,
     buffered: usize,
 }
 
@@ -33,8 +52,19 @@ pub(super) struct Admission {
 #[derive(Debug)]
 pub(super) struct Ticket {
     _place: OwnedSemaphorePermit,
-    _kib: OwnedSemaphorePermit,
+    body: Held,
     _worker: Option<OwnedSemaphorePermit>,
+}
+
+/// The KiB of budget one body holds, from each part.
+#[derive(Debug)]
+struct Held {
+    budget: Arc<Budget>,
+    shared: Option<OwnedSemaphorePermit>,
+    reserve: Option<OwnedSemaphorePermit>,
+    /// Whether the body declared itself large: then it never takes from
+    /// the reserve.
+    large: bool,
 }
 
 impl Admission {
@@ -42,49 +72,44 @@ impl Admission {
     /// `buffered` bytes of bodies.
     pub(super) fn new(concurrent: usize, queued: usize, buffered: usize) -> Self {
         let concurrent = concurrent.max(1);
+        let total = kib(buffered as u64);
+        let reserve = total / 4;
+        let shared = (total - reserve).max(1);
         Admission {
             places: Arc::new(Semaphore::new(concurrent + queued)),
             workers: Arc::new(Semaphore::new(concurrent)),
-            kib: Arc::new(Semaphore::new(kib(buffered as u64).max(1) as usize)),
+            budget: Arc::new(Budget {
+                shared: Arc::new(Semaphore::new(shared as usize)),
+                reserve: Arc::new(Semaphore::new(reserve as usize)),
+                shared_kib: shared,
+                buffered,
+            }),
             concurrent,
             queued,
-            buffered,
         }
     }
 
-    /// A place for a new call whose body is `size` bytes long (the most a
-    /// body may be when it does not say), or 429.
-    pub(super) fn enter(&self, size: u64) -> Result<Ticket, Problem> {
-        let full = |what: String| {
-            Problem::from(Refusal::Overloaded(format!(
-                "{what}, the most this server takes; retry after {RETRY_AFTER_SECONDS} s (Metacontroller does), or raise --max-concurrent-hooks, --max-queued-hooks or --max-buffered-bytes"
-            )))
-        };
+    /// A place for a new call whose body declares `declared` bytes (`None`
+    /// when it does not say), holding its first KiB, or 429.
+    pub(super) fn enter(&self, declared: Option<u64>) -> Result<Ticket, Problem> {
         let place = Arc::clone(&self.places).try_acquire_owned().map_err(|_| {
-            full(format!(
+            overloaded(format!(
                 "{} hook calls are computing and {} waiting",
                 self.concurrent, self.queued
             ))
         })?;
-        // Never more than the whole budget, so one body alone always fits.
-        let wanted = kib(size).min(self.kib_total());
-        let kib = Arc::clone(&self.kib)
-            .try_acquire_many_owned(wanted)
-            .map_err(|_| {
-                full(format!(
-                    "the bodies of the calls in progress and this one's {size} bytes are over {} bytes",
-                    self.buffered
-                ))
-            })?;
+        let mut body = Held {
+            budget: Arc::clone(&self.budget),
+            shared: None,
+            reserve: None,
+            large: declared.is_some_and(|n| n >= LARGE_BODY as u64),
+        };
+        body.grow(0)?;
         Ok(Ticket {
             _place: place,
-            _kib: kib,
+            body,
             _worker: None,
         })
-    }
-
-    fn kib_total(&self) -> u32 {
-        kib(self.buffered as u64).max(1)
     }
 
     /// Waits for a worker until `deadline`; 503 when none frees up in time,
@@ -109,6 +134,61 @@ impl Admission {
     }
 }
 
+impl Ticket {
+    /// Holds budget for `received` bytes of this call's body, or 429 when
+    /// the bodies in progress leave no room for them.
+    pub(super) fn hold(&mut self, received: usize) -> Result<(), Problem> {
+        self.body.grow(received)
+    }
+}
+
+impl Held {
+    fn kib(&self) -> u32 {
+        let count = |p: &Option<OwnedSemaphorePermit>| p.as_ref().map_or(0, |p| p.num_permits());
+        u32::try_from(count(&self.shared) + count(&self.reserve)).unwrap_or(u32::MAX)
+    }
+
+    /// Holds enough for `received` bytes: from the shared part first, then,
+    /// while the body is small, from the reserve.
+    fn grow(&mut self, received: usize) -> Result<(), Problem> {
+        let budget = Arc::clone(&self.budget);
+        let wanted = kib(received as u64).min(budget.shared_kib);
+        let more = wanted.saturating_sub(self.kib());
+        if more == 0 {
+            return Ok(());
+        }
+        let small = !self.large && received < LARGE_BODY;
+        let taken = take(&budget.shared, &mut self.shared, more)
+            || (small && take(&budget.reserve, &mut self.reserve, more));
+        if taken {
+            return Ok(());
+        }
+        Err(overloaded(format!(
+            "the bodies of the calls in progress and this one's {received} bytes so far are over {} bytes",
+            budget.buffered
+        )))
+    }
+}
+
+/// Takes `more` permits from `from` into `into`, all or none.
+fn take(from: &Arc<Semaphore>, into: &mut Option<OwnedSemaphorePermit>, more: u32) -> bool {
+    let Ok(permit) = Arc::clone(from).try_acquire_many_owned(more) else {
+        return false;
+    };
+    match into {
+        Some(held) => held.merge(permit),
+        None => *into = Some(permit),
+    }
+    true
+}
+
+/// The 429 of a call that finds no room.
+fn overloaded(what: String) -> Problem {
+    Problem::from(Refusal::Overloaded(format!(
+        "{what}, the most this server takes; retry after {RETRY_AFTER_SECONDS} s (Metacontroller does), or raise --max-concurrent-hooks, --max-queued-hooks or --max-buffered-bytes"
+    )))
+}
+
 /// Whole KiB in `bytes`, rounded up (at least one: every call counts).
 fn kib(bytes: u64) -> u32 {
     u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX)
@@ -123,9 +203,9 @@ mod tests {
     #[tokio::test]
     async fn places_run_out_into_429_and_come_back_when_dropped() {
         let admission = Admission::new(1, 1, 1 << 20);
-        let first = admission.enter(100).unwrap();
-        let second = admission.enter(100).unwrap();
-        let refused = admission.enter(100).unwrap_err();
+        let first = admission.enter(Some(100)).unwrap();
+        let second = admission.enter(Some(100)).unwrap();
+        let refused = admission.enter(Some(100)).unwrap_err();
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(
             refused.detail.contains("--max-concurrent-hooks"),
@@ -141,14 +221,14 @@ mod tests {
             .unwrap_err();
         assert_eq!(waited.status, StatusCode::SERVICE_UNAVAILABLE);
         drop(working);
-        let again = admission.enter(100).unwrap();
+        let again = admission.enter(Some(100)).unwrap();
         assert!(admission.work(again, soon).await.is_ok());
     }
 
     #[tokio::test]
     async fn a_deadline_already_past_never_starts_work() {
         let admission = Admission::new(2, 0, 1 << 20);
-        let ticket = admission.enter(1).unwrap();
+        let ticket = admission.enter(Some(1)).unwrap();
         let past = Instant::now() - Duration::from_millis(1);
         assert!(admission.work(ticket, past).await.is_err());
     }
@@ -159,23 +239,48 @@ mod budget {
     use super::*;
     use axum::http::StatusCode;
 
+    /// Issue 31: two bodies declaring 32 MiB held the whole budget before
+    /// a byte of them arrived. A body holds what it received, a large one
+    /// is refused when it outgrows what is left, and small bodies keep a
+    /// reserve the large ones never take.
     #[test]
-    fn large_bodies_share_the_byte_budget_and_small_ones_still_enter() {
-        let admission = Admission::new(2, 100, 10 << 20);
-        let big = admission.enter(6 << 20).unwrap();
-        let refused = admission.enter(6 << 20).unwrap_err();
+    fn bodies_hold_what_they_received_and_small_ones_keep_a_reserve() {
+        // 6 MiB shared, 2 MiB reserved for small bodies.
+        let admission = Admission::new(2, 100, 8 << 20);
+        let mut first = admission.enter(Some(32 << 20)).unwrap();
+        let mut second = admission.enter(Some(32 << 20)).unwrap();
+        first.hold(4 << 20).unwrap();
+        let refused = second.hold(3 << 20).unwrap_err();
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(
             refused.detail.contains("--max-buffered-bytes"),
             "{}",
             refused.detail
         );
-        let small: Vec<_> = (0..50).map(|_| admission.enter(4096).unwrap()).collect();
-        drop(big);
-        assert!(admission.enter(6 << 20).is_ok());
-        drop(small);
+        second.hold(2 << 20).unwrap();
+        assert!(
+            admission.enter(Some(2 << 20)).is_err(),
+            "the shared part is full"
+        );
+        let small: Vec<_> = (0..50)
+            .map(|_| {
+                let mut call = admission.enter(Some(4096)).unwrap();
+                call.hold(4096).unwrap();
+                call
+            })
+            .collect();
+        // A body that does not say its length takes from the reserve only
+        // while it is small.
+        let mut undeclared = admission.enter(None).unwrap();
+        undeclared.hold(512 << 10).unwrap();
+        assert!(undeclared.hold(LARGE_BODY).is_err());
+        drop(first);
+        let mut again = admission.enter(Some(6 << 20)).unwrap();
+        again.hold(4 << 20).unwrap();
+        drop((small, undeclared));
         // A body larger than the whole budget still enters alone.
         let alone = Admission::new(1, 1, 1 << 20);
-        assert!(alone.enter(32 << 20).is_ok());
+        let mut call = alone.enter(Some(32 << 20)).unwrap();
+        call.hold(32 << 20).unwrap();
     }
 }

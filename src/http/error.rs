@@ -201,7 +201,7 @@ mod status_code {
 
 /// Every metrics label [`outcome`] gives, so each series exists from the
 /// first scrape.
-pub(super) const OUTCOMES: [&str; 12] = [
+pub(super) const OUTCOMES: [&str; 13] = [
     "ok",
     "bad_request",
     "unauthorized",
@@ -214,6 +214,7 @@ pub(super) const OUTCOMES: [&str; 12] = [
     "timeout",
     "internal",
     "other",
+    super::report::CLIENT_GONE,
 ];
 
 /// The outcomes of a refusal made before any route is known, counted with
@@ -284,12 +285,17 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// Reads a whole body of at most `max` bytes within `deadline`.
+/// Reads a whole body of at most `max` bytes within `deadline`, asking
+/// `hold` for room for each part as it arrives. When `hold` refuses, the
+/// rest of the body is read and dropped (so the client, still sending,
+/// reads the refusal rather than a reset connection) and its refusal is
+/// the answer.
 pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
     max: usize,
     deadline: Duration,
+    mut hold: impl FnMut(usize) -> Result<(), Problem>,
 ) -> Result<Bytes, Problem> {
     let too_large = |size: Option<u64>| {
         let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
@@ -304,28 +310,40 @@ pub(super) async fn read_body(
         return Err(too_large(Some(length)));
     }
     // One buffer of the declared size: collecting chunks and joining them
-    // would hold the body twice at the end.
+    // would hold the body twice at the end. Its pages are touched, and so
+    // use memory, only as the body arrives.
     let capacity = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
     // The most the buffer held, known even when the deadline drops it.
     let mut held = 0;
+    let mut refused = None;
     let read = async {
         use http_body_util::BodyExt;
         let mut body = body;
         let mut buffer = Vec::with_capacity(capacity);
-        held = buffer.capacity();
         while let Some(frame) = body.frame().await {
             if let Some(data) = frame?.data_ref() {
-                if buffer.len() + data.len() > max {
+                let received = buffer.len() + data.len();
+                if received > max {
+                    return Ok(None);
+                }
+                if let Err(problem) = hold(received) {
+                    refused = Some(problem);
+                    drop(buffer);
+                    let mut seen = received;
+                    drain(&mut body, &mut seen, max).await;
                     return Ok(None);
                 }
                 buffer.extend_from_slice(data);
-                held = buffer.capacity();
+                held = received;
             }
         }
         Ok::<_, axum::Error>(Some(Bytes::from(buffer)))
     };
     let read = tokio::time::timeout(deadline, read).await;
-    let result = refused_or_read(read, declared, deadline, too_large);
+    let result = match refused {
+        Some(problem) => Err(problem),
+        None => refused_or_read(read, declared, deadline, too_large),
+    };
     if result.is_err() && held >= super::memory::LARGE_BODY {
         // The refused body is freed by now, on this thread: hand its pages
         // back as after a large call, rather than when this thread next
@@ -376,19 +394,22 @@ fn whole(bytes: Bytes, declared: Option<u64>) -> Result<Bytes, Problem> {
 /// one frame at a time; gives up silently past either. Returns how many
 /// bytes it read.
 pub(super) async fn discard_body(body: Body, max: usize, deadline: Duration) -> usize {
-    use http_body_util::BodyExt;
     let mut body = body;
-    let mut seen = 0usize;
-    let drain = async {
-        while let Some(Ok(frame)) = body.frame().await {
-            seen += frame.data_ref().map_or(0, Bytes::len);
-            if seen > max {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(deadline, drain).await;
+    let mut seen = 0;
+    let _ = tokio::time::timeout(deadline, drain(&mut body, &mut seen, max)).await;
     seen
+}
+
+/// Reads and drops the rest of a body, one frame at a time, until it ends,
+/// fails or passes `max` bytes counting the `seen` already read.
+async fn drain(body: &mut Body, seen: &mut usize, max: usize) {
+    use http_body_util::BodyExt;
+    while let Some(Ok(frame)) = body.frame().await {
+        *seen += frame.data_ref().map_or(0, Bytes::len);
+        if *seen > max {
+            break;
+        }
+    }
 }
 
 fn is_length_limit(err: &axum::Error) -> bool {
@@ -452,36 +473,35 @@ mod tests {
         assert_eq!(problem.title, "Bad Request");
     }
 
+    /// Reads `body` with at most `max` bytes, declaring `length`, with
+    /// room for every byte.
+    async fn read(body: &str, length: Option<&'static str>, max: usize) -> Result<Bytes, Problem> {
+        let mut headers = HeaderMap::new();
+        if let Some(length) = length {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(length));
+        }
+        let body = Body::from(body.to_string());
+        read_body(body, &headers, max, Duration::from_secs(1), |_| Ok(())).await
+    }
+
     #[tokio::test]
     async fn declared_and_streamed_oversize_bodies_are_refused() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("11"));
-        let declared = read_body(
-            Body::from("x".repeat(11)),
-            &headers,
-            10,
-            Duration::from_secs(1),
-        )
-        .await
-        .unwrap_err();
+        let declared = read(&"x".repeat(11), Some("11"), 10).await.unwrap_err();
         assert_eq!(declared.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let streamed = read_body(
-            Body::from("x".repeat(11)),
-            &HeaderMap::new(),
-            10,
-            Duration::from_secs(1),
-        )
-        .await
-        .unwrap_err();
+        let streamed = read(&"x".repeat(11), None, 10).await.unwrap_err();
         assert_eq!(streamed.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let fits = read_body(
-            Body::from("x".repeat(10)),
-            &HeaderMap::new(),
-            10,
-            Duration::from_secs(1),
-        )
-        .await
-        .unwrap();
+        let fits = read(&"x".repeat(10), None, 10).await.unwrap();
         assert_eq!(fits.len(), 10);
+    }
+
+    /// Issue 18: a body that ends before its Content-Length (an HTTP/2
+    /// stream reset with NO_ERROR ends it without an error) is refused,
+    /// never computed.
+    #[tokio::test]
+    async fn a_body_shorter_than_its_content_length_is_refused() {
+        let cut = read("{}", Some("12"), 100).await.unwrap_err();
+        assert_eq!(cut.status, StatusCode::BAD_REQUEST);
+        let detail = &cut.detail;
+        assert!(detail.contains("after 2 of the 12 bytes"), "{detail}");
     }
 }

@@ -1,7 +1,7 @@
 //! The one adapter from a hook route to an operator's pure function:
 //! admission and the body's checks, the computation (a small body where it
 //! was read, a large one on the blocking pool) under the call's deadline,
-//! and the one log line and metric per call.
+//! and the one log line and metric per call (see `report`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,11 +10,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use tracing::{Level, debug, error, info, warn};
+use tracing::{Level, debug};
 
 use super::admission::Ticket;
 use super::memory::{LARGE_BODY, release_memory};
 use super::redact::redacted;
+use super::report::Report;
 use super::{AppState, Limits, Problem, Refusal, auth, error};
 use crate::call::{self as adapter, Call};
 use crate::hook::Hook;
@@ -35,11 +36,13 @@ pub(super) async fn hook_call(
 ) -> Response {
     let started = Instant::now();
     let op_name = state.operators[index].name;
+    // Written when the answer is delivered, or as a client that went away
+    // if hyper drops this call first (an HTTP/2 stream reset).
+    let report = Report::new(state.metrics.clone(), op_name, hook, started);
     let call = match answer(&state, index, hook, &headers, body, started).await {
         Ok(call) => call.map_err(|err| Problem::from_hook_error(&err)),
         Err(problem) => Call::refused(problem),
     };
-    let elapsed = started.elapsed();
     let Call {
         parent,
         children_in,
@@ -59,31 +62,7 @@ pub(super) async fn hook_call(
             (problem.into_response(), 0, Some(detail))
         }
     };
-    let status = response.status();
-    let outcome = error::outcome(status);
-    state
-        .metrics
-        .observe(op_name, hook.as_str(), outcome, elapsed.as_secs_f64());
-    let parent = parent.as_deref().unwrap_or("-");
-    let duration_ms = elapsed.as_secs_f64() * 1000.0;
-    let status = status.as_u16();
-    // One line per call: info when answered, warn with the reason when the
-    // caller must fix something, error when we failed (5xx).
-    match detail {
-        None => info!(
-            operator = op_name, hook = %hook, parent, children_in, children_out,
-            duration_ms, status, outcome, "hook call"
-        ),
-        Some(detail) if status >= 500 => error!(
-            operator = op_name, hook = %hook, parent, children_in, children_out,
-            duration_ms, status, outcome, detail, "hook call"
-        ),
-        Some(detail) => warn!(
-            operator = op_name, hook = %hook, parent, children_in, children_out,
-            duration_ms, status, outcome, detail, "hook call"
-        ),
-    }
-    response
+    report.answered(response, parent, (children_in, children_out), detail)
 }
 
 /// Runs one hook call: the server's own checks (token, admission, content
@@ -129,10 +108,10 @@ async fn admit(
     // A place before the body is read: past the limit, answer 429 without
     // holding one more body in memory. The body is read and dropped first,
     // so the client (which is still sending) reads the 429 rather than a
-    // reset connection.
+    // reset connection. The body then holds budget as it arrives, not for
+    // the length it declares.
     let limits = &state.limits;
-    let size = error::declared_length(headers).unwrap_or(limits.max_body_bytes as u64);
-    let ticket = match state.admission.enter(size) {
+    let mut ticket = match state.admission.enter(error::declared_length(headers)) {
         Ok(ticket) => ticket,
         Err(problem) => {
             let seen =
@@ -144,8 +123,14 @@ async fn admit(
         }
     };
     error::check_content_type(headers)?;
-    let bytes =
-        error::read_body(body, headers, limits.max_body_bytes, limits.request_timeout).await?;
+    let bytes = error::read_body(
+        body,
+        headers,
+        limits.max_body_bytes,
+        limits.request_timeout,
+        |received| ticket.hold(received),
+    )
+    .await?;
     if tracing::enabled!(Level::DEBUG) {
         debug!(body = %redacted(&bytes), "hook request");
     }

@@ -27,7 +27,7 @@ impl Metrics {
         let requests = IntCounterVec::new(
             Opts::new(
                 "opshooks_hook_requests_total",
-                "Hook calls answered, by operator, hook and outcome.",
+                "Hook calls, by operator, hook and outcome (client_gone: the answer was never delivered).",
             ),
             &LABELS,
         )

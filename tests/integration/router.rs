@@ -288,6 +288,10 @@ async fn metrics_count_calls_by_outcome() {
         .await
         .unwrap();
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // A call is counted when its answer is delivered: read them.
+    for answer in [ok, bad] {
+        answer.into_body().collect().await.unwrap();
+    }
     let metrics = app.oneshot(get("/metrics")).await.unwrap();
     assert!(
         metrics.headers()[header::CONTENT_TYPE]
@@ -450,6 +454,8 @@ async fn hooks_without_the_bearer_token_are_401_with_a_challenge() {
                 response.headers()[header::CONTENT_TYPE],
                 "application/problem+json"
             );
+            // A call is counted when its answer is delivered: read it.
+            response.into_body().collect().await.unwrap();
         }
     }
     let ok = app
