@@ -7,6 +7,7 @@
 
 mod integration {
     pub mod binary;
+    pub mod escaping;
     pub mod generated;
     pub mod golden;
     pub mod lives;

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::operators::expansion::{as_seen, literal};
 use crate::operators::validate::{InvalidSpec, quote};
 
 /// The most parameters `spec.postgresql.parameters` may hold.
@@ -293,22 +294,26 @@ pub(super) fn integer(value: &str) -> Option<u64> {
 }
 
 /// The server's command-line arguments for `parameters`: `-c name=value`,
-/// one argument each, in name order.
+/// one argument each, in name order, each [`literal`] so the server reads
+/// the value as written (`$(POSTGRES_PASSWORD)` is no password).
 pub(super) fn args(parameters: &BTreeMap<String, String>) -> Vec<String> {
     parameters
         .iter()
         .flat_map(|(name, value)| ["-c".to_string(), format!("{name}={value}")])
+        .map(|arg| literal(&arg).into_owned())
         .collect()
 }
 
-/// Every `-c name=value` of a command, read back: what [`args`] and the
-/// operator's own arguments wrote.
+/// Every `-c name=value` of a command, read back as the server reads it:
+/// what [`args`] and the operator's own arguments wrote.
 pub(super) fn of_command(command: &[String]) -> BTreeMap<String, String> {
     command
         .windows(2)
         .filter(|pair| pair[0] == "-c")
-        .filter_map(|pair| pair[1].split_once('='))
-        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .filter_map(|pair| {
+            let (name, value) = pair[1].split_once('=')?;
+            Some((as_seen(name).into_owned(), as_seen(value).into_owned()))
+        })
         .collect()
 }
 
