@@ -12,6 +12,7 @@ mod integration {
     pub mod golden;
     pub mod lives;
     pub mod properties;
+    pub mod quoting;
     pub mod readme;
     pub mod router;
     pub mod server;
