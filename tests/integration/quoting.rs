@@ -104,9 +104,14 @@ fn hostile() -> Vec<(&'static str, &'static str, String, Value)> {
         mc("image", json!(format!("a {long}"))),
     ]);
     let web = |field: &str, value: Value| ("webserver", "v2-scale-up", field.to_string(), value);
+    // Decoding: an undeclared field, a map key in a path, a wrong type.
     cases.extend([
         web("image", json!(format!("a {long}"))),
         web("replicas", json!(long)),
+        web(&long, json!(1)),
+        mc(&tick, json!(1)),
+        db("postgresql", json!({"parameters": {&long: 1}})),
+        backup("destination", json!({"s3Bucket": "bucket", &long: 1})),
     ]);
     cases
 }
