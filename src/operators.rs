@@ -7,6 +7,7 @@ pub mod backup;
 pub mod backup_job;
 pub mod common;
 pub mod database;
+pub mod expansion;
 pub mod memcached;
 pub mod resources;
 pub mod validate;

@@ -7,10 +7,12 @@
 
 mod integration {
     pub mod binary;
+    pub mod escaping;
     pub mod generated;
     pub mod golden;
     pub mod lives;
     pub mod properties;
+    pub mod quoting;
     pub mod readme;
     pub mod router;
     pub mod server;

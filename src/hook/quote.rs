@@ -29,6 +29,12 @@ pub fn cut(value: &str) -> Cow<'_, str> {
     cut_to(value, QUOTE_CHARS)
 }
 
+/// `parent.key`: the path of a field under a user's map key, the key cut
+/// to [`QUOTE_CHARS`] characters.
+pub fn key_path(parent: &str, key: &str) -> String {
+    format!("{parent}.{}", cut(key))
+}
+
 /// `value` cut to `max` characters, marked as cut when it was.
 pub fn cut_to(value: &str, max: usize) -> Cow<'_, str> {
     match value.char_indices().nth(max) {
@@ -199,5 +205,9 @@ mod tests {
         assert_eq!(quote(&long), format!("{:?}…", "é".repeat(QUOTE_CHARS)));
         assert_eq!(cut(&long), format!("{}…", "é".repeat(QUOTE_CHARS)));
         assert_eq!(cut("short"), "short");
+        assert_eq!(
+            key_path("spec.resources.requests", &"q".repeat(900)),
+            format!("spec.resources.requests.{}…", "q".repeat(QUOTE_CHARS))
+        );
     }
 }

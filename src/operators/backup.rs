@@ -31,6 +31,7 @@ use super::backup_job::{
     validate_destination,
 };
 use super::common::{refuse_not_built, standard_labels};
+use super::expansion::as_seen;
 use super::resources;
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
@@ -330,7 +331,9 @@ pub fn source_of(sts: &StatefulSet, database: Option<&str>) -> Result<Source, Un
         .unwrap_or_else(|| Credential::Value("postgres".into()));
     let database = database
         .map(String::from)
-        .or_else(|| var("POSTGRES_DB").and_then(|e| e.value.clone()))
+        .or_else(|| {
+            var("POSTGRES_DB").and_then(|e| Some(as_seen(e.value.as_deref()?).into_owned()))
+        })
         .or_else(|| match &user {
             Credential::Value(u) => Some(u.clone()),
             Credential::Secret { .. } => None,
@@ -365,11 +368,12 @@ fn postgres_container(containers: &[Container]) -> Option<&Container> {
         })
 }
 
-/// Where a variable's value comes from: written in the spec, or a Secret's
-/// key (a ConfigMap or field reference is no credential).
+/// Where a variable's value comes from: written in the spec (as its
+/// program sees it), or a Secret's key (a ConfigMap or field reference is
+/// no credential).
 fn credential(e: &EnvVar) -> Option<Credential> {
     if let Some(value) = &e.value {
-        return Some(Credential::Value(value.clone()));
+        return Some(Credential::Value(as_seen(value).into_owned()));
     }
     let secret = e.value_from.as_ref()?.secret_key_ref.as_ref()?;
     Some(Credential::Secret {

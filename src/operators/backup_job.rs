@@ -9,7 +9,9 @@
 //! database's own image (so the client matches the server's major version),
 //! `upload` runs the AWS CLI. The scripts (`backup_job/dump.sh`,
 //! `backup_job/upload.sh`) are constant text: every user value reaches them through the
-//! environment, so nothing a user writes can be read as shell.
+//! environment, so nothing a user writes can be read as shell, and every
+//! value passes the kubelet's `$(VAR)` expansion as written
+//! ([`crate::operators::expansion`]).
 
 use std::collections::BTreeMap;
 
@@ -26,6 +28,7 @@ use crate::operator::InvalidSpec;
 
 pub mod verification;
 use crate::operators::common::{restricted_container, restricted_pod};
+use crate::operators::expansion::as_seen;
 use crate::operators::resources;
 
 /// The dump side of the backup pod.
@@ -128,19 +131,12 @@ pub struct Plan<'a> {
     pub labels: BTreeMap<String, String>,
 }
 
-/// A literal environment variable.
-pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.to_string(),
-        value: Some(value.into()),
-        value_from: None,
-    }
-}
+pub use crate::operators::expansion::env;
 
 /// An environment variable from a literal or from a Secret key.
 pub fn env_credential(name: &str, credential: &Credential) -> EnvVar {
     match credential {
-        Credential::Value(value) => env(name, value.clone()),
+        Credential::Value(value) => env(name, value),
         Credential::Secret { name: secret, key } => EnvVar {
             name: name.to_string(),
             value: None,
@@ -205,11 +201,11 @@ pub fn source_in(pod: &PodSpec) -> Option<Source> {
         .find(|c| c.name == "dump")?;
     let vars = dump.env.as_ref()?;
     let var = |name: &str| vars.iter().find(|v| v.name == name);
-    let literal = |name: &str| var(name)?.value.clone();
+    let literal = |name: &str| Some(as_seen(var(name)?.value.as_deref()?).into_owned());
     let credential = |name: &str| {
         let v = var(name)?;
         match (&v.value, &v.value_from) {
-            (Some(value), None) => Some(Credential::Value(value.clone())),
+            (Some(value), None) => Some(Credential::Value(as_seen(value).into_owned())),
             (None, Some(from)) => {
                 let secret = from.secret_key_ref.as_ref()?;
                 Some(Credential::Secret {
@@ -532,9 +528,10 @@ mod tests {
             value(dump.env.as_ref().unwrap(), "PGDATABASE"),
             Some("orders; DROP TABLE x")
         );
+        // Written so that the kubelet's `$(VAR)` expansion gives it back.
         assert_eq!(
             value(upload.env.as_ref().unwrap(), "S3_PREFIX"),
-            Some("it's $(here)/")
+            Some("it's $$(here)/")
         );
         assert!(!DUMP_SCRIPT.contains("orders") && !UPLOAD_SCRIPT.contains("here"));
     }

@@ -25,7 +25,7 @@ use super::common::{
     ready_of, refuse_not_built, restricted_container, restricted_pod, selector_labels,
     standard_labels,
 };
-use super::validate::{self, InvalidSpec};
+use super::validate::{self, InvalidSpec, quote};
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::hook::{
     Child, CustomizeRequest, CustomizeResponse, ObservedPod, RelatedResourceRule, SyncRequest,
@@ -201,7 +201,10 @@ pub fn validate(mc: &Memcached) -> Result<Option<u64>, InvalidSpec> {
         .ok_or_else(|| {
             InvalidSpec::new(
                 "spec.memoryLimit",
-                format!("{limit:?} is not a memory quantity; write it like 256Mi or 1Gi"),
+                format!(
+                    "{} is not a memory quantity; write it like 256Mi or 1Gi",
+                    quote(limit)
+                ),
             )
         })?;
     if mib < MIN_MEMORY_MIB {

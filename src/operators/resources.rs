@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use schemars::{Schema, SchemaGenerator, json_schema};
 
+use crate::hook::quote::{cut, key_path};
 use crate::operators::validate::{self, InvalidSpec};
 
 /// The most entries `requests` or `limits` may hold.
@@ -65,7 +66,7 @@ pub fn validate(field: &str, r: &ResourceRequirements) -> Result<(), InvalidSpec
             ));
         }
         for (resource, Quantity(value)) in map {
-            let at = format!("{field}.{part}.{resource}");
+            let at = key_path(&format!("{field}.{part}"), resource);
             if !is_resource_name(resource) {
                 return Err(InvalidSpec::new(
                     at,
@@ -97,9 +98,11 @@ pub fn validate(field: &str, r: &ResourceRequirements) -> Result<(), InvalidSpec
         };
         if validate::quantity(request) > validate::quantity(limit) {
             return Err(InvalidSpec::new(
-                format!("{field}.requests.{resource}"),
+                key_path(&format!("{field}.requests"), resource),
                 format!(
-                    "{request} is more than its limit {limit}; Kubernetes refuses a request above the limit: lower the request or raise the limit"
+                    "{} is more than its limit {}; Kubernetes refuses a request above the limit: lower the request or raise the limit",
+                    cut(request),
+                    cut(limit)
                 ),
             ));
         }

@@ -33,7 +33,7 @@ pub fn image(field: &str, value: &str) -> Result<(), InvalidSpec> {
     if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(InvalidSpec::new(
             field,
-            format!("{value:?} contains whitespace; {fix}"),
+            format!("{} contains whitespace; {fix}", quote(value)),
         ));
     }
     if value.len() > 255 {
@@ -68,7 +68,7 @@ pub fn cron(field: &str, schedule: &str) -> Result<(), InvalidSpec> {
     let fail = |why: String| {
         Err(InvalidSpec::new(
             field,
-            format!("{schedule:?}: {why}; {fix}"),
+            format!("{}: {why}; {fix}", quote(schedule)),
         ))
     };
     let trimmed = schedule.trim();
@@ -79,7 +79,7 @@ pub fn cron(field: &str, schedule: &str) -> Result<(), InvalidSpec> {
         return if CRON_MACROS.contains(&trimmed) {
             Ok(())
         } else {
-            fail(format!("unknown macro {trimmed}"))
+            fail(format!("unknown macro {}", quote(trimmed)))
         };
     }
     let fields: Vec<&str> = trimmed.split_whitespace().collect();
@@ -149,7 +149,7 @@ fn cron_part(part: &str, field: &CronField) -> Result<(), String> {
         Some((range, step)) => (range, Some(step)),
         None => (part, None),
     };
-    let not_a_number = || format!("{what} {part:?} is not a number or range");
+    let not_a_number = || format!("{what} {} is not a number or range", quote(part));
     let (lo, hi) = match range {
         "*" | "?" => (min, max),
         _ => match range.split_once('-') {
@@ -166,15 +166,16 @@ fn cron_part(part: &str, field: &CronField) -> Result<(), String> {
         },
     };
     if lo < min || hi > max {
-        return Err(format!("{what} {part:?} is outside {min}-{max}"));
+        return Err(format!("{what} {} is outside {min}-{max}", quote(part)));
     }
     if lo > hi {
-        return Err(format!("{what} {part:?} runs backwards"));
+        return Err(format!("{what} {} runs backwards", quote(part)));
     }
     match step.map(number) {
         None | Some(Some(1..)) => Ok(()),
         Some(_) => Err(format!(
-            "{what} {part:?} has a step that is not a positive number"
+            "{what} {} has a step that is not a positive number",
+            quote(part)
         )),
     }
 }

@@ -10,6 +10,7 @@
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Value, json};
 
+use crate::hook::quote::key_path;
 use crate::operator::Operator;
 
 /// The schema of one part (`spec` or `status`) of an operator's CRD, ready
@@ -81,7 +82,9 @@ impl PartSchema {
                 match e.kind() {
                     ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
                         .iter()
-                        .map(|field| format!("{at}.{field}: field not declared in schema"))
+                        .map(|field| {
+                            format!("{}: field not declared in schema", key_path(&at, field))
+                        })
                         .collect(),
                     ValidationErrorKind::Required { property } => {
                         let field = property.as_str().unwrap_or_default();
@@ -177,7 +180,7 @@ fn check_rules(
     {
         for (key, field) in object {
             let was = old.and_then(|o| o.get(key));
-            check_rules(values, &format!("{path}.{key}"), field, was, errors);
+            check_rules(values, &key_path(path, key), field, was, errors);
         }
     }
     if let (Some(items), Some(list)) = (schema.get("items"), value.as_array()) {

@@ -437,7 +437,7 @@ fn secret_env(var: &str, secret: String, key: &str) -> EnvVar {
     )
 }
 
-fn value_env(var: &str, value: impl Into<String>) -> EnvVar {
+fn value_env(var: &str, value: impl AsRef<str>) -> EnvVar {
     backup_job::env(var, value)
 }
 

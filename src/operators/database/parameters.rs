@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::hook::quote::{cut, key_path};
+use crate::operators::expansion::{as_seen, literal};
 use crate::operators::validate::{InvalidSpec, quote};
 
 /// The most parameters `spec.postgresql.parameters` may hold.
@@ -202,7 +204,7 @@ pub(super) fn validate(
         ));
     }
     for (name, value) in parameters {
-        let field = format!("spec.postgresql.parameters.{name}");
+        let field = key_path("spec.postgresql.parameters", name);
         if !is_parameter_name(name) {
             return Err(InvalidSpec::new(
                 field,
@@ -293,22 +295,26 @@ pub(super) fn integer(value: &str) -> Option<u64> {
 }
 
 /// The server's command-line arguments for `parameters`: `-c name=value`,
-/// one argument each, in name order.
+/// one argument each, in name order, each [`literal`] so the server reads
+/// the value as written (`$(POSTGRES_PASSWORD)` is no password).
 pub(super) fn args(parameters: &BTreeMap<String, String>) -> Vec<String> {
     parameters
         .iter()
         .flat_map(|(name, value)| ["-c".to_string(), format!("{name}={value}")])
+        .map(|arg| literal(&arg).into_owned())
         .collect()
 }
 
-/// Every `-c name=value` of a command, read back: what [`args`] and the
-/// operator's own arguments wrote.
+/// Every `-c name=value` of a command, read back as the server reads it:
+/// what [`args`] and the operator's own arguments wrote.
 pub(super) fn of_command(command: &[String]) -> BTreeMap<String, String> {
     command
         .windows(2)
         .filter(|pair| pair[0] == "-c")
-        .filter_map(|pair| pair[1].split_once('='))
-        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .filter_map(|pair| {
+            let (name, value) = pair[1].split_once('=')?;
+            Some((as_seen(name).into_owned(), as_seen(value).into_owned()))
+        })
         .collect()
 }
 
@@ -482,7 +488,7 @@ fn hba_rule(kind: &str, line: &str) -> Result<(), String> {
                 Ok(_) => {
                     let mask = fields.get(4).ok_or(whole)?;
                     mask.parse::<std::net::IpAddr>()
-                        .map_err(|_| format!("{address} needs a mask after it (255.255.255.0), or write it as a CIDR range (10.0.0.0/8)"))?;
+                        .map_err(|_| format!("{} needs a mask after it (255.255.255.0), or write it as a CIDR range (10.0.0.0/8)", cut(address)))?;
                     5
                 }
                 Err(_) => {
@@ -496,7 +502,8 @@ fn hba_rule(kind: &str, line: &str) -> Result<(), String> {
     let local_only = kind == "local" && *method == "peer";
     if !HBA_METHODS.contains(method) && !local_only {
         return Err(format!(
-            "the method {method} is not one the instances can use; write scram-sha-256, md5, password, trust or reject (or peer for local)"
+            "the method {} is not one the instances can use; write scram-sha-256, md5, password, trust or reject (or peer for local)",
+            cut(method)
         ));
     }
     Ok(())
@@ -512,12 +519,20 @@ fn hba_address(address: &str) -> Result<(), String> {
         let max = match ip.parse::<std::net::IpAddr>() {
             Ok(std::net::IpAddr::V4(_)) => 32,
             Ok(std::net::IpAddr::V6(_)) => 128,
-            Err(_) => return Err(format!("{ip} in {address} is not an IP address")),
+            Err(_) => {
+                return Err(format!(
+                    "{} in {} is not an IP address",
+                    cut(ip),
+                    cut(address)
+                ));
+            }
         };
         return match bits.parse::<u8>() {
             Ok(b) if b <= max => Ok(()),
             _ => Err(format!(
-                "/{bits} in {address} is not a prefix length from 0 to {max}"
+                "/{} in {} is not a prefix length from 0 to {max}",
+                cut(bits),
+                cut(address)
             )),
         };
     }
@@ -526,7 +541,8 @@ fn hba_address(address: &str) -> Result<(), String> {
     match !host.is_empty() && host.split('.').all(label) {
         true => Ok(()),
         false => Err(format!(
-            "{address} is not an address: write all, samehost, samenet, a CIDR range (10.0.0.0/8) or a host name"
+            "{} is not an address: write all, samehost, samenet, a CIDR range (10.0.0.0/8) or a host name",
+            cut(address)
         )),
     }
 }

@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::hook::quote::key_path;
 use crate::operators::validate::{InvalidSpec, is_label_key, is_label_value, quote};
 
 /// The topology key of the pod anti-affinity when `topologyKey` is omitted:
@@ -293,7 +294,7 @@ pub fn validate(
             label_key("spec.affinity.nodeSelector", key)?;
             if !is_label_value(value) {
                 return Err(InvalidSpec::new(
-                    format!("spec.affinity.nodeSelector.{key}"),
+                    key_path("spec.affinity.nodeSelector", key),
                     format!(
                         "{} is not a label value; use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
                         quote(value)

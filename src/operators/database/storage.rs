@@ -27,6 +27,7 @@ use crate::hook::conditions::{ConditionStatus, Observation};
 use crate::hook::digest;
 use crate::operators::backup_job::{RunStatus, run_status};
 use crate::operators::common::restricted_container;
+use crate::operators::expansion::literals;
 use crate::operators::validate::quantity_bytes;
 
 /// The condition that reports the claims' sizes.
@@ -218,20 +219,16 @@ impl Growth {
                     name: format!("{CONTAINER_PREFIX}{ordinal}"),
                     image: Some(image.clone()),
                     command: Some(vec!["kubectl".to_string()]),
-                    args: Some(
-                        [
-                            "patch",
-                            "persistentvolumeclaim",
-                            &c.name,
-                            "--namespace",
-                            namespace(db),
-                            "--type=json",
-                            "-p",
-                            &patch.to_string(),
-                        ]
-                        .map(String::from)
-                        .to_vec(),
-                    ),
+                    args: Some(literals([
+                        "patch",
+                        "persistentvolumeclaim",
+                        &c.name,
+                        "--namespace",
+                        namespace(db),
+                        "--type=json",
+                        "-p",
+                        &patch.to_string(),
+                    ])),
                     resources: Some(ResourceRequirements {
                         requests: Some(BTreeMap::from([
                             ("cpu".to_string(), Quantity("10m".to_string())),
