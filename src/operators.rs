@@ -9,6 +9,7 @@ pub mod common;
 pub mod database;
 pub mod memcached;
 pub mod resources;
+pub mod schema;
 pub mod validate;
 pub mod webserver;
 

@@ -461,7 +461,10 @@ pub struct DatabaseBackup {
     /// (backups, snapshot, verification, restore), for cloud identities
     /// such as IRSA; the namespace's default when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub service_account_name: Option<String>,
     /// The resources of every container of the backup, snapshot,
     /// verification and restore Jobs, as Backup's `resources`, replacing
@@ -783,16 +786,8 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         if let Some(r) = &backup.resources {
             resources::validate("spec.backup.resources", r)?;
         }
-        if let Some(account) = &backup.service_account_name
-            && !validate::is_dns_subdomain(account)
-        {
-            return Err(InvalidSpec::new(
-                "spec.backup.serviceAccountName",
-                format!(
-                    "{} is not a ServiceAccount's name; name one in this namespace",
-                    validate::quote(account)
-                ),
-            ));
+        if let Some(account) = &backup.service_account_name {
+            validate::object_name("spec.backup.serviceAccountName", account, "ServiceAccount")?;
         }
     }
     if let Some(r) = &db.spec.resources {
@@ -807,16 +802,8 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         db.spec.topology_spread_constraints.as_deref(),
     )?;
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
-        let name = &secret.name;
-        if !validate::is_dns_subdomain(name) {
-            return Err(InvalidSpec::new(
-                format!("spec.imagePullSecrets[{i}].name"),
-                format!(
-                    "{} is not a Secret's name; name a Secret in this namespace",
-                    validate::quote(name)
-                ),
-            ));
-        }
+        let field = format!("spec.imagePullSecrets[{i}].name");
+        validate::object_name(&field, &secret.name, "Secret")?;
     }
     Ok(())
 }
