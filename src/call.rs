@@ -12,6 +12,8 @@ use crate::hook::quote::{cut_to, quote};
 use crate::hook::{CustomizeRequest, DecodeError, Hook, ParentHead, SyncRequest, decode_body};
 use crate::operator::names::{MAX_LABEL_VALUE, dns_label};
 use crate::operator::{Context, Erased, HookError, Operator};
+use crate::operators::schema::admit;
+use serde_json::value::RawValue;
 
 /// A successful answer: the exact response body.
 #[derive(Debug)]
@@ -50,6 +52,9 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             let head = ParentHead::of(&req.parent);
             call.parent = parent_ref(&head);
             check_served(op, hook, &head)?;
+            // A deletion goes on whatever the spec says: each operator's
+            // finalize decides what an invalid spec still allows.
+            let parent = (hook != Hook::Finalize).then(|| parent_value(&req.parent));
             call.children_in = req.children.len() + req.related.len();
             req.children.check_keys()?;
             req.related.check_keys()?;
@@ -58,6 +63,9 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             // The route decides which hook this is, whatever the body says.
             req.finalizing = hook == Hook::Finalize;
             let answer = f(req, ctx)?;
+            if let Some(parent) = parent {
+                admit(op, &parent?, None)?;
+            }
             Ok(Answer {
                 children_out: answer.children.len(),
                 body: to_body(&answer),
@@ -69,7 +77,9 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             let head = ParentHead::of(&req.parent);
             call.parent = parent_ref(&head);
             check_served(op, hook, &head)?;
+            let parent = parent_value(&req.parent);
             let answer = f(req, ctx)?;
+            admit(op, &parent?, None)?;
             Ok(Answer {
                 children_out: answer.related_resources.len(),
                 body: to_body(&answer),
@@ -147,6 +157,16 @@ fn check_served(op: &Operator, hook: Hook, parent: &ParentHead) -> Result<(), De
         )));
     }
     Ok(())
+}
+
+/// The parent as plain JSON, for [`admit`]: what the API server would
+/// refuse to store is refused here too, in the words `opshooks simulate`
+/// uses, so a parent that bypassed the CRD (stored before a rule, or a
+/// hand-made request) never gets an answer built on defaults. The
+/// operator's own refusal, which names the value and how to fix it, comes
+/// first; the CRD's is the floor under it.
+fn parent_value(parent: &RawValue) -> Result<serde_json::Value, DecodeError> {
+    serde_json::from_str(parent.get()).map_err(|e| DecodeError::Parent(format!("parent: {e}")))
 }
 
 /// Serializes an answer. Our own response types always serialize.

@@ -13,10 +13,13 @@
 //!   (`operator::names`). Imports only `hook`.
 //! - [`call`]: the one path from a request's bytes to an operator call to
 //!   the answer's bytes (decode, refuse repeated keys and mis-keyed
-//!   objects, check the parent's kind and names, run, serialize), shared
-//!   by the server, `opshooks hook` and the simulator. No HTTP in it.
+//!   objects, check the parent's kind and names, run, refuse what the CRD
+//!   refuses, serialize), shared by the server, `opshooks hook`, `render`
+//!   and the simulator. No HTTP in it.
 //! - [`operators`]: the registry (`all()`), `common` (shared labels,
-//!   security contexts, child helpers), `validate`, and one module per
+//!   security contexts, child helpers), `validate`, `schema` (a parent
+//!   checked against its CRD's schema and CEL rules, the one check every
+//!   entry point applies), and one module per
 //!   operator with its CRD types, `sync`/`finalize`/`customize` and child
 //!   builders; `backup_job` (the dump Job shared by Backup and Database,
 //!   the dumps' naming, the choice of a dump to restore) with

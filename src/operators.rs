@@ -10,6 +10,7 @@ pub mod database;
 pub mod expansion;
 pub mod memcached;
 pub mod resources;
+pub mod schema;
 pub mod validate;
 pub mod webserver;
 

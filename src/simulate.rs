@@ -21,7 +21,6 @@
 //! but the CLI and tests.
 
 pub mod cluster;
-pub mod schema;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -32,8 +31,8 @@ use serde_json::{Value, json};
 use crate::call as adapter;
 use crate::hook::Hook;
 use crate::operator::{ChildResource, Context, HookError, Operator};
+use crate::operators::schema::{self, PartSchema};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
-use schema::PartSchema;
 
 /// How far the model's clock moves per step.
 pub const STEP_SECONDS: i64 = 10;
@@ -436,34 +435,18 @@ impl<'a> Simulation<'a> {
 
     /// Why the API server would refuse to create the parent as it is now:
     /// its spec against the CRD's schema and CEL rules, and the rules on
-    /// the whole object (its name's length).
+    /// the whole object (its name's length); the hook's refusal, in the
+    /// same words.
     pub fn check_created(&self) -> Result<(), String> {
         let parent = self.parent().ok_or("the parent is gone")?;
-        let spec = parent.get("spec").cloned().unwrap_or(json!({}));
-        self.admit(&spec, None)?;
-        self.refused(schema::object_rule_errors(self.op, parent))
+        self.admit(parent, None)
     }
 
-    /// Why the CRD refuses `spec`, written over `old` (or created).
-    fn admit(&self, spec: &Value, old: Option<&Value>) -> Result<(), String> {
-        let schema = PartSchema::spec(self.op);
-        let mut errors = schema.errors(spec);
-        if errors.is_empty() {
-            errors = schema.rule_errors("spec", spec, old);
-        }
-        self.refused(errors)
-    }
-
-    /// The CRD's refusal, if there are `errors`.
-    fn refused(&self, errors: Vec<String>) -> Result<(), String> {
-        match errors.is_empty() {
-            true => Ok(()),
-            false => Err(format!(
-                "the {} CRD refuses it: {}",
-                self.op.kind,
-                errors.join("; ")
-            )),
-        }
+    /// Why the CRD refuses `parent`, its spec written over `old` (or
+    /// created).
+    fn admit(&self, parent: &Value, old: Option<&Value>) -> Result<(), String> {
+        schema::admit(self.op, parent, old)
+            .map_err(|why| format!("the {} CRD refuses it: {why}", self.op.kind))
     }
 
     /// Why `event` names nothing there is, or asks for a spec the API
@@ -474,8 +457,10 @@ impl<'a> Simulation<'a> {
         match event {
             Event::SetSpec { path, value } => {
                 let spec = self.spec_after(path, value)?;
-                let old = self.parent().and_then(|p| p.get("spec"));
-                self.admit(&spec, old)
+                let parent = self.parent().ok_or("the parent is gone")?;
+                let mut changed = parent.clone();
+                changed["spec"] = spec;
+                self.admit(&changed, parent.get("spec"))
                     .map_err(|why| format!("spec.{}: {why}", path.join(".")))
             }
             Event::NotReady(pod, _) => self.find("Pod", pod).map(drop),
@@ -739,11 +724,7 @@ impl<'a> Simulation<'a> {
             Hook::Sync
         };
         let ctx = Context::seeded(self.cluster.now, self.seed, self.steps);
-        let related = self.related(&parent, &ctx).map_err(|reason| Refusal {
-            hook: Hook::Customize,
-            reason,
-            error: None,
-        })?;
+        let related = self.related(&parent, &ctx)?;
         let request = json!({
             "controller": {},
             "parent": parent,
@@ -840,7 +821,12 @@ impl<'a> Simulation<'a> {
     }
 
     /// The related objects the customize hook asks for.
-    fn related(&self, parent: &Value, ctx: &Context) -> Result<Value, String> {
+    fn related(&self, parent: &Value, ctx: &Context) -> Result<Value, Refusal> {
+        let refused = |reason: String, error: Option<HookError>| Refusal {
+            hook: Hook::Customize,
+            reason,
+            error,
+        };
         let mut groups = serde_json::Map::new();
         if !self.op.hooks().any(|h| h == Hook::Customize) {
             return Ok(Value::Object(groups));
@@ -849,7 +835,7 @@ impl<'a> Simulation<'a> {
             .expect("JSON values serialize");
         let call =
             adapter::call_slice(self.op, Hook::Customize, &body, ctx).expect("checked above");
-        let answer = call.result.map_err(|e| e.to_string())?;
+        let answer = call.result.map_err(|e| refused(e.to_string(), Some(e)))?;
         let response: Value = serde_json::from_slice(&answer.body).expect("answers are JSON");
         for rule in response["relatedResources"]
             .as_array()
@@ -867,7 +853,8 @@ impl<'a> Simulation<'a> {
                 });
                 ("StorageClass", classes.collect())
             } else {
-                self.namespaced_related(rule, api_version)?
+                self.namespaced_related(rule, api_version)
+                    .map_err(|reason| refused(reason, None))?
             };
             let group = groups
                 .entry(format!("{kind}.{api_version}"))

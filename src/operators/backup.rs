@@ -113,7 +113,10 @@ pub struct BackupSpec {
     /// The service account of the backup pods, for cloud identities such as
     /// IRSA; the namespace's default when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub service_account_name: Option<String>,
     /// The resources of every backup container (dump, upload,
     /// verification), replacing the defaults: requests of 100m CPU and
@@ -159,7 +162,10 @@ pub struct Target {
     /// The kind of workload; only StatefulSet is supported.
     pub kind: TargetKind,
     /// The workload's name, in the Backup's namespace.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
 }
 
@@ -239,6 +245,7 @@ pub fn customize(
     _ctx: &Context,
 ) -> Result<CustomizeResponse, HookError> {
     let b = &req.parent;
+    validate(b)?;
     let ns = b.metadata.namespace.clone();
     Ok(CustomizeResponse {
         related_resources: vec![
@@ -272,11 +279,36 @@ pub fn customize(
 pub fn validate(b: &Backup) -> Result<(), InvalidSpec> {
     validate::dns_label("metadata.name", name(b), MAX_NAME)?;
     validate::cron("spec.schedule", &b.spec.schedule)?;
+    if let Some(zone) = &b.spec.time_zone {
+        validate::time_zone("spec.timeZone", zone)?;
+    }
+    validate::object_name("spec.target.name", &b.spec.target.name, "StatefulSet")?;
     validate_destination("spec.destination", &b.spec.destination)?;
     if let Some(days) = b.spec.retention_days {
         validate::in_range("spec.retentionDays", days.into(), 1, 36500)?;
     }
     validate::image("spec.uploadImage", &b.spec.upload_image)?;
+    if let Some(account) = &b.spec.service_account_name {
+        validate::object_name("spec.serviceAccountName", account, "ServiceAccount")?;
+    }
+    for (field, limit) in [
+        (
+            "spec.successfulJobsHistoryLimit",
+            b.spec.successful_jobs_history_limit,
+        ),
+        (
+            "spec.failedJobsHistoryLimit",
+            b.spec.failed_jobs_history_limit,
+        ),
+    ] {
+        validate::in_range(field, limit.into(), 0, 100)?;
+    }
+    validate::in_range(
+        "spec.activeDeadlineSeconds",
+        b.spec.active_deadline_seconds,
+        60,
+        604_800,
+    )?;
     if let Some(schedule) = b.spec.verify.as_ref().and_then(|v| v.schedule.as_ref()) {
         validate::cron("spec.verify.schedule", schedule)?;
     }

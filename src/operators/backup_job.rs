@@ -67,7 +67,10 @@ pub struct Destination {
     /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Without it the job uses
     /// the pod's own identity (for example IRSA through serviceAccountName).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub credentials_secret: Option<String>,
 }
 
@@ -399,6 +402,10 @@ pub fn validate_destination(field: &str, d: &Destination) -> Result<(), InvalidS
                 d.s3_prefix
             ),
         ));
+    }
+    if let Some(secret) = &d.credentials_secret {
+        let field = format!("{field}.credentialsSecret");
+        crate::operators::validate::object_name(&field, secret, "Secret")?;
     }
     Ok(())
 }

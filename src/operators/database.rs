@@ -151,6 +151,7 @@ pub fn customize(
     _ctx: &Context,
 ) -> Result<CustomizeResponse, HookError> {
     let db = &req.parent;
+    validate(db)?;
     let labels = BTreeMap::from([(LABEL_DATABASE.to_string(), name(db).to_string())]);
     let ns = db.metadata.namespace.clone();
     Ok(CustomizeResponse {

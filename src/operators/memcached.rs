@@ -146,6 +146,7 @@ pub fn customize(
     _ctx: &Context,
 ) -> Result<CustomizeResponse, HookError> {
     let mc = &req.parent;
+    validate(mc)?;
     Ok(CustomizeResponse {
         related_resources: vec![RelatedResourceRule::labelled(
             "v1",

@@ -23,6 +23,48 @@ pub fn in_range(field: &str, value: i64, min: i64, max: i64) -> Result<(), Inval
     }
 }
 
+/// The name of an object the spec refers to in the parent's namespace (a
+/// Secret, a ServiceAccount, a StatefulSet): a DNS-1123 subdomain, as the
+/// API server checks it where the name is used, so a child carrying it is
+/// never refused.
+pub fn object_name(field: &str, value: &str, kind: &str) -> Result<(), InvalidSpec> {
+    match is_dns_subdomain(value) {
+        true => Ok(()),
+        false => Err(InvalidSpec::new(
+            field,
+            format!(
+                "{} is not a {kind}'s name; name one in this namespace (lower-case letters, digits, '-' and '.', at most 253)",
+                quote(value)
+            ),
+        )),
+    }
+}
+
+/// The IANA time zone names a CronJob's `timeZone` may be (what the API
+/// server's Go `time.LoadLocation` finds in its embedded tz database):
+/// tzdata's Zone and Link names, bundled, since the operator has no tz
+/// database of its own and must not depend on the host's.
+const TIME_ZONES: &str = include_str!("time_zones.txt");
+
+/// A time zone the API server accepts for a CronJob: an IANA name such as
+/// Europe/Berlin (`Local` is the controller's own and is refused there).
+pub fn time_zone(field: &str, value: &str) -> Result<(), InvalidSpec> {
+    let known = TIME_ZONES
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .any(|l| l == value);
+    match known {
+        true => Ok(()),
+        false => Err(InvalidSpec::new(
+            field,
+            format!(
+                "{} is not an IANA time zone; write one like Europe/Berlin, America/New_York or UTC",
+                quote(value)
+            ),
+        )),
+    }
+}
+
 /// A container image reference: non-empty, no whitespace or control
 /// characters, lower-case repository.
 pub fn image(field: &str, value: &str) -> Result<(), InvalidSpec> {
@@ -298,10 +340,41 @@ mod tests {
         }
     }
 
+    /// Issue 31: `timeZone: Mars/Olympus` made a CronJob the API server
+    /// refuses.
+    #[test]
+    fn time_zones_are_iana_names() {
+        for (zone, ok) in [
+            ("Europe/Berlin", true),
+            ("UTC", true),
+            ("Etc/GMT+5", true),
+            ("America/Argentina/Buenos_Aires", true),
+            ("US/Pacific", true),
+            ("Mars/Olympus", false),
+            ("Local", false),
+            ("europe/berlin", false),
+            ("", false),
+            (
+                "# IANA time zone names (Zone and Link) from tzdata 2025b, one a line: what",
+                false,
+            ),
+        ] {
+            assert_eq!(time_zone("spec.timeZone", zone).is_ok(), ok, "{zone:?}");
+        }
+    }
+
     #[test]
     fn dns_subdomains() {
         let long = format!("{}.{}", "a".repeat(63), "b".repeat(190));
         assert!(is_dns_subdomain("backup-writer"));
+        for (name, ok) in [
+            ("s3-creds", true),
+            ("a b", false),
+            ("irsa\nx", false),
+            ("", false),
+        ] {
+            assert_eq!(object_name("f", name, "Secret").is_ok(), ok, "{name:?}");
+        }
         assert!(is_dns_subdomain("a.b-c.d"));
         assert!(!is_dns_subdomain("Not_A_Name"));
         assert!(!is_dns_subdomain("a..b"));

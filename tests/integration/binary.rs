@@ -381,6 +381,80 @@ fn simulate_refuses_each_parent_the_api_server_refuses_with_its_words() {
     assert!(checked >= 20, "only {checked} invalid parents");
 }
 
+/// Issue 31: `render` took `spec.imag` and a CloudNativePG-style
+/// `instances: 5` with exit 0 (defaults used) while `simulate` refused
+/// them. Every parent the API server refuses is refused by `render`,
+/// `hook` (the server's path) and `simulate` alike: render and hook with
+/// the same 422, and where only the CRD refuses, all three in its words.
+#[test]
+fn render_hook_and_simulate_refuse_each_parent_the_api_server_refuses() {
+    let dir = root().join("tests/e2e/invalid");
+    let detail = |stderr: &str, after: &str| -> String {
+        let line = stderr.lines().next().unwrap_or_default();
+        line.split_once(after)
+            .map(|(_, rest)| rest.to_string())
+            .unwrap_or_else(|| panic!("no {after:?} in {stderr}"))
+    };
+    let mut same_words = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kind = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .unwrap()
+            .to_lowercase();
+        let run = |args: &[&str], stdin: Option<&str>| {
+            let mut command = opshooks();
+            command
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped());
+            let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
+            let mut input = child.stdin.take().unwrap();
+            input
+                .write_all(stdin.unwrap_or_default().as_bytes())
+                .unwrap();
+            drop(input);
+            let out = child.wait_with_output().unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let file = path.to_str().unwrap();
+        let (code, simulated) = run(&["simulate", &kind, file], None);
+        assert_eq!(code, Some(2), "{file}: {simulated}");
+        let (code, rendered) = run(&["render", &kind, file, "--seed", "1"], None);
+        assert_eq!(code, Some(1), "{file}: {rendered}");
+        // The hook Metacontroller calls first: customize where there is one.
+        let parent: serde_json::Value = yaml_serde::from_str(&text).unwrap();
+        let (hook, request) = match kind.as_str() {
+            "webserver" => (
+                "sync",
+                serde_json::json!({"parent": parent, "children": {"Pod.v1": {}}, "related": {}}),
+            ),
+            _ => ("customize", serde_json::json!({"parent": parent})),
+        };
+        let (code, hooked) = run(
+            &["hook", &kind, hook, "--seed", "1"],
+            Some(&request.to_string()),
+        );
+        assert_eq!(code, Some(1), "{file}: {hooked}");
+        let hooked = detail(&hooked, "422 Unprocessable Entity: ");
+        assert_eq!(
+            detail(&rendered, "422 Unprocessable Entity: "),
+            hooked,
+            "{file}"
+        );
+        if detail(&simulated, "CRD refuses it: ") == hooked {
+            same_words += 1;
+        }
+    }
+    // spec.replica, spec.instances: what only the CRD checks.
+    assert!(same_words >= 2, "only {same_words} in the CRD's words");
+}
+
 #[test]
 fn openapi_and_manifests_commands_print_the_committed_files() {
     let out = opshooks().arg("openapi").output().unwrap();

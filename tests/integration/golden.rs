@@ -6,7 +6,7 @@ use opshooks::call::call_slice;
 use opshooks::hook::Hook;
 use opshooks::http::Problem;
 use opshooks::operators;
-use opshooks::simulate::schema::PartSchema;
+use opshooks::operators::schema::PartSchema;
 use serde_json::Value;
 
 use super::support::{assert_matches_file, cases, ctx};

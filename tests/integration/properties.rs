@@ -12,7 +12,7 @@ use opshooks::operators::validate::is_dns_label;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use opshooks::simulate::schema::PartSchema;
+use opshooks::operators::schema::PartSchema;
 
 use super::support::{ctx, operator};
 

@@ -244,15 +244,17 @@ class Cluster:
             "local all all trust\nhost all all all scram-sha-256\n"
         )
 
-    def start(self, port: int | None = None, *, tcp: bool = True, durable: bool = False) -> None:
+    def start(self, port: int | None = None, *, tcp: bool = True, durable: bool = False,
+              extra: str = "") -> None:
         """durable: commits reach the kernel (WAL written at commit) so they
-        survive a kill -9 of the server; fsync stays off (no OS crash here)."""
+        survive a kill -9 of the server; fsync stays off (no OS crash here).
+        extra: more server options, as the StatefulSet's `-c` arguments."""
         self.port = port or self.port or free_port()
         listen = "127.0.0.1" if tcp else ""
         sync = "on" if durable else "off"
         opts = (f"-c listen_addresses='{listen}' -c port={self.port} "
                 f"-c unix_socket_directories={self.sock} -c fsync=off "
-                f"-c full_page_writes=off -c synchronous_commit={sync}")
+                f"-c full_page_writes=off -c synchronous_commit={sync} {extra}")
         r = self.pg("pg_ctl", "-D", str(self.data), "-l", str(self.sock / "log"),
                     "-w", "-t", "60", "-o", opts, "start", timeout=90)
         if r.rc != 0:
@@ -385,7 +387,7 @@ echo "entrypoint: init process complete"
 """
 
 
-def run_entrypoint_init(cluster: Cluster, mode: int = 0o555) -> Result:
+def run_entrypoint_init(cluster: Cluster, mode: int = 0o555, timeout: float = 120) -> Result:
     """Mounts the script as the initdb ConfigMap does (10-replication.sh,
     read-only, defaultMode 0555) and runs the entrypoint's init-file loop
     on it. mode=0o644 gets it sourced instead."""
@@ -397,7 +399,7 @@ def run_entrypoint_init(cluster: Cluster, mode: int = 0o555) -> Result:
     initdb_d.chmod(0o555)
     env = dict(primary_init_env(cluster), INITDB_D=str(initdb_d))
     return run(["/usr/local/bin/docker-entrypoint.sh", "-c", ENTRYPOINT], env,
-               as_postgres=True, executable=shutil.which("bash"))
+               as_postgres=True, executable=shutil.which("bash"), timeout=timeout)
 
 
 def replication_connect(cluster: Cluster, user: str, password: str) -> Result:
@@ -440,6 +442,31 @@ def test_primary_init_creates_replicator(primary: Primary):
     # The hostile password ran nowhere.
     assert not PWNED.exists(), "REPLICATION_PASSWORD ran as shell"
     assert c.sql("SELECT count(*) FROM pg_roles WHERE rolname = 'postgres'") == "1"
+
+
+def test_primary_init_does_not_wait_for_a_standby_under_synchronous_replication(scratch):
+    """Issue 32 item 6: the entrypoint's temporary server gets the
+    StatefulSet's `-c` arguments, synchronous_standby_names included, before
+    any standby exists: primary-init.sh's CREATE ROLE waited for ever, and
+    a new synchronous Database never initialized."""
+    root = fresh_path("primary-synchronous")
+    cluster = Cluster(root / "data", root / "sock")
+    cluster.initdb()
+    cluster.image_hba()
+    names = """-c 'synchronous_standby_names=ANY 1 ("orders-0","orders-1","orders-2")'"""
+    options = names + " -c synchronous_commit=on"
+    cluster.start(tcp=False, durable=True, extra=options)
+    try:
+        init = run_entrypoint_init(cluster, timeout=30)
+        assert init.rc == 0 and "entrypoint: init process complete" in init.out, str(init)
+        cluster.stop()
+        cluster.start(tcp=True, durable=True, extra=options)
+        assert cluster.sql("SELECT count(*) FROM pg_roles WHERE rolname = 'replicator'") == "1"
+        # The server itself still waits for a named standby.
+        assert cluster.sql("SHOW synchronous_standby_names") == 'ANY 1 ("orders-0","orders-1","orders-2")'
+        assert cluster.sql("SHOW synchronous_commit") == "on"
+    finally:
+        cluster.stop("immediate")
 
 
 def test_primary_init_second_run(primary: Primary):

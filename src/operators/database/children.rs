@@ -792,7 +792,8 @@ fn claim_template(db: &Database, size: &str) -> PersistentVolumeClaim {
 /// of the volume of it, between 64 MB and 4 GB, rather than a replication
 /// slot that would fill the primary's disk if a standby disappeared.
 /// `wal_log_hints` lets a former primary rejoin with `pg_rewind`. Under
-/// synchronous replication a commit waits for any one standby. Then
+/// synchronous replication a commit waits for any one standby, named.
+/// Then
 /// `hba_file` with `spec.postgresql.pgHba`, and the plan's parameters
 /// (`spec.postgresql.parameters`, none of which the operator sets).
 pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
@@ -811,16 +812,31 @@ pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
     .map(String::from)
     .to_vec();
     if db.spec.replication == Some(Replication::Synchronous) {
-        args.extend([
-            "-c".to_string(),
-            "synchronous_standby_names=ANY 1 (*)".to_string(),
-        ]);
+        args.extend(["-c".to_string(), synchronous_standby_names(db)]);
+        if !plan.parameters.contains_key("synchronous_commit") {
+            let on = parameters::SYNCHRONOUS_COMMIT;
+            args.extend(["-c".to_string(), format!("synchronous_commit={on}")]);
+        }
     }
     if hba_lines(db).is_some() {
         args.extend(["-c".to_string(), format!("hba_file={HBA_DIR}/{HBA_KEY}")]);
     }
     args.extend(parameters::args(&plan.parameters));
     args
+}
+
+/// `synchronous_standby_names`: any one of the instances, named as each
+/// standby's `application_name` (its pod's name, which start.sh writes
+/// into primary_conninfo), so that no other walsender (`pg_recvlogical`,
+/// a `pg_basebackup`) confirms a commit. Every ordinal a Database may run
+/// (a large one's), whatever its size: a change of size changes no
+/// argument, and so restarts nothing.
+fn synchronous_standby_names(db: &Database) -> String {
+    let most = u32::try_from(super::spec::Size::Large.instances()).unwrap_or(3);
+    let names: Vec<String> = (0..most)
+        .map(|o| format!("\"{}\"", pod_name(db, o)))
+        .collect();
+    format!("synchronous_standby_names=ANY 1 ({})", names.join(","))
 }
 
 pub(super) fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {

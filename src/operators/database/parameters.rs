@@ -70,7 +70,7 @@ const OWNED: &[(&str, &str)] = &[
     ),
     (
         "synchronous_standby_names",
-        "it follows spec.replication (synchronous: ANY 1 (*))",
+        "it follows spec.replication (synchronous: any one of the instances, by name)",
     ),
     (
         "primary_conninfo",
@@ -187,12 +187,14 @@ pub(super) fn owned(name: &str) -> Option<&'static str> {
 }
 
 /// Checks `spec.postgresql.parameters` for a Database of `instances`
-/// instances: names shaped as PostgreSQL's (lower case, an extension's
-/// prefix allowed), none the operator owns, values that fit on a command
-/// line, and the few values the operator's replication depends on.
+/// instances, `synchronous` or not: names shaped as PostgreSQL's (lower
+/// case, an extension's prefix allowed), none the operator owns, values
+/// that fit on a command line, the few values the operator's replication
+/// depends on, and none that voids a promise the operator makes.
 pub(super) fn validate(
     parameters: &BTreeMap<String, String>,
     instances: i32,
+    synchronous: bool,
 ) -> Result<(), InvalidSpec> {
     if parameters.len() > MAX_PARAMETERS {
         return Err(InvalidSpec::new(
@@ -236,8 +238,52 @@ pub(super) fn validate(
             ));
         }
         validate_value(name, value, &field, instances)?;
+        keeps_promises(name, value, &field, synchronous)?;
     }
     Ok(())
+}
+
+/// What `synchronous_commit` is under synchronous replication when the
+/// spec names none: a commit returns once a standby has flushed it.
+pub(super) const SYNCHRONOUS_COMMIT: &str = "on";
+
+/// Values that would void what the README promises: `fsync` off loses
+/// or corrupts data on a crash, whatever the replication; under
+/// synchronous replication, a `synchronous_commit` that does not wait for
+/// a standby's flush (off, local, remote_write) acknowledges commits a
+/// failover loses. (`full_page_writes` is owned outright.)
+fn keeps_promises(
+    name: &str,
+    value: &str,
+    field: &str,
+    synchronous: bool,
+) -> Result<(), InvalidSpec> {
+    let refuse = |why: &str| {
+        Err(InvalidSpec::new(
+            field,
+            format!("{} {why}; remove it", quote(value)),
+        ))
+    };
+    match name {
+        "fsync" if !is_on(value) => refuse(
+            "would let a crash lose or corrupt acknowledged commits, on the primary and every standby",
+        ),
+        "synchronous_commit"
+            if synchronous && !(is_on(value) || value.eq_ignore_ascii_case("remote_apply")) =>
+        {
+            refuse(
+                "acknowledges a commit before a standby has it, which spec.replication synchronous promises; the operator sets on (remote_apply is also kept)",
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether PostgreSQL reads `value` as a boolean on: on, true, yes, 1, or
+/// an unambiguous prefix of true or yes, in any case.
+fn is_on(value: &str) -> bool {
+    let v = value.trim().to_ascii_lowercase();
+    !v.is_empty() && (v == "on" || v == "1" || "true".starts_with(&v) || "yes".starts_with(&v))
 }
 
 /// The values the operator's replication depends on.
@@ -572,7 +618,15 @@ mod tests {
             ("search_path", "\"$user\", public"),
             ("ssl_min_protocol_version", "TLSv1.3"),
         ]);
-        assert_eq!(validate(&ok, 3), Ok(()));
+        assert_eq!(validate(&ok, 3, false), Ok(()));
+        // Under synchronous replication, values that keep waiting for a
+        // standby; asynchronous, any value.
+        for value in ["on", "remote_apply", "TRUE", "yes", "1"] {
+            let p = params(&[("synchronous_commit", value), ("fsync", "on")]);
+            assert_eq!(validate(&p, 3, true), Ok(()), "{value}");
+        }
+        let off = params(&[("synchronous_commit", "off")]);
+        assert_eq!(validate(&off, 3, false), Ok(()));
     }
 
     #[test]
@@ -600,18 +654,34 @@ mod tests {
             ("wal_level", "minimal", "write replica or logical"),
             ("max_connections", "1e3", "not a whole number"),
             ("max_wal_senders", "3", "too few for 3 instances"),
+            // Issue 31 item 8: each was answered ParametersApplied=True.
+            ("fsync", "off", "crash lose or corrupt"),
+            ("fsync", "false", "crash lose or corrupt"),
+            ("fsync", "0", "crash lose or corrupt"),
+            ("synchronous_commit", "off", "spec.replication synchronous"),
+            (
+                "synchronous_commit",
+                "local",
+                "spec.replication synchronous",
+            ),
+            (
+                "synchronous_commit",
+                "remote_write",
+                "spec.replication synchronous",
+            ),
+            ("synchronous_commit", "No", "spec.replication synchronous"),
         ] {
-            let e = validate(&params(&[(name, value)]), 3).unwrap_err();
+            let e = validate(&params(&[(name, value)]), 3, true).unwrap_err();
             assert_eq!(e.field, format!("spec.postgresql.parameters.{name}"));
             assert!(e.message.contains(words), "{name}: {}", e.message);
         }
         let long = "x".repeat(MAX_VALUE + 1);
-        assert!(validate(&params(&[("work_mem", &long)]), 1).is_err());
+        assert!(validate(&params(&[("work_mem", &long)]), 1, false).is_err());
         let many: BTreeMap<String, String> = (0..=MAX_PARAMETERS)
             .map(|i| (format!("x.p{i}"), "1".to_string()))
             .collect();
         assert_eq!(
-            validate(&many, 1).unwrap_err().field,
+            validate(&many, 1, false).unwrap_err().field,
             "spec.postgresql.parameters"
         );
     }

@@ -72,6 +72,7 @@ pub const VOLUME: &str = "data";
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
+    validation = Rule::new("!has(self.replication) || self.replication != 'synchronous' || (has(self.size) && self.size != 'small')").message("spec.replication synchronous needs a standby to confirm each commit, and size small runs one instance; choose size medium or large, or replication asynchronous"),
     validation = Rule::new("self.deletionPolicy != 'Snapshot' || has(self.backup)").message("deletionPolicy Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete"),
     validation = Rule::new("self.version >= oldSelf.version").message("spec.version cannot go down: downgrades are refused; restore a backup into a new Database (spec.bootstrap) instead"),
     validation = Rule::new("has(self.credentialsSecret) == has(oldSelf.credentialsSecret) && (!has(self.credentialsSecret) || self.credentialsSecret == oldSelf.credentialsSecret)").message("spec.credentialsSecret cannot change once created: the database's user keeps the password it was created with"),
@@ -250,7 +251,8 @@ pub enum Replication {
     #[default]
     Asynchronous,
     /// Commits return once the primary and one standby have them
-    /// (`synchronous_standby_names = 'ANY 1 (*)'`).
+    /// (`synchronous_standby_names = 'ANY 1 ("<name>-0", …)'`, naming the
+    /// instances, and `synchronous_commit` on); needs size medium or large.
     Synchronous,
 }
 
@@ -461,7 +463,10 @@ pub struct DatabaseBackup {
     /// (backups, snapshot, verification, restore), for cloud identities
     /// such as IRSA; the namespace's default when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub service_account_name: Option<String>,
     /// The resources of every container of the backup, snapshot,
     /// verification and restore Jobs, as Backup's `resources`, replacing
@@ -704,9 +709,20 @@ pub fn endpoint(db: &Database) -> String {
     format!("{}.{}.svc.cluster.local:{PORT}", name(db), namespace(db))
 }
 
+/// Whether every commit waits for a standby.
+pub fn is_synchronous(db: &Database) -> bool {
+    db.spec.replication == Some(Replication::Synchronous)
+}
+
 /// Checks what the schema cannot, and names the field.
 pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     validate::dns_label("metadata.name", name(db), MAX_NAME)?;
+    if is_synchronous(db) && db.spec.size.instances() < 2 {
+        return Err(InvalidSpec::new(
+            "spec.replication",
+            "synchronous needs a standby to confirm each commit, and size small runs one instance (no commit could return); choose size medium or large, or replication asynchronous",
+        ));
+    }
     if validate::quantity_bytes(&db.spec.storage.size).is_none_or(|b| b == 0) {
         return Err(InvalidSpec::new(
             "spec.storage.size",
@@ -783,23 +799,15 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         if let Some(r) = &backup.resources {
             resources::validate("spec.backup.resources", r)?;
         }
-        if let Some(account) = &backup.service_account_name
-            && !validate::is_dns_subdomain(account)
-        {
-            return Err(InvalidSpec::new(
-                "spec.backup.serviceAccountName",
-                format!(
-                    "{} is not a ServiceAccount's name; name one in this namespace",
-                    validate::quote(account)
-                ),
-            ));
+        if let Some(account) = &backup.service_account_name {
+            validate::object_name("spec.backup.serviceAccountName", account, "ServiceAccount")?;
         }
     }
     if let Some(r) = &db.spec.resources {
         resources::validate("spec.resources", r)?;
     }
     if let Some(pg) = &db.spec.postgresql {
-        parameters::validate(&pg.parameters, db.spec.size.instances())?;
+        parameters::validate(&pg.parameters, db.spec.size.instances(), is_synchronous(db))?;
         parameters::validate_hba(&pg.pg_hba)?;
     }
     super::placement::validate(
@@ -807,16 +815,8 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         db.spec.topology_spread_constraints.as_deref(),
     )?;
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
-        let name = &secret.name;
-        if !validate::is_dns_subdomain(name) {
-            return Err(InvalidSpec::new(
-                format!("spec.imagePullSecrets[{i}].name"),
-                format!(
-                    "{} is not a Secret's name; name a Secret in this namespace",
-                    validate::quote(name)
-                ),
-            ));
-        }
+        let field = format!("spec.imagePullSecrets[{i}].name");
+        validate::object_name(&field, &secret.name, "Secret")?;
     }
     Ok(())
 }

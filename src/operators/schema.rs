@@ -3,15 +3,92 @@
 //! structure, types and bounds) and its CEL rules
 //! (`x-kubernetes-validations`), transition rules (`oldSelf`) included.
 //!
+//! [`admit`] is the one refusal every entry point gives a parent the CRD
+//! refuses: the hook (server and `opshooks hook`, through `call`),
+//! `opshooks render` and `opshooks simulate` all ask it, so none of them
+//! accepts what another refuses. It sits below `call` and `simulate`,
+//! beside the operators whose CRDs it reads.
+//!
 //! The CRD's schema is OpenAPI v3 with Kubernetes' own keywords; it becomes
 //! plain JSON Schema here, and fields it does not declare are refused (the
 //! API server would prune them, so a status that relies on one is wrong).
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Value, json};
 
-use crate::hook::quote::key_path;
-use crate::operator::Operator;
+use crate::hook::quote::{cut, cut_quoted, key_path};
+use crate::operator::{InvalidSpec, Operator};
+
+/// Why the API server would refuse to store `parent` as it is, written
+/// over a parent whose spec was `old_spec` (or created, without it): its
+/// spec against the CRD's schema, then the CRD's CEL rules on the spec and
+/// on the whole object. One line naming the first field, then up to two
+/// more reasons, and how many more there are.
+pub fn admit(op: &Operator, parent: &Value, old_spec: Option<&Value>) -> Result<(), InvalidSpec> {
+    let errors = Admission::of(op).errors(parent, old_spec);
+    let Some(first) = errors.first() else {
+        return Ok(());
+    };
+    let (field, message) = first.split_once(": ").unwrap_or(("spec", first));
+    // A few whole lines after the first, as the API server lists them.
+    let mut message = std::iter::once(message)
+        .chain(errors.iter().skip(1).take(2).map(String::as_str))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if errors.len() > 3 {
+        message.push_str(&format!(" (and {} more)", errors.len() - 3));
+    }
+    Err(InvalidSpec::new(field, cut_quoted(&message)))
+}
+
+/// What the API server checks of one operator's parents, built once per
+/// operator and kept: the CRD is generated from the Rust types, and a
+/// server answers many calls.
+struct Admission {
+    spec: PartSchema,
+    /// The rules on the whole object.
+    object: Value,
+    kind: String,
+}
+
+impl Admission {
+    fn of(op: &Operator) -> Arc<Admission> {
+        static BUILT: OnceLock<Mutex<BTreeMap<&'static str, Arc<Admission>>>> = OnceLock::new();
+        let mut built = BUILT
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        built
+            .entry(op.name)
+            .or_insert_with(|| {
+                let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
+                let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+                Arc::new(Admission {
+                    spec: PartSchema::of(op, "spec"),
+                    object: json!({"x-kubernetes-validations": root["x-kubernetes-validations"]}),
+                    kind: op.kind.clone(),
+                })
+            })
+            .clone()
+    }
+
+    /// Every reason, one line each: the schema's first, and the rules only
+    /// for a spec of the right shape (as the API server, which evaluates
+    /// no rule on a value of the wrong type).
+    fn errors(&self, parent: &Value, old_spec: Option<&Value>) -> Vec<String> {
+        let empty = json!({});
+        let spec = parent.get("spec").unwrap_or(&empty);
+        let mut errors = self.spec.errors(spec);
+        if errors.is_empty() {
+            errors = self.spec.rule_errors("spec", spec, old_spec);
+        }
+        check_rules(&self.object, &self.kind, parent, None, &mut errors);
+        errors
+    }
+}
 
 /// The schema of one part (`spec` or `status`) of an operator's CRD, ready
 /// to check values with.
@@ -83,7 +160,10 @@ impl PartSchema {
                     ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
                         .iter()
                         .map(|field| {
-                            format!("{}: field not declared in schema", key_path(&at, field))
+                            format!(
+                                "{}: field not declared in schema; remove it or check its spelling (kubectl explain)",
+                                key_path(&at, field)
+                            )
                         })
                         .collect(),
                     ValidationErrorKind::Required { property } => {
@@ -97,18 +177,6 @@ impl PartSchema {
     }
 }
 
-/// The rules the CRD puts on the whole object (`self.metadata.name`'s
-/// length), which `object` (a parent being created) breaks.
-pub fn object_rule_errors(op: &Operator, object: &Value) -> Vec<String> {
-    let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
-    let rules = json!({
-        "x-kubernetes-validations": crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
-    });
-    let mut errors = Vec::new();
-    check_rules(&rules, &op.kind, object, None, &mut errors);
-    errors
-}
-
 /// A JSON pointer into `part` as a field path: `/items/0/name` in `spec`
 /// is `spec.items[0].name`.
 fn dotted(part: &str, pointer: &str) -> String {
@@ -117,7 +185,7 @@ fn dotted(part: &str, pointer: &str) -> String {
         let segment = segment.replace("~1", "/").replace("~0", "~");
         match segment.parse::<usize>() {
             Ok(index) => path.push_str(&format!("[{index}]")),
-            Err(_) => path.push_str(&format!(".{segment}")),
+            Err(_) => path.push_str(&format!(".{}", cut(&segment))),
         }
     }
     path
@@ -212,7 +280,7 @@ fn holds(text: &str, value: &Value, old: Option<&Value>) -> Result<(), String> {
 /// quantity is its value in bytes (an `int`), which is all a comparison of
 /// sizes needs. `quantity()` of text that is not one fails, as there.
 fn quantities(context: &mut cel::Context<'_, '_>) {
-    use crate::operators::validate::quantity_bytes;
+    use super::validate::quantity_bytes;
     use cel::extractors::This;
     use std::sync::Arc;
     let bytes = |text: &str| quantity_bytes(text).and_then(|b| i64::try_from(b).ok());
