@@ -61,10 +61,13 @@ MAJOR = BIN.parts[-2]  # /usr/lib/postgresql/<major>/bin
 
 
 class Proxy:
-    """127.0.0.1:<port> forwarded to the designated primary's port. As a
-    Service whose selector moves: retarget() sends new connections to
-    another instance (None: no endpoints, connections are closed at once)
-    and cuts the ones open now (their pod is gone or fenced)."""
+    """127.0.0.1:<port> forwarded to the selected instance's port, as
+    kube-proxy forwards a Service: retarget() (the selector moves) steers
+    NEW connections only; an established connection keeps talking to the
+    instance it was opened to until one side closes it (that instance's
+    server exits, or the client hangs up). No endpoints (None): a new
+    connection is closed at once. Only close() (the test's end) cuts what
+    is open."""
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -78,22 +81,23 @@ class Proxy:
     def retarget(self, port: int | None) -> None:
         with self.lock:
             self.target = port
-            cut, self.open = self.open, set()
-        for s in cut:
-            self._close(s)
 
     def close(self) -> None:
         self.closed = True
         self.retarget(None)
-        self._close(self.listener)  # shutdown wakes the accepting thread
+        with self.lock:
+            cut, self.open = self.open, set()
+        for s in cut:
+            self._shutdown(s)
+        self._shutdown(self.listener)  # shutdown wakes the accepting thread
+        self.listener.close()
 
     @staticmethod
-    def _close(s: socket.socket) -> None:
+    def _shutdown(s: socket.socket) -> None:
         try:
             s.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        s.close()
 
     def _accept(self) -> None:
         while not self.closed:
@@ -113,30 +117,83 @@ class Proxy:
                 client.close()
                 continue
             with self.lock:
-                if self.target != target:  # retargeted meanwhile
-                    self._close(client)
-                    self._close(upstream)
-                    continue
                 self.open |= {client, upstream}
             for s in (client, upstream):  # no Nagle delays on a proxied protocol
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            pair = {"ends": 0}
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pump, args=(a, b, pair), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        """One direction; the first to end ends both. Only retarget()
-        closes: a socket closed here could have its descriptor reused while
-        the other direction's thread still uses it."""
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: dict) -> None:
+        """One direction; the first to end ends both (a closed server
+        closes its client's connection), the second closes the sockets."""
         try:
             while data := src.recv(65536):
                 dst.sendall(data)
         except OSError:
             pass
         for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._shutdown(s)
+        with self.lock:
+            pair["ends"] += 1
+            last = pair["ends"] == 2
+            if last:
+                self.open -= {src, dst}
+        if last:
+            src.close()
+            dst.close()
+
+
+class RoleConfigMap:
+    """The role ConfigMap and its kubelet-mounted copy (the directory the
+    instances read, ROLE_DIR). publish() changes the ConfigMap at once (the
+    hook's answer applied: `published` is what the promote Job expects);
+    the mount follows `delay` seconds later, as the kubelet's sync period
+    and cache make it (a minute or more in a cluster), and never while the
+    node is partitioned (hold()): then it follows once released."""
+
+    def __init__(self, mount: Path, delay: float) -> None:
+        self.mount = mount
+        self.delay = delay
+        self.published: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.applied = 0
+        self.held = False
+
+    def publish(self, primary: str, epoch: int, initialized: str = "true", *, now: bool = False) -> None:
+        with self.lock:
+            self.seq += 1
+            seq = self.seq
+            self.published = {"primary": primary, "epoch": str(epoch), "initialized": initialized}
+        if now:
+            self._apply(seq, dict(self.published))
+        else:
+            threading.Timer(self.delay, self._apply, args=(seq, dict(self.published))).start()
+
+    def hold(self, held: bool = True) -> None:
+        """A partition of the node: the kubelet cannot read the ConfigMap."""
+        with self.lock:
+            self.held = held
+        if not held:
+            with self.lock:
+                seq, data = self.seq, dict(self.published)
+            self._apply(seq, data)
+
+    def _apply(self, seq: int, data: dict[str, str]) -> None:
+        with self.lock:
+            if self.held or seq <= self.applied:
+                return
+            self.applied = seq
+            for key, value in data.items():  # the kubelet swaps the whole directory
+                tmp = self.mount / f".{key}.tmp"
+                tmp.write_text(value)
+                tmp.chmod(0o644)
+                tmp.rename(self.mount / key)
+
+    def settled(self) -> bool:
+        with self.lock:
+            return self.applied == self.seq
 
 
 # --------------------------------------------------------------------------
@@ -158,6 +215,7 @@ class Instance:
     roles: Path
     proxy: Proxy
     sync: bool = False
+    configmap: RoleConfigMap | None = None
     port: int = dataclasses.field(default_factory=dbs.free_port)
     proc: subprocess.Popen | None = None
     starts: int = 0
@@ -290,6 +348,15 @@ def wait_for(what: str, check, timeout: float = 30) -> None:
     raise AssertionError(f"{what}: not within {timeout}s (last: {last})")
 
 
+def partition_from_standbys(primary: Instance) -> None:
+    """The standbys lose their connections to `primary` (a partition; a
+    Service that selects another pod or none keeps them open). They cannot
+    connect again while the Service does not select it."""
+    primary.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'walsender'")
+    wait_for("no standby streams from the old primary", lambda: primary.sql(
+        "SELECT count(*) FROM pg_stat_replication") == "0")
+
+
 def has_rows(instance: Instance, table: str, count: int) -> bool:
     return instance.sql(f"SELECT count(*) FROM {table}") == str(count)
 
@@ -319,14 +386,17 @@ class Database:
     roles: Path
     proxy: Proxy
     instances: list[Instance]
+    configmap: RoleConfigMap
     epoch: int = 1
 
     def designate(self, primary: Instance | None) -> None:
         """The hook's decision: the role ConfigMap names the new primary (a
-        new epoch), and the Service selects it (None: nothing, fenced)."""
+        new epoch; the instances read it once the kubelet updated their
+        mount), and the Service selects it for new connections (None:
+        nothing, fenced)."""
         if primary is not None:
             self.epoch += 1
-            write_roles(self.roles, primary.name, self.epoch)
+            self.configmap.publish(primary.name, self.epoch)
         self.proxy.retarget(primary.port if primary is not None else None)
 
     def route(self, instance: Instance) -> None:
@@ -339,24 +409,30 @@ class Database:
         self.proxy.close()
 
 
-def new_database(template: Path, *, sync: bool = False, standbys: int = 2) -> Database:
+MOUNT_DELAY = 1.0
+
+
+def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
+                 mount_delay: float = MOUNT_DELAY) -> Database:
     """db-0 the primary (its volume holds the template's cluster), and
     standbys that start on empty volumes: start.sh clones them from the
-    read-write Service."""
+    read-write Service. The role mount follows the ConfigMap `mount_delay`
+    seconds late."""
     roles = fresh_path("role")
     roles.mkdir()
     roles.chmod(0o755)
-    write_roles(roles, "db-0", 1)
+    configmap = RoleConfigMap(roles, mount_delay)
+    configmap.publish("db-0", 1, now=True)
     proxy = Proxy()
     instances = []
     for n in range(standbys + 1):
         volume = pg_dir(fresh_path(f"db-{n}"))
         pg_dir(volume / "sock")
-        instances.append(Instance(f"db-{n}", volume, roles, proxy, sync=sync))
+        instances.append(Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap))
     primary = instances[0]
     r = run(["cp", "-a", str(template), str(primary.data)], {"PATH": PG_PATH}, timeout=60)
     assert r.rc == 0, str(r)
-    db = Database(roles, proxy, instances)
+    db = Database(roles, proxy, instances, configmap)
     proxy.retarget(primary.port)
     primary.start()
     assert primary.in_recovery() == "f"
@@ -395,7 +471,7 @@ class Promotion:
 
 def promote(candidate: Instance, old: Instance, standbys: list[Instance], *, sync: bool = False,
             shell: str = "dash", timeout: str | None = None, mode: str = "failover",
-            role_wait: str = "6") -> Promotion:
+            role_wait: str = "6", **extra: str) -> Promotion:
     """The promote Job's container: its environment, nothing else. The hook
     makes it once the role ConfigMap names the candidate (fencing first):
     it expects the role the roles directory holds now."""
@@ -410,7 +486,7 @@ def promote(candidate: Instance, old: Instance, standbys: list[Instance], *, syn
         "SYNCHRONOUS": "true" if sync else "false",
         "MODE": mode,
         "EXPECT_PRIMARY": candidate.name,
-        "EXPECT_EPOCH": (candidate.roles / "epoch").read_text(),
+        "EXPECT_EPOCH": expected_epoch(candidate),
         "ROLE_DIR": str(candidate.roles),
         "ROLE_WAIT": role_wait,
         "PGPASSWORD": SUPERUSER_PASSWORD,
@@ -418,9 +494,17 @@ def promote(candidate: Instance, old: Instance, standbys: list[Instance], *, syn
     }
     if timeout is not None:
         env["CONNECT_TIMEOUT"] = timeout
+    env.update(extra)
     r = run(script_argv("promote.sh"), env, as_postgres=True, timeout=180, executable=shell_path(shell))
     line = log.read_text() if log.exists() else ""
     return Promotion(r.rc, r.out, r.err, line)
+
+
+def expected_epoch(candidate: Instance) -> str:
+    """The epoch the hook published (not the mount, which may lag)."""
+    if candidate.configmap is not None:
+        return candidate.configmap.published["epoch"]
+    return (candidate.roles / "epoch").read_text()
 
 
 def assert_promoted(p: Promotion, candidate: Instance) -> str:
@@ -627,8 +711,11 @@ def test_failover_promotes_the_most_advanced_standby_and_everyone_follows(databa
     database.designate(p)
 
     # The primary is lost. The hook fences it first (the Service selects
-    # nothing) and it accepts a last write of its own: that one is lost.
+    # nothing), it is cut off from the standbys (a partition: the Service
+    # change alone keeps their connections), and it accepts a last write
+    # of its own: that one is lost.
     database.designate(None)
+    partition_from_standbys(p)
     p.sql("INSERT INTO t VALUES (999, 'diverged')")
     p.stop("immediate")
     c.start()
@@ -728,6 +815,7 @@ def test_a_rewind_that_fails_moves_the_data_aside_and_clones(database: Database)
     rw_sql(database.proxy, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 50)")
     wait_for("b has the rows", lambda: has_rows(b, "t", 50))
     database.designate(None)
+    partition_from_standbys(p)
     p.sql("INSERT INTO t VALUES (999)")  # only the old primary has it
     p.stop("kill")
     database.designate(b)
@@ -763,7 +851,7 @@ def test_a_designated_standby_starts_as_a_standby(database: Database):
     wait_for("b has the row", lambda: has_rows(b, "t", 1))
     database.designate(None)
     p.stop("immediate")
-    write_roles(database.roles, b.name, 2)
+    database.configmap.publish(b.name, 2, now=True)
     b.stop()
     b.start()
     assert "designated primary, still a standby" in b.output(), b.output()
@@ -814,12 +902,12 @@ def test_probes(database: Database):
     wait_for("b caught up", lambda: probe(b, "ready", MAX_LAG_BYTES="1000000").rc == 0)
 
     # A primary that is not the designated one: fenced, neither live nor ready.
-    write_roles(database.roles, b.name, 2)
+    database.configmap.publish(b.name, 2, now=True)
     for what in ("live", "ready"):
         r = probe(p, what)
         assert r.rc != 0 and "fenced" in r.out, str(r)
     assert probe(b, "live").rc == 0  # a designated standby waiting for its promotion
-    write_roles(database.roles, p.name, 3)
+    database.configmap.publish(p.name, 3, now=True)
     assert probe(p, "live").rc == 0
 
     # No server.
@@ -877,6 +965,134 @@ class Writer:
         assert any(e in err for e in ("server closed the connection", "connection to server was lost",
                                       "terminating connection", *ends)), err
         return {int(line.split()[1]) for line in text.splitlines() if line.startswith("ack ")}
+
+
+class AckWriter:
+    """Applications through the read-write Service, as they are in
+    production: each client holds one connection, commits one row per
+    transaction, and when its connection ends it connects again (through
+    the Service as it selects then). A row is acknowledged once its INSERT
+    returned: its RETURNING line (printed only after the COMMIT came back)
+    names the instance that acknowledged it (inet_server_port()) and when
+    (clock_timestamp(), this machine's clock)."""
+
+    def __init__(self, proxy: Proxy, table: str, clients: int = 2):
+        self.proxy = proxy
+        self.table = table
+        self.work = pg_dir(fresh_path("ackwriter"))
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.stopped = False
+        self.procs: list[subprocess.Popen] = []
+        self.outputs: list[Path] = []
+        self.threads = [threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _ids(self, n: int) -> range:
+        with self.lock:
+            first = self.next_id + 1
+            self.next_id += n
+        return range(first, first + n)
+
+    def _client(self, n: int) -> None:
+        try:
+            self._sessions(n)
+        except OSError:  # the test ended and its scratch directory is gone
+            pass
+
+    def _sessions(self, n: int) -> None:
+        env = {"PATH": PG_PATH, "HOME": str(self.work), "PGHOST": "127.0.0.1", "PGPORT": str(self.proxy.port),
+               "PGUSER": "postgres", "PGPASSWORD": SUPERUSER_PASSWORD, "PGDATABASE": "postgres",
+               "PGCONNECT_TIMEOUT": "2"}
+        session = 0
+        while not self.stopped:
+            session += 1
+            out = self.work / f"client-{n}-{session}.out"
+            with self.lock:
+                self.outputs.append(out)
+            with open(out, "wb") as o, open(self.work / f"client-{n}-{session}.err", "wb") as e:
+                proc = subprocess.Popen([str(BIN / "psql"), "-X", "-q", "-A", "-t", "--no-password"],
+                                        env=env, stdin=subprocess.PIPE, stdout=o, stderr=e,
+                                        start_new_session=True)
+                with self.lock:
+                    self.procs.append(proc)
+                try:
+                    assert proc.stdin is not None
+                    while proc.poll() is None and not self.stopped:
+                        chunk = "".join(
+                            f"INSERT INTO {self.table} VALUES ({i}) RETURNING 'ack ' || id || ' ' || "
+                            f"inet_server_port() || ' ' || extract(epoch FROM clock_timestamp());\n"
+                            for i in self._ids(50))
+                        proc.stdin.write(chunk.encode())
+                        proc.stdin.flush()
+                    proc.stdin.close()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+                proc.wait()
+            time.sleep(0.1)
+
+    def stop(self) -> dict[int, tuple[int, float]]:
+        """Stops every client; returns the acknowledged rows: id -> (port
+        of the instance that acknowledged it, when)."""
+        self.stopped = True
+        with self.lock:
+            procs = list(self.procs)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for t in self.threads:
+            t.join(30)
+        acked: dict[int, tuple[int, float]] = {}
+        for out in self.outputs:
+            if not out.exists():
+                continue
+            for line in out.read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 4 and parts[0] == "ack":
+                    acked[int(parts[1])] = (int(parts[2]), float(parts[3]))
+        return acked
+
+
+@dataclasses.dataclass
+class Verdict:
+    """What the checker found: acknowledged rows missing on each instance
+    that answers, and the instances that acknowledged writes during
+    overlapping periods (two writable primaries at once)."""
+    acknowledged: int
+    missing: dict[str, int]
+    by_instance: dict[str, int]
+    concurrent: list[tuple[str, str]]
+
+    def __str__(self) -> str:
+        return (f"{self.acknowledged} acknowledged; by instance {self.by_instance}; missing per instance "
+                f"{self.missing}; concurrently writable: {self.concurrent}")
+
+
+def check(db: Database, table: str, acked: dict[int, tuple[int, float]]) -> Verdict:
+    """Compares every acknowledged commit with the final data on every
+    instance that answers, and looks for two instances that acknowledged
+    commits in overlapping periods."""
+    names = {i.port: i.name for i in db.instances}
+    periods: dict[str, list[float]] = {}
+    by_instance: dict[str, int] = {}
+    for port, at in acked.values():
+        name = names.get(port, str(port))
+        lo_hi = periods.setdefault(name, [at, at])
+        lo_hi[0], lo_hi[1] = min(lo_hi[0], at), max(lo_hi[1], at)
+        by_instance[name] = by_instance.get(name, 0) + 1
+    concurrent = [(a, b) for a in sorted(periods) for b in sorted(periods)
+                  if a < b and max(periods[a][0], periods[b][0]) < min(periods[a][1], periods[b][1])]
+    missing: dict[str, int] = {}
+    for i in db.instances:
+        if i.proc is None or i.proc.poll() is not None:
+            continue
+        try:
+            present = {int(v) for v in i.sql(f"SELECT id FROM {table}").split()}
+        except SqlError:
+            continue
+        missing[i.name] = len(set(acked) - present)
+    return Verdict(len(acked), missing, by_instance, concurrent)
 
 
 def promote_the_most_advanced(db: Database, old: Instance, sync: bool) -> Instance:
@@ -1001,11 +1217,11 @@ def test_asynchronous_replication_loss_is_measured_and_bounded(template):
 
 def test_a_switchover_stops_writes_first_and_loses_nothing(database: Database):
     """A client connected to the primary itself (not through the Service)
-    writes throughout; the switchover stops the old primary's writes, ends
-    its sessions, waits until the candidate replayed all of its WAL, then
-    promotes: every acknowledged commit is on the new primary, the old one
-    takes no write any more, and a restart (its liveness probe fences it)
-    rejoins it as a standby that takes writes again when made primary."""
+    writes throughout; the switchover shuts the old primary down (its
+    sessions end), waits until the candidate received and replayed all of
+    its WAL, then promotes: every acknowledged commit is on the new
+    primary, the old one takes no write any more, and its restart rejoins
+    it as a standby."""
     p, b, c = database.instances
     rw_sql(database.proxy, "CREATE TABLE w (id int PRIMARY KEY)")
     writer = Writer(types.SimpleNamespace(port=p.port), "w")
@@ -1016,20 +1232,19 @@ def test_a_switchover_stops_writes_first_and_loses_nothing(database: Database):
     database.route(p)
     done = promote(b, p, [c], mode="switchover")
     assert_promoted(done, b)
+    assert "old primary" in done.err and "stopped" in done.err, str(done)
     database.route(b)
-    # Its session ends, or its next write fails: writes stopped first.
-    acked = writer.acknowledged("cannot execute INSERT in a read-only transaction")
+    acked = writer.acknowledged()
     assert len(acked) > 100, "the writer hardly wrote"
     present = {int(v) for v in b.sql("SELECT id FROM w").split()}
     assert acked <= present, f"{len(acked - present)} acknowledged commits lost in a switchover"
     write = p.cluster.psql("INSERT INTO w VALUES (-5)")
-    assert write.rc != 0 and "read-only transaction" in write.err, str(write)
+    assert write.rc != 0, str(write)
+    assert p.proc is not None and p.proc.wait(30) == 0, "the old primary did not shut down cleanly"
     rw_sql(database.proxy, "INSERT INTO w VALUES (-1)")
-    p.stop("fast")
     p.start()
     out = p.output()
     assert "rewound" in out and "pg_rewind failed" not in out, out
-    # The fence is not carried along (start.sh drops it if a rewind kept it).
     assert "default_transaction_read_only" not in (p.data / "postgresql.auto.conf").read_text()
     assert p.in_recovery() == "t"
     for standby in (p, c):
@@ -1038,22 +1253,40 @@ def test_a_switchover_stops_writes_first_and_loses_nothing(database: Database):
     assert b.sql("SHOW default_transaction_read_only") == "off"
 
 
-def test_a_switchover_that_cannot_catch_up_gives_the_writes_back(database: Database):
-    """The candidate does not replay (paused): the switchover is refused
-    after ROLE_WAIT and the old primary takes writes again."""
+def test_a_switchover_that_cannot_finish_leaves_the_old_primary_to_take_over_again(database: Database):
+    """A candidate that does not stream is refused before anything stops.
+    One that does not replay (paused) cannot show it has the old primary's
+    end: refused after ROLE_WAIT, nothing promoted; the hook designates the
+    old primary again, which starts as the primary when its container
+    restarts, and the candidate follows it."""
     p, b, c = database.instances
     rw_sql(database.proxy, "CREATE TABLE t (id int)")
     wait_for("b has t", lambda: b.sql("SELECT count(*) FROM pg_class WHERE relname = 't'") == "1")
+    c.sql("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1 connect_timeout=1'")
+    c.sql("SELECT pg_reload_conf()")
+    wait_for("c stopped receiving", lambda: c.sql(
+        "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'") == "0")
+    database.designate(c)
+    database.route(p)
+    refused = promote(c, p, [b], mode="switchover", role_wait="4")
+    assert_refused(refused, f"candidate {c.address} does not stream", "nothing was stopped")
+    assert p.in_recovery() == "f"
+
     b.sql("SELECT pg_wal_replay_pause()")
     rw_sql(database.proxy, "INSERT INTO t VALUES (1)")
     database.designate(b)
     database.route(p)
     refused = promote(b, p, [c], mode="switchover", role_wait="4")
-    assert_refused(refused, f"candidate {b.address} did not replay the old primary's WAL")
+    assert_refused(refused, f"candidate {b.address} did not receive and replay the old primary's last WAL")
     assert b.in_recovery() == "t"
-    assert p.sql("SHOW default_transaction_read_only") == "off"
+    database.designate(p)
+    wait_for("the mount names db-0 again", database.configmap.settled)
+    p.stop("fast")
+    p.start()
+    assert p.in_recovery() == "f"
     p.sql("INSERT INTO t VALUES (2)")
-    assert p.sql("SELECT count(*) FROM t") == "2"
+    b.sql("SELECT pg_wal_replay_resume()")
+    wait_for("b follows the old primary again", lambda: has_rows(b, "t", 2), timeout=60)
 
 
 def test_promote_waits_until_every_instance_reads_the_role(database: Database):
@@ -1069,3 +1302,147 @@ def test_promote_waits_until_every_instance_reads_the_role(database: Database):
     assert b.in_recovery() == "t"
     database.designate(b)
     assert_promoted(promote(b, p, [c]), b)
+
+
+# --------------------------------------------------------------------------
+# Issue 32: the loss bound is checked against what the old primary had
+
+
+SILENCE = 6
+
+
+def kubelet_probes(instances: list[Instance], seconds: float, **extra: str) -> None:
+    """The kubelet's liveness probes, once a second for `seconds`, on every
+    instance that runs (each records whether it is current)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for i in instances:
+            if i.proc is not None and i.proc.poll() is None:
+                probe(i, "live", **extra)
+        time.sleep(1)
+
+
+def test_a_standby_that_stopped_streaming_long_ago_is_not_promoted(template):
+    """Issue 32, item 1: b stops receiving (it cannot reach the primary any
+    more) while the application goes on writing; then the primary is lost
+    together with c. b is the only standby left, and comparing it with
+    other standbys finds nothing against it: it must be refused all the
+    same, since it was last current with a primary longer ago than the
+    bound, and its readiness probe must say so before."""
+    db = new_database(template)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        rw_sql(db.proxy, "INSERT INTO w SELECT -g FROM generate_series(1, 1000) g")
+        wait_for("b has the first rows", lambda: has_rows(b, "w", 1000))
+        kubelet_probes([b, c], 2)
+        for s in (b, c):
+            r = probe(s, "ready", MAX_SILENCE_SECONDS=str(SILENCE))
+            assert r.rc == 0, f"{s.name}: {r}"
+        b.sql("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1 connect_timeout=1'")
+        b.sql("SELECT pg_reload_conf()")
+        wait_for("b stopped receiving", lambda: b.sql(
+            "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'") == "0")
+        writer = AckWriter(db.proxy, "w")
+        kubelet_probes([b, c], SILENCE + 2)
+        stale = probe(b, "ready", MAX_SILENCE_SECONDS=str(SILENCE))
+        assert stale.rc == 1 and "last current with a primary" in stale.out, str(stale)
+        assert f"more than MAX_SILENCE_SECONDS={SILENCE}" in stale.out, str(stale)
+        assert probe(c, "ready", MAX_SILENCE_SECONDS=str(SILENCE)).rc == 0
+        p.stop("kill")
+        c.stop("kill")
+        db.designate(None)
+        acked = writer.stop()
+        assert len(acked) > 100, "the writer hardly wrote"
+        db.designate(b)
+        result = promote(b, p, [c], timeout="2", MAX_SILENCE_SECONDS=str(SILENCE))
+        verdict = check(db, "w", acked)
+        print(f"stale standby: {verdict}; promote: {result.line.strip()}")
+        assert_refused(result, f"candidate {b.address} was last current with a primary",
+                       f"more than MAX_SILENCE_SECONDS={SILENCE}")
+        assert b.in_recovery() == "t"
+    finally:
+        db.stop()
+
+
+# --------------------------------------------------------------------------
+# Issue 32: a switchover stops the old primary, and every standby follows
+
+
+def timeline(instance: Instance) -> str:
+    return instance.sql("SELECT timeline_id FROM pg_control_checkpoint()")
+
+
+def test_a_switchover_stops_the_old_primary_and_no_standby_is_stranded(template):
+    """Issue 32, item 2, under the application's load through the
+    read-write Service: the role names b while the Service stays on p, the
+    promote Job switches over, then the Service moves to b. The old
+    primary must take no write once b is promoted (not even `BEGIN READ
+    WRITE`), c, which streamed from p over a connection the Service change
+    does not cut, must follow b's timeline, and the old primary, restarted
+    by the kubelet, rejoins: every acknowledged commit is on every
+    instance, and no two instances acknowledged writes at once."""
+    db = new_database(template)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(2)
+        db.designate(b)
+        db.route(p)
+        done = promote(b, p, [c], mode="switchover")
+        assert_promoted(done, b)
+        db.route(b)
+        late = p.cluster.psql("BEGIN READ WRITE; INSERT INTO w VALUES (-7); COMMIT")
+        time.sleep(2)
+        acked = writer.stop()
+        assert len(acked) > 100, "the writer hardly wrote"
+        # The kubelet restarts the old primary's container: its process
+        # exited (shut down by the Job), or its liveness probe fails.
+        p.stop("fast")
+        p.start(wait=False)
+        rw_sql(db.proxy, "INSERT INTO w VALUES (-1)")
+        followed = {}
+        for s in (c, p):
+            try:
+                wait_for(f"{s.name} follows b", lambda s=s: s.sql("SELECT count(*) FROM w WHERE id = -1") == "1",
+                         timeout=60)
+                followed[s.name] = True
+            except AssertionError:
+                followed[s.name] = False
+        verdict = check(db, "w", acked)
+        print(f"switchover: {verdict}; old primary took a READ WRITE commit: {late.rc == 0}; followed: {followed}")
+        assert late.rc != 0, f"the old primary committed a write after the promotion:\n{late}"
+        assert b.sql("SELECT count(*) FROM w WHERE id = -7") == "0"
+        assert followed == {"db-2": True, "db-0": True}, (followed, c.output()[-2000:])
+        assert timeline(c) == timeline(b) or c.sql("SELECT received_tli FROM pg_stat_wal_receiver") == timeline(b)
+        assert verdict.missing == {"db-0": 0, "db-1": 0, "db-2": 0}, str(verdict)
+        assert verdict.concurrent == [], str(verdict)
+        assert "rewound" in p.output() and "pg_rewind failed" not in p.output(), p.output()
+    finally:
+        db.stop()
+
+
+def test_a_standby_that_replayed_past_the_fork_is_rewound_when_it_restarts(database: Database):
+    """Issue 32, item 2: b was promoted while c still streamed from p over
+    its open connection (a Service change does not cut it), and p wrote on:
+    c replayed WAL past the point where b's timeline forked. Restarted as
+    it is, c would never follow b; start.sh rewinds it onto b's timeline."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int)")
+    wait_for("c has t", lambda: c.sql("SELECT count(*) FROM pg_class WHERE relname = 't'") == "1")
+    database.designate(b)
+    database.route(p)
+    wait_for("the mount names b", database.configmap.settled)
+    assert b.sql("SELECT pg_promote(true, 60)") == "t"
+    b.sql("CHECKPOINT")
+    p.sql("INSERT INTO t SELECT generate_series(1, 1000)")  # only p and c have these
+    wait_for("c has p's last rows", lambda: has_rows(c, "t", 1000))
+    p.stop("fast")
+    database.route(b)
+    rw_sql(database.proxy, "INSERT INTO t VALUES (-1)")
+    c.stop("fast")
+    c.start()
+    wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t") == "1", timeout=45)
+    assert c.sql("SELECT max(id) FROM t") == "-1"
+    assert "rewinding it onto the primary's" in c.output(), c.output()

@@ -641,7 +641,19 @@ fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
     if let Some(bytes) = max_standby_lag(db) {
         env.push(value_env("MAX_LAG_BYTES", bytes.to_string()));
     }
+    env.push(max_silence(db));
     env
+}
+
+/// `MAX_SILENCE_SECONDS` of `probe.sh` and `promote.sh`: a standby last
+/// current with a primary longer ago is not ready and is never promoted.
+/// A standby that streamed until the primary failed is checked by the
+/// promote Job at most this long after: the failover delay, plus the
+/// primary's readiness failing (3 probes 5 s apart), the hook's answer,
+/// the Job's start and one probe period, for which a minute allows.
+fn max_silence(db: &Database) -> EnvVar {
+    let seconds = primary::delay_seconds(db).saturating_add(60);
+    value_env("MAX_SILENCE_SECONDS", seconds.to_string())
 }
 
 /// `spec.failover.maxStandbyLag` in bytes: a standby further behind is not
@@ -1234,7 +1246,7 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
         .filter(|o| *o != primary.designated && Some(*o) != primary.serving)
         .map(|o| instance_host(db, o))
         .collect();
-    let env = vec![
+    let mut env = vec![
         value_env("CANDIDATE", instance_host(db, primary.designated)),
         value_env(
             "OLD_PRIMARY",
@@ -1262,7 +1274,11 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
         value_env("ROLE_DIR", ROLE_DIR),
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
         value_env("CONNECT_TIMEOUT", "5"),
+        max_silence(db),
     ];
+    if let Some(bytes) = max_standby_lag(db) {
+        env.push(value_env("MAX_LAG_BYTES", bytes.to_string()));
+    }
     let container = script_container(
         ("promote", plan.images.image(plan.version)),
         PROMOTE_SCRIPT,

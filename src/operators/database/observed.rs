@@ -75,6 +75,9 @@ pub struct Role {
     pub primary: String,
     /// The epoch of that designation.
     pub epoch: u64,
+    /// It says `initialized=true`: the hook wrote that once the Database
+    /// was initialized, and writes it ever after.
+    pub initialized: bool,
 }
 
 impl Role {
@@ -84,6 +87,7 @@ impl Role {
         Some(Role {
             primary: data.get("primary")?.clone(),
             epoch: data.get("epoch")?.parse().ok()?,
+            initialized: data.get("initialized").is_some_and(|v| v == "true"),
         })
     }
 }

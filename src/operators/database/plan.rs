@@ -377,9 +377,15 @@ fn with_primary(replicas: i32, primary: &Primary) -> i32 {
 }
 
 /// True once the initial configuration succeeded, now or earlier: the
-/// Database holds data an instance must never initialize over.
+/// Database holds data an instance must never initialize over. The one
+/// definition of "initialized", and sticky: the init Job's success, or
+/// what the hook recorded of it, in the status (`Initialized=True`) or in
+/// the role ConfigMap (`initialized=true`). The Job deleted (by a person
+/// or a TTL) and made again, or one of the two records lost, never turns
+/// it false; each record is only ever written true from this.
 pub(super) fn was_initialized(db: &Database, seen: &Observed) -> bool {
     seen.job(&jobs::init(db)) == Some(RunStatus::Succeeded)
+        || seen.role.as_ref().is_some_and(|r| r.initialized)
         || db.status.as_ref().is_some_and(|s| {
             s.conditions
                 .iter()
@@ -567,11 +573,7 @@ fn restore_step(db: &Database, seen: &Observed) -> Restore {
     if let Some(holds @ Restore::NotOver(_)) = recorded {
         return holds;
     }
-    let initialized = seen.jobs.contains_key(&jobs::init(db))
-        || conditions
-            .iter()
-            .any(|c| c.type_ == "Initialized" && c.status == ConditionStatus::True);
-    if initialized {
+    if seen.jobs.contains_key(&jobs::init(db)) || was_initialized(db, seen) {
         return Restore::NotOver(Holds::Initialized);
     }
     match recorded {
@@ -893,6 +895,52 @@ mod tests {
     fn with_job(mut seen: Observed, name: &str, state: &str) -> Observed {
         seen.jobs.insert(name.into(), job(state));
         seen
+    }
+
+    /// Issue 32, item 4, found by review: the init Job deleted (a person,
+    /// a TTL) is made again and runs; "initialized" must stay true in the
+    /// status, so that the next call does not write `initialized=false`
+    /// into the role ConfigMap (failover off, and `start.sh` would
+    /// initialize an empty primary volume beside the standbys' data). The
+    /// role ConfigMap's `initialized=true` keeps it when the status is
+    /// lost too.
+    #[test]
+    fn initialized_stays_true_whatever_is_deleted() {
+        let mut initialized = db("16", "Snapshot");
+        initialized.status = Some(
+            serde_json::from_value(json!({"conditions": [
+                {"type": "Initialized", "status": "True", "reason": "Initialized", "message": "m"}]}))
+            .unwrap(),
+        );
+        let rerun = with_job(running("16"), "orders-init", "Running");
+        let got = plan(&initialized, &rerun).unwrap();
+        assert!(got.initialized, "the plan");
+        let status = crate::operators::database::status::status(
+            &initialized,
+            &rerun,
+            &got,
+            None,
+            &Context::fixed(),
+        );
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Initialized")
+            .unwrap();
+        assert_eq!(condition.status, ConditionStatus::True, "{condition:?}");
+
+        let mut role_only = running("16");
+        role_only.role = Some(crate::operators::database::observed::Role {
+            primary: "orders-0".into(),
+            epoch: 3,
+            initialized: true,
+        });
+        let fresh = db("16", "Snapshot");
+        assert!(was_initialized(&fresh, &role_only), "the role ConfigMap");
+        assert!(
+            plan(&fresh, &role_only).unwrap().initialized,
+            "the plan, from the role"
+        );
     }
 
     #[test]
@@ -1432,6 +1480,7 @@ mod tests {
         fenced.role = Some(crate::operators::database::observed::Role {
             primary: "orders-1".into(),
             epoch: 1,
+            ..Default::default()
         });
         let (planned, _) = plan_finalize(&deleting, &fenced, &ctx).unwrap();
         assert_eq!(

@@ -573,6 +573,7 @@ mod tests {
             role: role.map(|(primary, epoch)| Role {
                 primary: primary.to_string(),
                 epoch,
+                ..Role::default()
             }),
             ..Observed::default()
         }

@@ -7,12 +7,25 @@
 #        the role ConfigMap ($ROLE_DIR/primary) names another pod fails, so
 #        the kubelet restarts the container and start.sh rejoins it as a
 #        standby.
-# ready: live's checks, and a standby whose replay position is more than
-#        MAX_LAG_BYTES (when set) behind the primary's current WAL position
-#        is not ready, so it leaves the read-only endpoints. The primary is
-#        asked through the read-write Service ($RW_HOST:$RW_PORT); one that
-#        does not answer (or answers in recovery) makes no standby unready:
-#        that is when they are needed most.
+# ready: live's checks; then, on a standby:
+#        * with MAX_SILENCE_SECONDS set, a standby that has not been current
+#          with a primary for longer than that is not ready (it says since
+#          when): its data may be that old, and it is no failover candidate;
+#        * a standby whose replay position is more than MAX_LAG_BYTES (when
+#          set) behind the primary's current WAL position is not ready, so
+#          it leaves the read-only endpoints. The primary is asked through
+#          the read-write Service ($RW_HOST:$RW_PORT); one that does not
+#          answer (or answers in recovery) leaves this lag unjudged, and
+#          the silence above decides.
+#
+# Every probe of a standby (live or ready) records when it was last current
+# with a primary: when its WAL receiver streams, the read-write Service
+# answers as a primary, and the WAL it received is at most MAX_LAG_BYTES
+# (16 MiB when not set) behind that primary's current position, the server
+# writes `<its clock, epoch seconds> <primary's lsn> <received lsn>` into
+# `opshooks-current` in its data directory (COPY, as the server's user).
+# promote.sh reads that record on the candidate: the loss bound is checked
+# against what the old primary had, not only against other standbys.
 #
 # Local SQL goes over TCP to 127.0.0.1 (port PGPORT, default 5432) as
 # postgres with POSTGRES_PASSWORD. Each connection gives up after 2 s, so
@@ -47,19 +60,57 @@ if [ "$recovery" = "f" ] && [ "$primary" != "$me" ]; then
     echo "probe: answers as a primary, but the designated primary is '$primary', not $me: fenced"
     exit 1
 fi
-[ "$what" = "ready" ] || exit 0
 [ "$recovery" = "t" ] || exit 0
-max="${MAX_LAG_BYTES:-}"
-[ -n "$max" ] || exit 0
-case "$max" in *[!0-9]*) echo "probe: MAX_LAG_BYTES is '$max', not a number of bytes"; exit 1 ;; esac
-[ -n "${RW_HOST:-}" ] || exit 0
 
-head="$(printf '%s\n' "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END" |
-    PGHOST="$RW_HOST" PGPORT="${RW_PORT:-5432}" PGUSER=postgres PGDATABASE=postgres \
-    PGPASSWORD="${POSTGRES_PASSWORD:-}" PGCONNECT_TIMEOUT=2 \
-    psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>/dev/null)" || head=""
+max="${MAX_LAG_BYTES:-}"
+case "$max" in *[!0-9]*) echo "probe: MAX_LAG_BYTES is '$max', not a number of bytes"; exit 1 ;; esac
+silence="${MAX_SILENCE_SECONDS:-}"
+case "$silence" in *[!0-9]*) echo "probe: MAX_SILENCE_SECONDS is '$silence', not a number of seconds"; exit 1 ;; esac
+
+# The primary's current position, through the read-write Service; empty
+# when none answers as a primary.
+head=""
+if [ -n "${RW_HOST:-}" ]; then
+    head="$(printf '%s\n' "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END" |
+        PGHOST="$RW_HOST" PGPORT="${RW_PORT:-5432}" PGUSER=postgres PGDATABASE=postgres \
+        PGPASSWORD="${POSTGRES_PASSWORD:-}" PGCONNECT_TIMEOUT=2 \
+        psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>/dev/null)" || head=""
+fi
+# Current with that primary: record it (the received position is read
+# after the primary's, so a standby keeping up is never behind by more
+# than what the primary wrote in between).
+if [ -n "$head" ]; then
+    recorded="$(local_sql "SELECT r.lsn FROM (SELECT pg_last_wal_receive_lsn() AS lsn) r, pg_stat_wal_receiver w
+        WHERE w.status = 'streaming' AND pg_wal_lsn_diff(:'head', r.lsn) <= :bound" \
+        -v "head=$head" -v "bound=${max:-16777216}")" || recorded=""
+    if [ -n "$recorded" ]; then
+        local_sql "SELECT current_setting('data_directory') || '/opshooks-current' AS file \\gset
+COPY (SELECT extract(epoch FROM now())::bigint || ' ' || :'head' || ' ' || :'lsn') TO :'file'" \
+            -v "head=$head" -v "lsn=$recorded" >/dev/null || true
+    fi
+fi
+[ "$what" = "ready" ] || exit 0
+
+if [ -n "$silence" ]; then
+    # Seconds since the record, by the server's own clock; empty: none.
+    age="$(local_sql "SELECT extract(epoch FROM now())::bigint - split_part(r, ' ', 1)::bigint || ' ' || split_part(r, ' ', 3)
+        FROM (SELECT btrim(pg_read_file('opshooks-current', 0, 200, true), E' \\n') AS r) f WHERE r <> ''")" || {
+        echo "probe: cannot read when it was last current with a primary: $age"
+        exit 1
+    }
+    if [ -z "$age" ]; then
+        echo "probe: no record that this standby was ever current with a primary (received within ${max:-16777216} bytes of it): not ready"
+        exit 1
+    fi
+    if [ "${age%% *}" -gt "$silence" ]; then
+        echo "probe: last current with a primary ${age%% *}s ago (received up to ${age#* }), more than MAX_SILENCE_SECONDS=$silence: its data may be that old"
+        exit 1
+    fi
+fi
+
+[ -n "$max" ] || exit 0
 if [ -z "$head" ]; then
-    echo "probe: no primary answers at $RW_HOST: the lag is not judged"
+    echo "probe: no primary answers at ${RW_HOST:-}: the lag is not judged"
     exit 0
 fi
 # What a read here sees: the replayed position.

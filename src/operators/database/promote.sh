@@ -25,11 +25,18 @@
 #    and the candidate's probes take it for the primary. Refused after
 #    ROLE_WAIT seconds.
 # 2. failover: an old primary that still answers as a primary: refused.
-#    switchover: the old primary must answer as a primary; its writes stop
-#    (default_transaction_read_only by ALTER SYSTEM, its client sessions
-#    ended, a checkpoint), and the candidate must replay all of its WAL
-#    within ROLE_WAIT seconds, else the old primary takes writes again and
-#    the switchover is refused.
+#    switchover: the old primary must answer as a primary and the
+#    candidate stream from it within MAX_LAG_BYTES of its position (else
+#    refused, nothing stopped). Then the old primary is shut down (fast, by
+#    a signal to its postmaster through COPY TO PROGRAM: a server that is
+#    down takes no write, whatever a session sets; default_transaction_
+#    read_only is only a default). Its shutdown checkpoint is its last WAL,
+#    which its WAL senders send to every standby connected before it
+#    exits; the candidate must have received past the position read before
+#    the stop and replayed all it received, so every standby ends the old
+#    timeline where the candidate does and follows the new one. Refused
+#    (the hook designates the old primary again) when the old primary does
+#    not stop or the candidate lacks its end within ROLE_WAIT seconds.
 # 3. The candidate must answer and be in recovery. Its position is the
 #    greatest of the WAL it received and replayed; every other standby that
 #    answers must not be ahead of it, or the promotion would lose what that
@@ -37,6 +44,14 @@
 #    answer may hold commits nobody else has: under synchronous
 #    replication that refuses (zero loss wins over availability); under
 #    asynchronous replication it is noted and skipped.
+# 3b. (checked first, as 1a) failover, with MAX_SILENCE_SECONDS: the loss bound against what the
+#    old primary had, not only against other standbys. probe.sh records on
+#    each standby when it was last current with a primary (its receiver
+#    streaming, at most MAX_LAG_BYTES, default 16 MiB, behind the
+#    primary's position) and where that primary was. The candidate is
+#    refused when it has no such record, when it was last current longer
+#    ago than MAX_SILENCE_SECONDS, or when it is more than MAX_LAG_BYTES
+#    behind where any standby that answers last saw the old primary.
 # 4. pg_promote() on the candidate, then wait until it is out of recovery.
 #
 # The outcome is exactly one line in the termination log, where Kubernetes
@@ -56,20 +71,8 @@ report() {
 }
 log() { printf 'promote: %s\n' "$*" >&2; }
 done_ok() { log "$1"; report "$1"; exit 0; }
-# A switchover that stopped the old primary's writes gives them back on
-# any way out but success.
-fenced=false
-refuse() { log "refused: $1"; unfence_old; report "refused $1"; exit 3; }
-fail() { log "failed: $1"; unfence_old; report "failed $1"; exit 1; }
-unfence_old() {
-    [ "$fenced" = true ] || return 0
-    fenced=false
-    if q "$old" "ALTER SYSTEM RESET default_transaction_read_only" && q "$old" "SELECT pg_reload_conf()"; then
-        log "old primary $old takes writes again"
-    else
-        log "could not take writes again on $old: $answer"
-    fi
-}
+refuse() { log "refused: $1"; report "refused $1"; exit 3; }
+fail() { log "failed: $1"; report "failed $1"; exit 1; }
 
 # `host[:port]` -> $host and $port.
 split_address() {
@@ -99,6 +102,34 @@ q() {
     return "$status"
 }
 
+# await CHECK REASON: runs the function CHECK once a second until it
+# succeeds; refused with REASON after ROLE_WAIT seconds.
+await() {
+    waited=0
+    until "$1"; do
+        [ "$waited" -lt "$role_wait" ] || refuse "$2"
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+# The switchover's checks, for await.
+# shellcheck disable=SC2317 # called through await
+candidate_keeps_up() {
+    q "$old" "SELECT pg_current_wal_flush_lsn()" && head="$answer" &&
+        q "$candidate" "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'
+            AND pg_wal_lsn_diff(:'head', pg_last_wal_replay_lsn()) <= :bound" -v "head=$head" -v "bound=$max_lag" &&
+        [ "$answer" = "1" ]
+}
+# shellcheck disable=SC2317 # called through await
+old_stopped() { ! q "$old" "SELECT 1"; }
+# shellcheck disable=SC2317 # called through await
+candidate_has_the_end() {
+    q "$candidate" "SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), :'last') > 0
+        AND pg_wal_lsn_diff(pg_last_wal_replay_lsn(), pg_last_wal_receive_lsn()) >= 0
+        AND NOT EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')" -v "last=$last" &&
+        [ "$answer" = "t" ]
+}
+
 candidate="${CANDIDATE:-}"
 old="${OLD_PRIMARY:-}"
 mode="${MODE:-failover}"
@@ -117,6 +148,10 @@ case "${SYNCHRONOUS:-false}" in
     true | false) ;;
     *) fail "SYNCHRONOUS is '${SYNCHRONOUS:-}', not true or false" ;;
 esac
+silence="${MAX_SILENCE_SECONDS:-}"
+case "$silence" in *[!0-9]*) fail "MAX_SILENCE_SECONDS is '$silence', not a number of seconds" ;; esac
+max_lag="${MAX_LAG_BYTES:-16777216}"
+case "$max_lag" in '' | *[!0-9]*) fail "MAX_LAG_BYTES is '$max_lag', not a number of bytes" ;; esac
 log "candidate $candidate, old primary $old, other standbys '${STANDBYS:-}', synchronous ${SYNCHRONOUS:-false}"
 
 # 1. Promoted already?
@@ -128,6 +163,29 @@ if q "$candidate" "SELECT pg_is_in_recovery()"; then
     [ "$answer" = "t" ] || fail "candidate $candidate answered '$answer' to pg_is_in_recovery()"
 else
     refuse "candidate $candidate does not answer: $answer"
+fi
+
+# 1a. Against what the old primary had, first (before the wait for the
+# role, which must not age the record): when the candidate was last
+# current with a primary, by its own record (probe.sh writes it).
+if [ "$mode" = "failover" ] && [ -n "$silence" ]; then
+    q "$candidate" "SELECT extract(epoch FROM now())::bigint - split_part(r, ' ', 1)::bigint || ' ' ||
+        split_part(r, ' ', 2) || ' ' || split_part(r, ' ', 3) || ' ' ||
+        greatest(pg_wal_lsn_diff(split_part(r, ' ', 2)::pg_lsn, greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())), 0)::bigint
+        FROM (SELECT btrim(coalesce(pg_read_file('opshooks-current', 0, 200, true), ''), E' \\n') AS r) f WHERE r <> ''" ||
+        fail "candidate $candidate: cannot read when it was last current with a primary: $answer"
+    [ -n "$answer" ] ||
+        refuse "candidate $candidate has no record of being current with a primary (probe.sh writes it while it streams): promoting it could lose any number of commits"
+    # shellcheck disable=SC2086 # four words, split on purpose
+    set -- $answer
+    [ "$#" -eq 4 ] || fail "candidate $candidate: cannot read its record '$answer'"
+    if [ "$1" -gt "$silence" ]; then
+        refuse "candidate $candidate was last current with a primary ${1}s ago (the primary at $2, it at $3), more than MAX_SILENCE_SECONDS=$silence: promoting it could lose every commit since"
+    fi
+    if [ "$4" -gt "$max_lag" ]; then
+        refuse "candidate $candidate is $4 bytes behind $2, where the old primary was when it was last current, more than $max_lag"
+    fi
+    log "candidate $candidate was current with a primary ${1}s ago (the primary at $2), within MAX_SILENCE_SECONDS=$silence"
 fi
 
 # 1b. Every instance that answers reads the published role.
@@ -154,25 +212,40 @@ if [ "$mode" = "switchover" ]; then
     q "$old" "SELECT pg_is_in_recovery()" ||
         refuse "old primary $old does not answer: a switchover needs it (a failover takes over when it is lost): $answer"
     [ "$answer" = "f" ] || refuse "old primary $old answers in recovery, not as a primary"
-    fenced=true
-    q "$old" "ALTER SYSTEM SET default_transaction_read_only = on" || fail "old primary $old: $answer"
-    q "$old" "SELECT pg_reload_conf()" || fail "old primary $old: $answer"
-    q "$old" "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" ||
-        fail "old primary $old: $answer"
-    log "old primary $old: writes stopped, $answer sessions ended"
-    q "$old" "CHECKPOINT" || fail "old primary $old: $answer"
-    q "$old" "SELECT pg_current_wal_lsn()" || fail "old primary $old: $answer"
+    # Before anything stops: the candidate streams and keeps up, else the
+    # switchover is refused with the old primary untouched.
+    await candidate_keeps_up \
+        "candidate $candidate does not stream within $max_lag bytes of the old primary after ${role_wait}s: nothing was stopped"
+    # The fence: the old primary shuts down (fast: its sessions end, it
+    # writes a shutdown checkpoint, and its WAL senders send every record
+    # up to that checkpoint to the standbys connected before exiting). A
+    # stopped server takes no write, whatever a session asks; its container
+    # restarts as a standby (the role names the candidate: read above).
+    q "$old" "SELECT pg_current_wal_insert_lsn()" || refuse "old primary $old: $answer"
     last="$answer"
-    waited=0
-    until q "$candidate" "SELECT pg_wal_lsn_diff(pg_last_wal_replay_lsn(), :'last') >= 0" -v "last=$last" &&
-        [ "$answer" = "t" ]; do
-        if [ "$waited" -ge "$role_wait" ]; then
-            refuse "candidate $candidate did not replay the old primary's WAL up to $last within ${role_wait}s; the old primary takes writes again"
-        fi
-        sleep 1
-        waited=$((waited + 1))
-    done
-    log "candidate $candidate replayed the old primary's WAL up to $last"
+    q "$old" "SELECT split_part(pg_read_file('postmaster.pid', 0, 64), E'\\n', 1)" || refuse "old primary $old: $answer"
+    case "$answer" in '' | *[!0-9]*) refuse "old primary $old: cannot read its postmaster's pid from '$answer'" ;; esac
+    # The session that asks may be ended by the shutdown before it returns,
+    # and its program with it (the postmaster signals each session's
+    # process group): whether the server stops is what await sees.
+    if ! q "$old" "COPY (SELECT 1) TO PROGRAM :'stop'" -v "stop=kill -INT $answer"; then
+        case "$answer" in
+            *"terminating connection"* | *"server closed the connection"* | *"shutting down"* | \
+                *'program "kill -INT'*) ;;
+            *) refuse "old primary $old: cannot stop it: $answer" ;;
+        esac
+    fi
+    log "old primary $old: fast shutdown asked (its WAL was at $last)"
+    await old_stopped "old primary $old still answers ${role_wait}s after its shutdown was asked: nothing was promoted"
+    log "old primary $old stopped"
+    # Its last WAL is the shutdown checkpoint, after $last: the candidate
+    # has it (its WAL sender ends the stream once the candidate confirmed
+    # all) and replayed all it received, else it cannot be told from a
+    # standby that missed commits.
+    await candidate_has_the_end \
+        "candidate $candidate did not receive and replay the old primary's last WAL (its shutdown checkpoint, after $last) within ${role_wait}s; the old primary is stopped and takes over again"
+    q "$candidate" "SELECT pg_last_wal_replay_lsn()" || refuse "candidate $candidate does not answer: $answer"
+    log "candidate $candidate replayed the old primary's WAL to its end, $answer"
 elif [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
     [ "$answer" = "t" ] || refuse "old primary $old still answers as a primary"
     log "old primary $old answers, in recovery"
@@ -210,13 +283,19 @@ for other in ${STANDBYS:-}; do
         refuse "standby $other is ahead of candidate $candidate: $theirs > $mine"
     fi
     log "standby $other is at $theirs, not ahead"
+    # Where the old primary was when that standby was last current with it.
+    if q "$other" "SELECT split_part(btrim(coalesce(pg_read_file('opshooks-current', 0, 200, true), ''), E' \\n'), ' ', 2)" &&
+        [ -n "$answer" ]; then
+        seen="$answer"
+        q "$candidate" "SELECT greatest(pg_wal_lsn_diff(:'seen', :'mine'), 0)::bigint" -v "seen=$seen" -v "mine=$mine" ||
+            fail "candidate $candidate: $answer"
+        if [ "$answer" -gt "$max_lag" ]; then
+            refuse "candidate $candidate is at $mine, $answer bytes behind $seen, where standby $other saw the old primary, more than $max_lag"
+        fi
+    fi
 done
 
 # 4. Promote, and see it done.
-# From here on the old primary keeps its writes stopped whatever happens:
-# a promotion asked for may finish after any error, and two primaries must
-# never take writes. Its liveness probe restarts it as a standby.
-fenced=false
 q "$candidate" "SELECT pg_promote(true, 60)" || fail "pg_promote on $candidate: $answer"
 [ "$answer" = "t" ] || fail "pg_promote on $candidate did not finish within 60 s"
 tries=0

@@ -22,7 +22,9 @@
 #   (or an unfinished clone) is cloned from the read-write Service
 #   ($RW_HOST:$RW_PORT, which selects the designated primary) with
 #   pg_basebackup once that answers as a primary; a standby streams from the
-#   Service, so it follows a new primary by itself; a former primary is
+#   Service, so it follows a new primary by itself (one whose last
+#   checkpoint is on another timeline than the primary answering now is
+#   first rewound onto the primary's, or refused); a former primary is
 #   rewound onto the new primary's timeline with pg_rewind and becomes a
 #   standby, or, when the rewind fails, is moved aside to $PGDATA.diverged
 #   (one copy at most) and cloned afresh.
@@ -161,6 +163,42 @@ unfence() {
     say "dropped the switchover's default_transaction_read_only from $auto"
 }
 
+# pg_rewind onto the primary at the read-write Service's timeline (nothing
+# to do, and success, when this data stopped before the fork).
+rewind() {
+    # A primary just promoted writes its new timeline into its control
+    # file only at its next checkpoint; before that pg_rewind would find
+    # "the same timeline" and rewind nothing.
+    PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
+        PGDATABASE=postgres PGCONNECT_TIMEOUT=10 psql -X -q --no-password -c CHECKPOINT >&2 ||
+        say "could not ask the primary for a checkpoint; rewinding all the same"
+    PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
+        PGCONNECT_TIMEOUT=10 pg_rewind --target-pgdata="$PGDATA" --source-server="dbname=postgres" \
+        --progress >&2
+}
+
+# A standby that replayed WAL past the point where the primary's timeline
+# forked from its own (an old primary's last records, streamed after
+# another standby was promoted) would start as it is and never follow the
+# primary. When the primary answers now on another timeline than this
+# standby's last checkpoint, the standby is rewound onto it; when that
+# fails it does not start (its message says how to clone it afresh). A
+# primary that does not answer leaves the standby to start as it is.
+rejoin_timeline() {
+    [ -n "$rw_host" ] || return 0
+    theirs="$(PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
+        PGDATABASE=postgres PGCONNECT_TIMEOUT=5 psql -X -q -A -t --no-password \
+        -c "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE timeline_id::text END FROM pg_control_checkpoint()" \
+        2>/dev/null)" || theirs=""
+    [ -n "$theirs" ] || return 0
+    ours="$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n "s/^Latest checkpoint's TimeLineID: *//p")" || ours=""
+    [ "$ours" != "$theirs" ] || return 0
+    say "the primary is on timeline $theirs, this standby's last checkpoint on timeline ${ours:-?}: rewinding it onto the primary's"
+    rewind ||
+        refuse "this standby is on timeline ${ours:-?} and the primary on $theirs, and pg_rewind could not bring it over: it may hold WAL past the fork; re-clone it (delete its claim and pod, never the primary's)"
+    say "on the primary's timeline $theirs"
+}
+
 clone() {
     wait_for_primary replicator "${REPLICATION_PASSWORD:-}"
     rm -rf "$PGDATA"
@@ -230,6 +268,7 @@ if ! holds_cluster; then
     clone
 elif [ -e "$PGDATA/standby.signal" ]; then
     say "a standby: starting it as it is"
+    rejoin_timeline
     follow_rw
 else
     # A former primary: its timeline may hold commits the new primary never
@@ -250,15 +289,7 @@ else
             postgres --single -D "$PGDATA" -c wal_log_hints=on -c wal_keep_size=1000000 template1 </dev/null >&2 || true
             ;;
     esac
-    # A primary just promoted writes its new timeline into its control
-    # file only at its next checkpoint; before that pg_rewind would find
-    # "the same timeline" and rewind nothing.
-    PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
-        PGDATABASE=postgres PGCONNECT_TIMEOUT=10 psql -X -q --no-password -c CHECKPOINT >&2 ||
-        say "could not ask the primary for a checkpoint; rewinding all the same"
-    if PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
-        PGCONNECT_TIMEOUT=10 pg_rewind --target-pgdata="$PGDATA" --source-server="dbname=postgres" \
-        --progress >&2; then
+    if rewind; then
         say "rewound $PGDATA onto the primary's timeline"
         follow_rw
     else

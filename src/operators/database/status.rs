@@ -33,6 +33,12 @@ pub fn status(
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
     let instances = running_instances(db, plan);
     let init = seen.job(&jobs::init(db));
+    // Once initialized, the init Job seen again (made again after it was
+    // deleted) counts as succeeded: its first run did.
+    let init = match super::plan::was_initialized(db, seen) {
+        true => Some(RunStatus::Succeeded),
+        false => init,
+    };
     let initialized = initialized(db, init, plan.restore.lets_serve());
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
     let ready = phase == Phase::Running;
