@@ -7,7 +7,9 @@
 //! A body holds the budget for the bytes it has received, not for the
 //! length it declares: a client that declares 32 MiB and trickles a byte a
 //! second holds a KiB, so a few such clients cannot turn every other call
-//! away. A body that grows past what is left is refused 429. A quarter of
+//! away. A body that grows past what is left is refused 429, and one that
+//! declares a large length which is not free when it arrives is refused
+//! before it is read. A quarter of
 //! the budget is kept for small bodies (under [`LARGE_BODY`], declared or
 //! as received so far): large bodies that arrive in full and then stall
 //! take at most the rest, and Metacontroller's ordinary calls still enter.
@@ -98,11 +100,22 @@ impl Admission {
                 self.concurrent, self.queued
             ))
         })?;
+        let large = declared.is_some_and(|n| n >= LARGE_BODY as u64);
+        let budget = &self.budget;
+        // A large body that would not fit what is free now is refused
+        // before it is read, rather than after a part of it: nothing is
+        // held for it, so a client that declares much and sends little
+        // takes nothing.
+        if let Some(length) = declared.filter(|_| large)
+            && kib(length).min(budget.shared_kib) as usize > budget.shared.available_permits()
+        {
+            return Err(budget.full(length, "this one's"));
+        }
         let mut body = Held {
-            budget: Arc::clone(&self.budget),
+            budget: Arc::clone(budget),
             shared: None,
             reserve: None,
-            large: declared.is_some_and(|n| n >= LARGE_BODY as u64),
+            large,
         };
         body.grow(0)?;
         Ok(Ticket {
@@ -163,10 +176,17 @@ impl Held {
         if taken {
             return Ok(());
         }
-        Err(overloaded(format!(
-            "the bodies of the calls in progress and this one's {received} bytes so far are over {} bytes",
-            budget.buffered
-        )))
+        Err(budget.full(received as u64, "this one's received"))
+    }
+}
+
+impl Budget {
+    /// The 429 of a body of `bytes` that finds no room.
+    fn full(&self, bytes: u64, whose: &str) -> Problem {
+        overloaded(format!(
+            "the bodies of the calls in progress and {whose} {bytes} bytes are over {} bytes",
+            self.buffered
+        ))
     }
 }
 
@@ -247,9 +267,11 @@ mod budget {
     fn bodies_hold_what_they_received_and_small_ones_keep_a_reserve() {
         // 6 MiB shared, 2 MiB reserved for small bodies.
         let admission = Admission::new(2, 100, 8 << 20);
-        let mut first = admission.enter(Some(32 << 20)).unwrap();
-        let mut second = admission.enter(Some(32 << 20)).unwrap();
+        let mut first = admission.enter(Some(5 << 20)).unwrap();
+        let mut second = admission.enter(Some(5 << 20)).unwrap();
         first.hold(4 << 20).unwrap();
+        let early = admission.enter(Some(3 << 20)).unwrap_err();
+        assert_eq!(early.status, StatusCode::TOO_MANY_REQUESTS);
         let refused = second.hold(3 << 20).unwrap_err();
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(
@@ -275,7 +297,7 @@ mod budget {
         undeclared.hold(512 << 10).unwrap();
         assert!(undeclared.hold(LARGE_BODY).is_err());
         drop(first);
-        let mut again = admission.enter(Some(6 << 20)).unwrap();
+        let mut again = admission.enter(Some(4 << 20)).unwrap();
         again.hold(4 << 20).unwrap();
         drop((small, undeclared));
         // A body larger than the whole budget still enters alone.

@@ -1188,6 +1188,8 @@ def parse_args():
                     help="seconds to wait after a case before reading the idle RSS (default 2)")
     ap.add_argument("--big-body", type=int, default=32 * MiB,
                     help="size of case 4's body in bytes (default 32 MiB, the default limit)")
+    ap.add_argument("--burst", type=int, metavar="N",
+                    help="bodies sent at once in cases 2 and 3 (default 50, 10 with --quick)")
     ap.add_argument("--rss-cap", type=int, default=8192, metavar="MIB",
                     help="kill the server (a failed must) if its RSS passes this, to spare a "
                          "shared machine (default 8192 MiB)")
@@ -1196,7 +1198,7 @@ def parse_args():
                     help="name to verify in the server's certificate (default localhost)")
     ap.add_argument("--token", metavar="FILE", help="send 'Authorization: Bearer <FILE>'")
     args = ap.parse_args()
-    args.burst = 10 if args.quick else 50
+    args.burst = args.burst or (10 if args.quick else 50)
     args.bursts = 2 if args.quick else 3
     args.flood = 200 if args.quick else 500
     args.flood_hold = 2.0 if args.quick else 4.0
