@@ -304,6 +304,20 @@ impl Request {
         self
     }
 
+    /// With every group Metacontroller sends `operator`'s hooks, empty
+    /// until an object is added: its declared child types and the related
+    /// groups its customize hook asks for.
+    pub fn every_group(mut self, operator: &str) -> Self {
+        let (children, related) = groups_of(operator);
+        for group in children {
+            self.group("children", group);
+        }
+        for group in related {
+            self.group("related", group);
+        }
+        self
+    }
+
     /// The request as JSON.
     pub fn json(self) -> Value {
         self.body
@@ -323,6 +337,40 @@ impl Request {
             groups[group] = json!({});
         }
         &mut groups[group]
+    }
+}
+
+/// The child groups `operator` declares and the related groups its
+/// customize hook asks for: what every request to it carries.
+pub fn groups_of(operator: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match operator {
+        "webserver" => (&["Pod.v1"], &[]),
+        "memcached" => (&["Deployment.apps/v1", "Service.v1"], &["Pod.v1"]),
+        "backup" => (
+            &["CronJob.batch/v1", "Job.batch/v1"],
+            &["StatefulSet.apps/v1", "Job.batch/v1", "Pod.v1"],
+        ),
+        "database" => (
+            &[
+                "StatefulSet.apps/v1",
+                "Service.v1",
+                "EndpointSlice.discovery.k8s.io/v1",
+                "ConfigMap.v1",
+                "Secret.v1",
+                "Job.batch/v1",
+                "CronJob.batch/v1",
+                "PodDisruptionBudget.policy/v1",
+                "ServiceAccount.v1",
+                "Role.rbac.authorization.k8s.io/v1",
+                "RoleBinding.rbac.authorization.k8s.io/v1",
+            ],
+            &[
+                "Pod.v1",
+                "PersistentVolumeClaim.v1",
+                "StorageClass.storage.k8s.io/v1",
+            ],
+        ),
+        _ => (&[], &[]),
     }
 }
 

@@ -150,7 +150,10 @@ fn seed_means_the_same_to_hook_and_simulate() {
     let parent: serde_json::Value =
         yaml_serde::from_str(&std::fs::read_to_string(&example).unwrap()).unwrap();
     let request = tempfile::NamedTempFile::new().unwrap();
-    let body = serde_json::json!({"parent": parent, "children": {}, "related": {}});
+    let mut body = opshooks::fixtures::request(opshooks::fixtures::object("", "", ""))
+        .every_group("database")
+        .json();
+    body["parent"] = parent;
     std::fs::write(request.path(), serde_json::to_vec(&body).unwrap()).unwrap();
     let hooked = |seed: &str| {
         let out = opshooks()

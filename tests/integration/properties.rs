@@ -199,7 +199,7 @@ fn parent_request(op: &Operator, spec: &Value) -> Value {
         .namespace("ns")
         .generation(1)
         .set("/spec", spec.clone());
-    request(parent).json()
+    request(parent).every_group(op.name).json()
 }
 
 /// A field's value: often one of the plausible ones, sometimes anything.
@@ -447,8 +447,7 @@ prop_compose! {
             .spec("target", json!({"kind": "StatefulSet", "name": "db"}))
             .spec("destination", json!({"s3Bucket": "bucket"}))
             .spec("suspend", suspend);
-        let mut request = request(parent).child_group("CronJob.batch/v1")
-            .related_group("StatefulSet.apps/v1").related_group("Job.batch/v1");
+        let mut request = request(parent).every_group("backup");
         if cron_observed { request = request.child(cron); }
         if target != "missing" { request = request.related(sts); }
         for (i, (t, state)) in jobs.iter().enumerate() {
@@ -564,7 +563,7 @@ prop_compose! {
         if has_backup {
             parent = parent.spec("backup", json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "bucket"}}));
         }
-        let mut request = request(parent).related_group("Pod.v1").related_group("PersistentVolumeClaim.v1");
+        let mut request = request(parent).every_group("database");
         if let Some(running) = running {
             request = request.child(fixtures::statefulset(name).namespace("ns").uid("sts-uid").generation(2)
                 .annotation("opshooks.io/postgres-version", &running.to_string())
