@@ -77,9 +77,13 @@ pub fn call(op: &Operator, hook: Hook, body: Bytes, ctx: &Context) -> Option<Cal
             let head = ParentHead::of(&req.parent);
             call.parent = parent_ref(&head);
             check_served(op, hook, &head)?;
-            let parent = parent_value(&req.parent);
+            let parent = parent_value(&req.parent)?;
             let answer = f(req, ctx)?;
-            admit(op, &parent?, None)?;
+            // While the parent is deleted, customize must answer: the
+            // finalize call waits for it.
+            if parent.pointer("/metadata/deletionTimestamp").is_none() {
+                admit(op, &parent, None)?;
+            }
             Ok(Answer {
                 children_out: answer.related_resources.len(),
                 body: to_body(&answer),
@@ -233,6 +237,50 @@ mod tests {
             assert!(err.len() < 300, "{field}: a {} byte message", err.len());
             assert!(call.parent.unwrap().len() <= 253 + 1 + 63 + 2 * '…'.len_utf8());
         }
+    }
+
+    /// Customize refuses a spec the CRD refuses, but not while the parent
+    /// is deleted: Metacontroller calls finalize only after customize
+    /// answered, and an invalid spec must never hold a deletion (found by
+    /// database_lives when customize first applied the CRD's checks).
+    #[test]
+    fn customize_refuses_an_invalid_spec_except_while_deleting() {
+        let database = crate::operators::all()
+            .into_iter()
+            .find(|op| op.name == "database")
+            .unwrap();
+        let parent = fixtures::database("orders")
+            .namespace("ns")
+            .spec("version", "16")
+            .spec("storage/size", "1Gi")
+            .spec("deletionPolicy", "Retain")
+            .spec("instances", 5);
+        let ask = |parent: Value| {
+            let body = json!({"parent": parent}).to_string();
+            call_slice(
+                &database,
+                Hook::Customize,
+                body.as_bytes(),
+                &Context::fixed(),
+            )
+            .unwrap()
+            .result
+        };
+        let err = ask(parent.clone().json()).unwrap_err().to_string();
+        assert!(
+            err.starts_with("spec.instances: field not declared"),
+            "{err}"
+        );
+        assert!(ask(parent.deleting().json()).is_ok());
+        // A null the API server drops is no refusal.
+        let nulled = fixtures::database("orders")
+            .namespace("ns")
+            .spec("version", "16")
+            .spec("storage/size", "1Gi")
+            .spec("deletionPolicy", "Retain")
+            .spec("postgresql", Value::Null);
+        let nulled = ask(nulled.json());
+        assert!(nulled.is_ok(), "{nulled:?}");
     }
 
     #[test]

@@ -245,7 +245,10 @@ pub fn customize(
     _ctx: &Context,
 ) -> Result<CustomizeResponse, HookError> {
     let b = &req.parent;
-    validate(b)?;
+    // Deleted, it is finalized whatever its spec: finalize waits for this.
+    if b.metadata.deletion_timestamp.is_none() {
+        validate(b)?;
+    }
     let ns = b.metadata.namespace.clone();
     Ok(CustomizeResponse {
         related_resources: vec![

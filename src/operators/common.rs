@@ -49,10 +49,20 @@ pub fn restricted_container() -> k8s_openapi::api::core::v1::SecurityContext {
 /// the runtime's default seccomp profile.
 pub fn restricted_pod(uid: i64) -> k8s_openapi::api::core::v1::PodSecurityContext {
     k8s_openapi::api::core::v1::PodSecurityContext {
-        run_as_non_root: Some(true),
         run_as_user: Some(uid),
         run_as_group: Some(uid),
         fs_group: Some(uid),
+        ..non_root_pod()
+    }
+}
+
+/// A pod whose image chooses its user, which must not be root (the
+/// kubelet refuses to start it otherwise), with the runtime's default
+/// seccomp profile: with [`restricted_container`], the "restricted" Pod
+/// Security Standard for images the user names.
+pub fn non_root_pod() -> k8s_openapi::api::core::v1::PodSecurityContext {
+    k8s_openapi::api::core::v1::PodSecurityContext {
+        run_as_non_root: Some(true),
         seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
             type_: "RuntimeDefault".to_string(),
             localhost_profile: None,

@@ -151,7 +151,10 @@ pub fn customize(
     _ctx: &Context,
 ) -> Result<CustomizeResponse, HookError> {
     let db = &req.parent;
-    validate(db)?;
+    // Deleted, it is finalized whatever its spec: finalize waits for this.
+    if db.metadata.deletion_timestamp.is_none() {
+        validate(db)?;
+    }
     let labels = BTreeMap::from([(LABEL_DATABASE.to_string(), name(db).to_string())]);
     let ns = db.metadata.namespace.clone();
     Ok(CustomizeResponse {

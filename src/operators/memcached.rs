@@ -146,7 +146,10 @@ pub fn customize(
     _ctx: &Context,
 ) -> Result<CustomizeResponse, HookError> {
     let mc = &req.parent;
-    validate(mc)?;
+    // Deleted, it is finalized whatever its spec: finalize waits for this.
+    if mc.metadata.deletion_timestamp.is_none() {
+        validate(mc)?;
+    }
     Ok(CustomizeResponse {
         related_resources: vec![RelatedResourceRule::labelled(
             "v1",

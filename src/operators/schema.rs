@@ -79,8 +79,9 @@ impl Admission {
     /// for a spec of the right shape (as the API server, which evaluates
     /// no rule on a value of the wrong type).
     fn errors(&self, parent: &Value, old_spec: Option<&Value>) -> Vec<String> {
-        let empty = json!({});
-        let spec = parent.get("spec").unwrap_or(&empty);
+        let mut spec = parent.get("spec").cloned().unwrap_or(json!({}));
+        drop_nulls(&self.spec.crd, &mut spec);
+        let spec = &spec;
         let mut errors = self.spec.errors(spec);
         if errors.is_empty() {
             errors = self.spec.rule_errors("spec", spec, old_spec);
@@ -191,6 +192,23 @@ fn dotted(part: &str, pointer: &str) -> String {
     path
 }
 
+/// Drops, as the API server does before it validates, every `null` given
+/// to a field its schema does not make nullable: `postgresql: null` is
+/// stored as no `postgresql`.
+fn drop_nulls(schema: &Value, value: &mut Value) {
+    if let (Some(fields), Some(object)) = (schema["properties"].as_object(), value.as_object_mut())
+    {
+        object.retain(|name, v| {
+            !(v.is_null() && fields.get(name).is_some_and(|s| s["nullable"] != true))
+        });
+        for (name, sub) in fields {
+            if let Some(field) = object.get_mut(name) {
+                drop_nulls(sub, field);
+            }
+        }
+    }
+}
+
 /// Fills in, as the API server does, every field `schema` gives a default
 /// that `value` lacks, at every depth.
 fn apply_defaults(schema: &Value, value: &mut Value) {
@@ -224,6 +242,11 @@ fn check_rules(
     old: Option<&Value>,
     errors: &mut Vec<String>,
 ) {
+    // As the API server, no rule is evaluated on a null (a nullable field
+    // set to null).
+    if value.is_null() {
+        return;
+    }
     let rules = schema["x-kubernetes-validations"].as_array();
     for rule in rules.into_iter().flatten() {
         let text = rule["rule"].as_str().unwrap_or_default();

@@ -17,7 +17,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ready_of, standard_labels};
+use super::common::{non_root_pod, ready_of, restricted_container, standard_labels};
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
 use crate::hook::ObservedPod;
@@ -26,10 +26,13 @@ use crate::hook::SyncResponse;
 use crate::hook::conditions::{self, Condition, Observation};
 use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
 
-/// The image a WebServer runs when its spec names none.
-pub const DEFAULT_IMAGE: &str = "nginxdemos/hello";
-/// The port a WebServer listens on when its spec names none.
-pub const DEFAULT_PORT: i32 = 80;
+/// The image a WebServer runs when its spec names none: nginx built to run
+/// as a user other than root (uid 101) on an unprivileged port, so its
+/// pods meet the restricted Pod Security Standard.
+pub const DEFAULT_IMAGE: &str = "nginxinc/nginx-unprivileged";
+/// The port a WebServer listens on when its spec names none (the default
+/// image's).
+pub const DEFAULT_PORT: i32 = 8080;
 /// The most pods one WebServer may ask for: a guard against a typo such as
 /// `replicas: 10000` flooding a cluster.
 pub const MAX_REPLICAS: i32 = 1000;
@@ -287,8 +290,13 @@ fn pod_running(ws: &WebServer, index: i32, image: &str, port: i32) -> Pod {
                     period_seconds: Some(5),
                     ..Probe::default()
                 }),
+                security_context: Some(restricted_container()),
                 ..Container::default()
             }],
+            // The restricted Pod Security Standard: the image must run as
+            // a user other than root (its own USER, which the kubelet
+            // checks), never gain privileges, hold no capabilities.
+            security_context: Some(non_root_pod()),
             ..PodSpec::default()
         }),
         status: None,

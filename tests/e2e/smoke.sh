@@ -78,7 +78,7 @@ spec:
 EOF
 got=$(kubectl get webserver hello -n default -o jsonpath='{.spec.replicas} {.spec.image} {.spec.port}')
 # The CRD's structural defaults are applied by the API server.
-[[ $got == "2 nginxdemos/hello 80" ]] || fail "stored WebServer spec is '$got'"
+[[ $got == "2 nginxinc/nginx-unprivileged 8080" ]] || fail "stored WebServer spec is '$got'"
 
 step "invalid WebServer is refused"
 if out=$(apply -f - 2>&1 <<'EOF'

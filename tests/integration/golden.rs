@@ -191,3 +191,136 @@ fn check_shape(op: &opshooks::operator::Operator, case: &std::path::Path, body: 
         case.display()
     );
 }
+
+/// The pod spec of a child that makes pods: a Pod, a workload's template,
+/// a CronJob's job template.
+fn pod_spec(child: &Value) -> Option<&Value> {
+    [
+        "/spec/jobTemplate/spec/template/spec",
+        "/spec/template/spec",
+    ]
+    .iter()
+    .find_map(|p| child.pointer(p))
+    .or_else(|| (child["kind"] == "Pod").then(|| &child["spec"]))
+}
+
+/// Which rules of the "restricted" Pod Security Standard (baseline
+/// included, as far as our children could break them) `pod` breaks.
+fn restricted_breaks(pod: &Value) -> Vec<String> {
+    let mut broken = Vec::new();
+    let pod_level = &pod["securityContext"];
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| pod[*k].as_array().into_iter().flatten())
+        .collect();
+    let every =
+        |test: &dyn Fn(&Value) -> bool| containers.iter().all(|c| test(&c["securityContext"]));
+    let table: [(&str, bool); 5] = [
+        (
+            "runAsNonRoot",
+            pod_level["runAsNonRoot"] == true || every(&|s| s["runAsNonRoot"] == true),
+        ),
+        (
+            "seccompProfile RuntimeDefault or Localhost",
+            ["RuntimeDefault", "Localhost"].contains(
+                &pod_level["seccompProfile"]["type"]
+                    .as_str()
+                    .unwrap_or_default(),
+            ) || every(&|s| {
+                ["RuntimeDefault", "Localhost"]
+                    .contains(&s["seccompProfile"]["type"].as_str().unwrap_or_default())
+            }),
+        ),
+        (
+            "allowPrivilegeEscalation false",
+            every(&|s| s["allowPrivilegeEscalation"] == false),
+        ),
+        (
+            "capabilities drop ALL, add at most NET_BIND_SERVICE",
+            every(&|s| {
+                s["capabilities"]["drop"]
+                    .as_array()
+                    .is_some_and(|d| d.contains(&Value::from("ALL")))
+                    && s["capabilities"]["add"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .all(|a| a == "NET_BIND_SERVICE")
+            }),
+        ),
+        (
+            "runAsUser not 0, not privileged, no host namespaces or ports",
+            pod_level["runAsUser"] != 0
+                && every(&|s| s["runAsUser"] != 0 && s["privileged"] != true)
+                && ["hostNetwork", "hostPID", "hostIPC"]
+                    .iter()
+                    .all(|k| pod[*k] != true)
+                && containers.iter().all(|c| {
+                    c["ports"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .all(|p| p.get("hostPort").is_none())
+                }),
+        ),
+    ];
+    broken.extend(
+        table
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(rule, _)| rule.to_string()),
+    );
+    let allowed = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        let kinds = volume.as_object().unwrap().keys().filter(|k| *k != "name");
+        for kind in kinds.filter(|k| !allowed.contains(&k.as_str())) {
+            broken.push(format!("volume type {kind}"));
+        }
+    }
+    broken
+}
+
+/// Issue 31 item 12: in a namespace enforcing the restricted Pod Security
+/// Standard, WebServer pods were forbidden. Every pod any operator's
+/// answer makes, in every golden answer, meets it.
+#[test]
+fn every_pod_every_operator_makes_meets_the_restricted_standard() {
+    let mut pods = 0;
+    let mut broken = Vec::new();
+    for op in operators::all() {
+        for case in cases(op.name) {
+            let Ok(text) = std::fs::read(case.join("response.json")) else {
+                continue;
+            };
+            let answer: Value = serde_json::from_slice(&text).unwrap();
+            for child in answer["children"].as_array().into_iter().flatten() {
+                let Some(pod) = pod_spec(child) else { continue };
+                pods += 1;
+                for rule in restricted_breaks(pod) {
+                    broken.push(format!(
+                        "{}: {} {}: {rule}",
+                        case.display(),
+                        child["kind"],
+                        child["metadata"]["name"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(pods > 100, "only {pods} pod templates");
+    assert!(
+        broken.is_empty(),
+        "{} breaks, first: {:#?}",
+        broken.len(),
+        &broken[..broken.len().min(10)]
+    );
+}

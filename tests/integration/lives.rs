@@ -799,7 +799,12 @@ fn is_ready_pod(pod: &Value) -> bool {
 /// WebServer: `replicas` ready pods of the spec's image, and Ready.
 fn webserver_reached(sim: &Simulation<'_>) -> Result<(), String> {
     let replicas = spec(sim, "replicas", &json!(0)).as_u64().unwrap_or(0);
-    let image = spec(sim, "image", &json!("nginxdemos/hello")).clone();
+    let image = spec(
+        sim,
+        "image",
+        &json!(opshooks::operators::webserver::DEFAULT_IMAGE),
+    )
+    .clone();
     let pods: Vec<&Value> = sim
         .cluster
         .objects()
