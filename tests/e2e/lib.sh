@@ -8,7 +8,8 @@
 # For the control-loop suites (loop.sh, secure.sh):
 #   loop_up               tools, opshooks (release), a fresh control plane with
 #                         the scheduler, kwok's fake node and Metacontroller's
-#                         CRDs; torn down on exit (after on_loop_down, when the
+#                         CRDs (and, under OPSHOOKS_E2E_PROC_NODE=1, the
+#                         process node: cluster.sh procnode); torn down on exit (after on_loop_down, when the
 #                         caller defines it). Sets BIN, OPSHOOKS, dir (the
 #                         cluster's DIR, see cluster.sh) and three free loopback
 #                         ports: port (opshooks), metrics and health (Metacontroller).
@@ -57,6 +58,11 @@ loop_up() {
 
   step "kube-scheduler, kwok and a fake node"
   "$HERE/cluster.sh" nodes "$dir"
+
+  if [[ ${OPSHOOKS_E2E_PROC_NODE:-} == 1 ]]; then
+    step "the process node (proc-node-0, kube-proxy)"
+    "$HERE/cluster.sh" procnode "$dir"
+  fi
 
   step "Metacontroller CRDs"
   kubectl apply --server-side --field-manager=opshooks-e2e -f "$MC_CRDS" >/dev/null
