@@ -4,10 +4,10 @@ server as seen from the node, and cluster DNS.
 Everything lives in network namespaces this module creates, named
 PREFIX-node and PREFIX-pN:
 
-- PREFIX-node plays the node's own network stack: a dummy interface holding
-  the node address NODE_IP (10.89.0.1), a /32 route to every pod through its
-  veth, the Service range routed to the dummy (so kube-proxy's OUTPUT rules
-  see a client on the node), IP forwarding, and nothing else: no default
+- PREFIX-node plays the node's own network stack: the node address NODE_IP
+  (10.89.0.1) on its loopback, a /32 route to every pod through its veth,
+  the Service range routed to the loopback (so a client on the node has a
+  route, and kube-proxy's OUTPUT rules rewrite it), IP forwarding, and nothing else: no default
   route, no link to the host, so no address off the machine is reachable.
   kube-proxy runs there and programs its iptables.
 - each pod gets PREFIX-pN: `eth0` with the pod's /32 address, a route to
@@ -92,10 +92,8 @@ class Network:
         ip("netns", "add", self.node)
         n = ["-n", self.node]
         ip(*n, "link", "set", "lo", "up")
-        ip(*n, "link", "add", "node0", "type", "dummy")
-        ip(*n, "addr", "add", f"{NODE_IP}/32", "dev", "node0")
-        ip(*n, "link", "set", "node0", "up")
-        ip(*n, "route", "add", self.service_cidr, "dev", "node0")
+        ip(*n, "addr", "add", f"{NODE_IP}/32", "dev", "lo")
+        ip(*n, "route", "add", self.service_cidr, "dev", "lo", "src", NODE_IP)
         for key, value in (("net.ipv4.ip_forward", "1"), ("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")):
             subprocess.run(["ip", "netns", "exec", self.node, "sysctl", "-qw", f"{key}={value}"], check=True)
 
@@ -218,11 +216,13 @@ class Dns:
     def _refresh(self):
         while True:
             try:
-                names, headless = {}, set()
+                names, headless, unready_too = {}, set(), set()
                 for svc in self.kube.list("Service"):
                     md, spec = svc["metadata"], svc.get("spec") or {}
                     base = f"{md['name']}.{md['namespace']}.svc.{CLUSTER_DOMAIN}"
                     cip = spec.get("clusterIP")
+                    if spec.get("publishNotReadyAddresses"):
+                        unready_too.add(base)
                     if cip == "None":
                         headless.add(base)
                     elif cip:
@@ -232,10 +232,12 @@ class Dns:
                     svc = (md.get("labels") or {}).get("kubernetes.io/service-name")
                     base = f"{svc}.{md['namespace']}.svc.{CLUSTER_DOMAIN}"
                     for e in eps.get("endpoints") or [] if svc else []:
+                        # As CoreDNS: ready endpoints only, unless the Service publishes the others.
+                        if not ((e.get("conditions") or {}).get("ready") or base in unready_too):
+                            continue
                         if e.get("hostname"):
                             names[f"{e['hostname']}.{base}"] = e["addresses"][:1]
-                        # A headless Service's name answers its ready endpoints.
-                        if base in headless and (e.get("conditions") or {}).get("ready"):
+                        if base in headless:
                             names.setdefault(base, []).extend(e["addresses"])
                 self.names = names
             except Exception:  # the API restarting: keep the last answers

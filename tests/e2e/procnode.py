@@ -106,6 +106,8 @@ def image_config(image):
                 "LANG": "C.UTF-8",
             },
             "user": ("postgres", 999, "/var/lib/postgresql"),
+            # The image's STOPSIGNAL: a fast shutdown, not a smart one.
+            "stopsignal": signal.SIGINT,
             # Its Unix socket directory, one per pod as in a container.
             "tmpfs": ["/var/run/postgresql"],
         }
@@ -417,7 +419,7 @@ class Container:
         self.name = spec["name"]
         self.proc = None
         self.restarts = 0
-        self.state = {"waiting": {"reason": "PodInitializing" if not init else "ContainerCreating"}}
+        self.state = {"waiting": {"reason": "ContainerCreating" if init else "PodInitializing"}}
         self.last_state = {}
         self.ready = self.started = False
         self.gen = 0
@@ -488,6 +490,7 @@ class Container:
             out.flush()
             self.proc = subprocess.Popen(launch, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         self.started_at = now()
+        self.stopsignal = img.get("stopsignal", signal.SIGTERM)
         self.state = {"running": {"startedAt": self.started_at}}
         self.started = not c.get("startupProbe")
         self.ready = False
@@ -501,12 +504,16 @@ class Container:
         return True
 
     def stop(self, grace, reason=None):
-        """SIGTERM to the container's process group, SIGKILL after grace seconds."""
+        """The image's stop signal (SIGTERM unless it says otherwise) to the
+        container's first process, SIGKILL to all of them after grace seconds."""
         if not self.running():
             return
         pid = self.proc.pid
         kill_group(pid, signal.SIGCONT)
-        kill_group(pid, signal.SIGTERM)
+        try:
+            os.kill(pid, self.stopsignal)
+        except ProcessLookupError:
+            pass
         try:
             self.proc.wait(timeout=max(grace, 0))
         except subprocess.TimeoutExpired:
@@ -543,6 +550,12 @@ class Container:
         log(f"pod {self.pw.key} container {self.name} run {self.gen} exited {code}{': ' + message.strip()[:200] if message else ''}")
         return True
 
+    def is_ready(self):
+        """Ready by its readiness probe; without one, once running and started."""
+        if not self.running() or not self.started:
+            return False
+        return self.ready if self.spec.get("readinessProbe") else True
+
     def container_id(self):
         return f"procnode://{self.pw.uid[:8]}-{self.name}-{self.gen}"
 
@@ -569,7 +582,7 @@ class Container:
             "name": self.name,
             "image": self.spec["image"],
             "imageID": self.spec["image"],
-            "ready": self.ready,
+            "ready": self.is_ready(),
             "started": self.started if "running" in self.state else False,
             "restartCount": self.restarts,
             "state": self.state,
@@ -668,6 +681,8 @@ class PodWorker:
         self.hostname = spec.get("hostname") or md["name"]
         self.init = [Container(self, c, True) for c in spec.get("initContainers") or []]
         self.main = [Container(self, c, False) for c in spec["containers"]]
+        for c in self.main if not self.init else []:
+            c.state = {"waiting": {"reason": "ContainerCreating"}}
         self.conditions = {}
         self.last_status = None
         self.start_time = now()
@@ -681,7 +696,8 @@ class PodWorker:
 
     # ---- sandbox and volumes ----
     def sandbox(self):
-        self.netns, self.pod_ip = self.node.net.add_pod()
+        if self.netns is None:
+            self.netns, self.pod_ip = self.node.net.add_pod()
         spec, md = self.pod["spec"], self.pod["metadata"]
         ns = md["namespace"]
         fqdn = self.hostname
@@ -776,31 +792,35 @@ class PodWorker:
 
     # ---- the loop ----
     def run(self):
-        try:
-            self.loop()
-        except Exception:
-            log(f"pod {self.key}: worker failed:\n{traceback.format_exc()}")
-
-    def loop(self):
         while True:
-            pod = self.node.pods.get(self.uid)
-            if pod is None or pod["metadata"].get("deletionTimestamp") or self.node.stopping:
-                self.finish(pod)
-                return
-            self.pod = pod
-            if not self.sandbox_ready and not self.terminal:
-                try:
-                    self.sandbox()
-                except (ConfigError, KubeError) as err:
-                    self.write_status(waiting_message=str(err))
-                    time.sleep(2)
-                    continue
-            if not self.terminal:
-                self.sync()
-                self.refresh_volumes()
-            self.write_status()
-            self.wake.wait(0.5)
-            self.wake.clear()
+            try:
+                if self.step():
+                    return
+            except Exception:  # an API call that failed: the next round retries
+                log(f"pod {self.key}: {traceback.format_exc()}")
+                time.sleep(1)
+
+    def step(self):
+        """One round of the pod's sync; True once the pod is gone."""
+        pod = self.node.pods.get(self.uid)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or self.node.stopping:
+            self.finish(pod)
+            return True
+        self.pod = pod
+        if not self.sandbox_ready and not self.terminal:
+            try:
+                self.sandbox()
+            except (ConfigError, KubeError) as err:
+                self.write_status(waiting_message=str(err))
+                time.sleep(2)
+                return False
+        if not self.terminal:
+            self.sync()
+            self.refresh_volumes()
+        self.write_status()
+        self.wake.wait(0.5)
+        self.wake.clear()
+        return False
 
     def policy(self):
         return self.pod["spec"].get("restartPolicy", "Always")
@@ -895,7 +915,7 @@ class PodWorker:
         phase = self.phase()
         terminal = phase in ("Succeeded", "Failed")
         initialized = all(c.done() and c.exit_code == 0 for c in self.init)
-        unready = [c.name for c in self.main if not c.ready]
+        unready = [c.name for c in self.main if not c.is_ready()]
         if terminal:
             reason, message = "PodCompleted", None
         else:
@@ -1045,7 +1065,7 @@ class Node:
                 status, _ = self.kube.call("PATCH", path + "?fieldManager=procnode&force=true", lease, "application/apply-patch+yaml")
                 if status not in (200, 201):
                     log(f"lease renewal answered {status}")
-            except OSError as err:
+            except Exception as err:  # renewed at the next round
                 log(f"lease renewal failed: {err}")
             time.sleep(10)
 
@@ -1055,7 +1075,7 @@ class Node:
         while not self.stopping:
             try:
                 status, body = self.kube.call("GET", query)
-            except OSError:
+            except Exception:  # the API server restarting: list again
                 time.sleep(1)
                 continue
             if status != 200:
