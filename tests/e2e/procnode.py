@@ -336,21 +336,38 @@ def projected_files(kube, pod, sources, default_mode, pod_ip, ca_file):
                 files[it["path"]] = (field_ref(pod, it["fieldRef"]["fieldPath"], pod_ip).encode(), it.get("mode", default_mode))
         elif "serviceAccountToken" in src:
             sat = src["serviceAccountToken"]
-            sa = pod["spec"].get("serviceAccountName") or "default"
-            request = {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": sat.get("expirationSeconds", 3600),
-                    "audiences": [sat["audience"]] if sat.get("audience") else None,
-                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
-                },
-            }
-            status, body = kube.call("POST", f"api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", request)
-            if status != 201:
-                raise ConfigError(f"token for ServiceAccount {ns}/{sa}: HTTP {status}")
-            files[sat["path"]] = (body["status"]["token"].encode(), default_mode)
+            files[sat["path"]] = (sa_token(kube, pod, sat), default_mode)
     return files
+
+
+# (pod uid, path) -> (token, when to renew it)
+TOKENS = {}
+
+
+def sa_token(kube, pod, sat):
+    """The pod's ServiceAccount token by TokenRequest, bound to the pod, renewed
+    (as the kubelet) once 80% of its life is over."""
+    key = (pod["metadata"]["uid"], sat["path"])
+    token, renew = TOKENS.get(key, (None, 0))
+    if token and time.time() < renew:
+        return token
+    ns, seconds = pod["metadata"]["namespace"], sat.get("expirationSeconds", 3600)
+    sa = pod["spec"].get("serviceAccountName") or "default"
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": seconds,
+            "audiences": [sat["audience"]] if sat.get("audience") else None,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
+        },
+    }
+    status, body = kube.call("POST", f"api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", request)
+    if status != 201:
+        raise ConfigError(f"token for ServiceAccount {ns}/{sa}: HTTP {status}")
+    token = body["status"]["token"].encode()
+    TOKENS[key] = (token, time.time() + 0.8 * seconds)
+    return token
 
 
 def volume_files(kube, pod, vol, pod_ip, ca_file):
@@ -433,7 +450,7 @@ class Container:
         self.env = {}
         self.dir = os.path.join(pw.dir, "containers", self.name)
         os.makedirs(self.dir, exist_ok=True)
-        self.log_path = os.path.join(self.dir, "log")
+        self.log_path = None
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -480,14 +497,14 @@ class Container:
         self.uid, self.gid, self.groups = uid, gid, groups
         workdir = c.get("workingDir") or "/"
         launch = [
-            "nsenter", f"--net=/run/netns/{pw.netns}", "--",
-            "unshare", "--mount", "--uts", "--propagation", "private", "--",
+            "/usr/bin/nsenter", f"--net=/run/netns/{pw.netns}", "--",
+            "/usr/bin/unshare", "--mount", "--uts", "--propagation", "private", "--",
             "/bin/sh", "-c", LAUNCH, "launch", mounts_file, str(uid), str(gid), groups, workdir, pw.hostname, self.ready_file,
             *argv,
         ]  # fmt: skip
+        # Each run's output in its own file, as the runtime keeps it.
+        self.log_path = os.path.join(run_dir, "log")
         with open(self.log_path, "ab") as out:
-            out.write(f"===== procnode: {self.name} run {self.gen} started {now()}: {argv[:2]}\n".encode())
-            out.flush()
             self.proc = subprocess.Popen(launch, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         self.started_at = now()
         self.stopsignal = img.get("stopsignal", signal.SIGTERM)
@@ -644,7 +661,7 @@ class Container:
             return False, "the process node runs exec probes only"
         if not os.path.exists(self.ready_file):
             return False, "container not set up yet"
-        argv = ["nsenter", "-t", str(self.proc.pid), "-m", "-n", "-u", "--wd=/", "--",
+        argv = ["/usr/bin/nsenter", "-t", str(self.proc.pid), "-m", "-n", "-u", "--wd=/", "--",
                 "/usr/bin/setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
                 *([f"--groups={self.groups}"] if self.groups else ["--clear-groups"]), "--",
                 *probe["exec"]["command"]]  # fmt: skip
@@ -714,6 +731,7 @@ class PodWorker:
             f.write(self.hostname + "\n")
         for v in spec.get("volumes") or []:
             self.volumes[v["name"]] = self.make_volume(v)
+        self.next_refresh = time.time() + VOLUME_REFRESH
         self.sandbox_ready = True
 
     def fs_group(self):
@@ -831,10 +849,11 @@ class PodWorker:
             if c.done() and c.exit_code == 0:
                 continue
             self.advance(c, "Never" if policy == "Never" else "OnFailure")
-            if c.done():
+            if c.done() and c.exit_code != 0:
                 self.terminal = True
                 self.teardown_network()
-            return
+            if not (c.done() and c.exit_code == 0):
+                return
         for c in self.main:
             self.advance(c, policy)
         if all(c.done() for c in self.main):
@@ -1036,7 +1055,8 @@ class Node:
         ]
         for c in conds:
             c.update(lastHeartbeatTime=t, lastTransitionTime=t)
-        resources = {"cpu": "2", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}
+        # As kwok's nodes: room for any size (nothing is enforced).
+        resources = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi"}
         status = {
             "capacity": resources,
             "allocatable": resources,
