@@ -37,8 +37,11 @@ it, as the kubelet does:
   period, then the pod deleted with grace 0.
 
 The node's network namespace runs the real kube-proxy (iptables mode) and
-the DNS answers (procnet.py); the node keeps its Lease renewed. Faults for
-scenarios go through files in DIR/procnode/faults (see Faults).
+the DNS answers (procnet.py); the node keeps its Lease renewed. Each run of
+a container keeps its output in DIR/procnode/pods/UID/containers/NAME/RUN/log
+(there is no `kubectl logs`). A scenario injects faults from outside: a
+container's processes are those in the pod's network namespace
+(`ip netns pids`), a pod's link can go down (procnet.Network.link).
 """
 
 import argparse
@@ -306,7 +309,7 @@ def atomic_write(target, files, gid):
     return True
 
 
-def projected_files(kube, pod, sources, default_mode, pod_ip, ca_file):
+def projected_files(kube, pod, sources, default_mode, pod_ip):
     """relative path -> (bytes, mode) of configMap, secret, downwardAPI and
     serviceAccountToken sources (a plain configMap/secret volume is one source)."""
     ns = pod["metadata"]["namespace"]
@@ -370,15 +373,15 @@ def sa_token(kube, pod, sat):
     return token
 
 
-def volume_files(kube, pod, vol, pod_ip, ca_file):
+def volume_files(kube, pod, vol, pod_ip):
     if "configMap" in vol:
-        return projected_files(kube, pod, [{"configMap": vol["configMap"]}], vol["configMap"].get("defaultMode", 0o644), pod_ip, ca_file)
+        return projected_files(kube, pod, [{"configMap": vol["configMap"]}], vol["configMap"].get("defaultMode", 0o644), pod_ip)
     if "secret" in vol:
-        return projected_files(kube, pod, [{"secret": vol["secret"]}], vol["secret"].get("defaultMode", 0o644), pod_ip, ca_file)
+        return projected_files(kube, pod, [{"secret": vol["secret"]}], vol["secret"].get("defaultMode", 0o644), pod_ip)
     if "downwardAPI" in vol:
-        return projected_files(kube, pod, [vol], vol["downwardAPI"].get("defaultMode", 0o644), pod_ip, ca_file)
+        return projected_files(kube, pod, [vol], vol["downwardAPI"].get("defaultMode", 0o644), pod_ip)
     proj = vol["projected"]
-    return projected_files(kube, pod, proj.get("sources") or [], proj.get("defaultMode", 0o644), pod_ip, ca_file)
+    return projected_files(kube, pod, proj.get("sources") or [], proj.get("defaultMode", 0o644), pod_ip)
 
 
 WRITTEN_KINDS = ("configMap", "secret", "downwardAPI", "projected")
@@ -758,7 +761,7 @@ class PodWorker:
             return v["hostPath"]["path"]
         if any(k in v for k in WRITTEN_KINDS):
             path = os.path.join(self.dir, "volumes", v["name"])
-            atomic_write(path, volume_files(self.kube, self.pod, v, self.pod_ip, self.node.ca_file), gid)
+            atomic_write(path, volume_files(self.kube, self.pod, v, self.pod_ip), gid)
             self.written[v["name"]] = v
             return path
         raise ConfigError(f"volume {v['name']}: {sorted(k for k in v if k != 'name')} is not supported by the process node")
@@ -771,7 +774,7 @@ class PodWorker:
         self.next_refresh = time.time() + VOLUME_REFRESH
         for name, v in self.written.items():
             try:
-                if atomic_write(self.volumes[name], volume_files(self.kube, self.pod, v, self.pod_ip, self.node.ca_file), self.fs_group() or 0):
+                if atomic_write(self.volumes[name], volume_files(self.kube, self.pod, v, self.pod_ip), self.fs_group() or 0):
                     log(f"pod {self.key} volume {name} updated")
             except (ConfigError, KubeError) as err:
                 log(f"pod {self.key} volume {name} not refreshed: {err}")
@@ -982,7 +985,6 @@ class Node:
         self.dir = args.dir
         self.root = os.path.join(args.dir, "procnode")
         os.makedirs(self.root, exist_ok=True)
-        self.ca_file = os.path.join(args.dir, "pki", "ca.crt")
         server = None
         with open(os.path.join(args.dir, "env")) as f:
             for line in f:
