@@ -9,7 +9,10 @@ and tolerations for that node; the image's entrypoint initializes it, the
 real init Job creates the application user and database, and a client on
 the node writes through the read-write Service's cluster IP (kube-proxy's
 rules) as the application user: every row acknowledged must be there when
-read back. The Database is then deleted with its volume.
+read back. Grown to medium, the new standby clones the primary through the
+read-write Service's name (DNS, kube-proxy) and streams from it: every
+acknowledged row is read back from it through the read-only Service. The
+Database is then deleted with its volumes.
 
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbreal."""
 
@@ -89,6 +92,10 @@ def scenario_real_database(s):
 
     pod = s.wait(f"the instance and the init Job on {NODE}", placed, 30)
     s.expect(pod["status"].get("podIP", "").startswith("10.89."), f"pod IP {pod['status'].get('podIP')} not from the node's range")
+    # Run by the process node, not played by kwok: its container ids say so.
+    for p in [pod, *k.list("Pod", ns, f"batch.kubernetes.io/job-name={name}-init")]:
+        ids = [c.get("containerID", "") for c in p["status"].get("containerStatuses") or []]
+        s.expect(ids and all(i.startswith("procnode://") for i in ids), f"pod {p['metadata']['name']} not run by the process node: {ids}")
 
     s.step("a client writes through the read-write Service as the application user")
     rw = k.get("Service", ns, name)
@@ -112,6 +119,18 @@ def scenario_real_database(s):
     lost = [n for n in acked if n not in present]
     s.expect(not lost, f"acknowledged rows missing: {lost}")
 
-    s.step("delete it (policy Delete): the instance stopped, the volume gone")
+    s.step("medium: the standby clones the primary through the read-write Service (DNS, kube-proxy) and streams")
+    k.patch("Database", ns, name, {"spec": {"size": "medium"}})
+    db_running(s, name, 2, "15", timeout=300)
+    ro = k.get("Service", ns, f"{name}-ro")["spec"]["clusterIP"]
+
+    def replicated():
+        code, out = psql(s, ro, login, "SELECT pg_is_in_recovery(), count(*) FROM acked")
+        need(code == 0, f"psql through the read-only Service {ro}: {out}")
+        need(out == f"t|{len(acked)}", f"the standby answers {out!r}, want t|{len(acked)}")
+
+    s.wait("every acknowledged row on the standby, read through the read-only Service", replicated, 60, every=1)
+
+    s.step("delete it (policy Delete): the instances stopped, the volumes gone")
     k.delete("Database", ns, name)
     db_gone(s, name, timeout=180)
