@@ -8,6 +8,7 @@
 #   ${OPSHOOKS_E2E_CACHE:-$HOME/.cache/opshooks-e2e}/bin
 #
 # Usage: tests/e2e/build-tools.sh          (prints the bin directory on the last line of stdout)
+#        tests/e2e/build-tools.sh proc-node   (also kube-proxy, for the process node: procnode.py)
 #        OPSHOOKS_E2E_CACHE=/some/dir tests/e2e/build-tools.sh
 #
 # There is no Docker and no way to download release tarballs here, but every
@@ -38,6 +39,10 @@ KWOK_VERSION=v0.8.0
 # Metacontroller is built from the source shared beside the project; its
 # stamp is the release it is, plus a hash of the source so an edit rebuilds.
 METACONTROLLER_SRC=${OPSHOOKS_METACONTROLLER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/shared/metacontroller/src}
+
+# kube-proxy only for the process node (`proc-node`): the default suite has no use for it.
+KUBE_EXTRA=()
+[[ ${1:-} != proc-node ]] || KUBE_EXTRA=(kube-proxy)
 
 CACHE=${OPSHOOKS_E2E_CACHE:-$HOME/.cache/opshooks-e2e}
 BIN=$CACHE/bin
@@ -106,7 +111,8 @@ build_one() { # tool version -- command...
 # v0.34.N tag yields exactly the dependency graph of the release.
 build_kubernetes() {
   if stamp_ok kube-apiserver "$K8S_VERSION" && stamp_ok kube-controller-manager "$K8S_VERSION" &&
-    stamp_ok kube-scheduler "$K8S_VERSION" && stamp_ok kubectl "$K8S_VERSION"; then
+    stamp_ok kube-scheduler "$K8S_VERSION" && stamp_ok kubectl "$K8S_VERSION" &&
+    { [[ ${#KUBE_EXTRA[@]} -eq 0 ]] || stamp_ok kube-proxy "$K8S_VERSION"; }; then
     log "kubernetes $K8S_VERSION: cached"
     return
   fi
@@ -182,7 +188,12 @@ build_kubernetes() {
     done
     # Same tags as upstream's non-debug release builds (hack/lib/golang.sh).
     local tags=selinux,notest,grpcnotrace
-    for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl "${KUBE_EXTRA[@]}"; do
+      # kube-proxy's imports join the wrapper's go.sum the first time it is asked for.
+      if [[ $tool == kube-proxy && ! -f .with-kube-proxy ]]; then
+        go get "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION"
+        touch .with-kube-proxy
+      fi
       build_one "$tool" "$K8S_VERSION" -- \
         go build -trimpath -tags "$tags" -ldflags "${ldflags[*]}" -o "$BIN/.$tool.tmp" "k8s.io/kubernetes/cmd/$tool"
     done

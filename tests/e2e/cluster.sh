@@ -11,6 +11,7 @@
 #
 #   tests/e2e/cluster.sh up DIR     # start a cluster whose whole state lives in DIR
 #   tests/e2e/cluster.sh nodes DIR  # add kube-scheduler, kwok and a fake node to a cluster that is up
+#   tests/e2e/cluster.sh procnode DIR  # add proc-node-0, whose containers run as processes (procnode.py)
 #   tests/e2e/cluster.sh down DIR   # stop it and delete DIR; idempotent, safe on a half-started DIR
 #   tests/e2e/cluster.sh logs DIR   # print the tail of every process log (for failure reports)
 #   tests/e2e/cluster.sh chart-crds DIR  # install the CRDs of the chart's optional objects (no controllers)
@@ -28,7 +29,9 @@
 #
 # Binaries come from build-tools.sh (run here; a no-op once cached).
 # Environment: OPSHOOKS_E2E_CACHE (see build-tools.sh),
-#              OPSHOOKS_E2E_TIMEOUT (seconds to wait for readiness, default 120).
+#              OPSHOOKS_E2E_TIMEOUT (seconds to wait for readiness, default 120),
+#              OPSHOOKS_E2E_PROC_NODE=1 (at `up`: the admission plugins that
+#              let a namespace place all its pods, for the process node).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -178,7 +181,7 @@ ours() { # name -> pid on stdout
 stop_all() {
   local name pid i
   # Reverse start order: clients before the servers they talk to.
-  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in procnode kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     pid=$(ours "$name") || continue
     kill -TERM "$pid" 2>/dev/null || true
     # Graceful first (etcd syncs, the apiserver drains); killed after 15s.
@@ -270,6 +273,13 @@ cmd_up() {
   # instead of timing out on an API server that keeps retrying etcd.
   wait_for "etcd /health" etcd_healthy "$etcd_port"
 
+  # The process node's scenarios place every pod of their namespace on it,
+  # the Jobs' too (the Database places only its instances), with the
+  # namespace annotations these two in-tree plugins read.
+  local admission=()
+  [[ ${OPSHOOKS_E2E_PROC_NODE:-} != 1 ]] ||
+    admission=(--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction)
+
   # --advertise-address=127.0.0.1 keeps the apiserver from picking up the
   # host's real interface; a loopback address is not valid in an Endpoints
   # object, hence --endpoint-reconciler-type=none (nothing in this cluster
@@ -296,7 +306,8 @@ cmd_up() {
     --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --allow-privileged=true \
-    --profiling=false
+    --profiling=false \
+    "${admission[@]}"
 
   wait_for "kube-apiserver /readyz" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" get --raw /readyz
 
@@ -425,6 +436,38 @@ cmd_nodes() {
   log "scheduler, kwok and node up in $((SECONDS - start_time))s"
 }
 
+# The process node (procnode.py): proc-node-0, tainted and labelled
+# opshooks.io/e2e-node=proc, whose pods run as processes in network
+# namespaces of their own, with the real kube-proxy (built here on first
+# use) in the node's namespace. Needs root, iproute2 and iptables (installed
+# with apt-get when missing).
+cmd_procnode() {
+  [[ -f $DIR/$MARKER && -f $DIR/env ]] || die "$DIR holds no cluster that is up; run 'up' first"
+  DIR=$(cd "$DIR" && pwd -P)
+  ((EUID == 0)) || die "the process node needs root (network and mount namespaces)"
+  BIN=$("$HERE/build-tools.sh" proc-node | tail -n 1)
+  [[ -x $BIN/kube-proxy ]] || die "build-tools.sh proc-node did not build kube-proxy"
+  command -v iptables-restore >/dev/null || { apt-get update -qq && apt-get install -y -qq iptables >/dev/null; }
+  local start_time=$SECONDS
+  start procnode python3 -B "$HERE/procnode.py" --dir "$DIR" --bin "$BIN" --service-cidr "$SERVICE_CIDR"
+  wait_for "node proc-node-0 Ready" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" wait --for=condition=Ready --timeout=5s node/proc-node-0
+  log "process node up in $((SECONDS - start_time))s"
+}
+
+# Whatever a process node left behind when it could not stop itself: the
+# processes in its network namespaces, and the namespaces.
+procnode_leftovers() {
+  local prefix ns pid
+  [[ -f $DIR/procnode/netns-prefix ]] || return 0
+  prefix=$(cat "$DIR/procnode/netns-prefix")
+  [[ $prefix == opsh-?* ]] || return 0
+  for ns in $(ip netns list 2>/dev/null | awk '{ print $1 }'); do
+    [[ $ns == "$prefix"-* ]] || continue
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+}
+
 cmd_down() {
   [[ -d $DIR ]] || return 0
   DIR=$(cd "$DIR" && pwd -P)
@@ -434,6 +477,7 @@ cmd_down() {
     return 0
   fi
   [[ -d $DIR/pids ]] && stop_all
+  procnode_leftovers
   rm -rf "$DIR"
   log "cluster in $DIR stopped and removed"
 }
@@ -443,7 +487,7 @@ cmd_logs() {
   print_logs
 }
 
-usage() { sed -n '12,16p' "${BASH_SOURCE[0]}" >&2; }
+usage() { sed -n '12,17p' "${BASH_SOURCE[0]}" >&2; }
 
 [[ $# -eq 2 ]] || {
   usage
@@ -454,6 +498,7 @@ DIR=$2
 case $1 in
 up) cmd_up ;;
 nodes) cmd_nodes ;;
+procnode) cmd_procnode ;;
 down) cmd_down ;;
 logs) cmd_logs ;;
 chart-crds) cmd_chart_crds ;;

@@ -6,9 +6,11 @@
 #   fail TEXT; need_curl.
 #
 # For the control-loop suites (loop.sh, secure.sh):
-#   loop_up               tools, opshooks (release), a fresh control plane with
+#   loop_up               tools, opshooks (release, or the binary OPSHOOKS_E2E_OPSHOOKS
+#                         names), a fresh control plane with
 #                         the scheduler, kwok's fake node and Metacontroller's
-#                         CRDs; torn down on exit (after on_loop_down, when the
+#                         CRDs (and, under OPSHOOKS_E2E_PROC_NODE=1, the
+#                         process node: cluster.sh procnode); torn down on exit (after on_loop_down, when the
 #                         caller defines it). Sets BIN, OPSHOOKS, dir (the
 #                         cluster's DIR, see cluster.sh) and three free loopback
 #                         ports: port (opshooks), metrics and health (Metacontroller).
@@ -41,9 +43,15 @@ loop_up() {
   BIN=$("$HERE/build-tools.sh" | tail -n 1)
   [[ -x $BIN/metacontroller && -x $BIN/kwok && -x $BIN/kube-scheduler ]] || fail "build-tools.sh did not build metacontroller, kwok and kube-scheduler"
 
-  step "build opshooks (release)"
-  (cd "$REPO" && cargo build --release --locked --quiet --bin opshooks)
-  OPSHOOKS=$REPO/target/release/opshooks
+  if [[ -n ${OPSHOOKS_E2E_OPSHOOKS:-} ]]; then
+    # A binary built already (say target/debug/opshooks): the release build
+    # (fat LTO) takes many minutes on a busy machine.
+    OPSHOOKS=$OPSHOOKS_E2E_OPSHOOKS
+  else
+    step "build opshooks (release)"
+    (cd "$REPO" && cargo build --release --locked --quiet --bin opshooks)
+    OPSHOOKS=$REPO/target/release/opshooks
+  fi
 
   dir=$(mktemp -d "${TMPDIR:-/tmp}/opshooks-loop.XXXXXX")
   up_done=0
@@ -57,6 +65,11 @@ loop_up() {
 
   step "kube-scheduler, kwok and a fake node"
   "$HERE/cluster.sh" nodes "$dir"
+
+  if [[ ${OPSHOOKS_E2E_PROC_NODE:-} == 1 ]]; then
+    step "the process node (proc-node-0, kube-proxy)"
+    "$HERE/cluster.sh" procnode "$dir"
+  fi
 
   step "Metacontroller CRDs"
   kubectl apply --server-side --field-manager=opshooks-e2e -f "$MC_CRDS" >/dev/null

@@ -1,0 +1,136 @@
+"""Real PostgreSQL in the real loop (issue 33): a Database whose instances
+and Jobs run as processes on proc-node-0 (procnode.py), not played by kwok.
+
+dbreal: its namespace places every pod on the process node (the
+PodNodeSelector and PodTolerationRestriction annotations: the Database
+places its instances by spec.affinity, but not its Jobs). A small Database
+(one instance, policy Delete) is created with spec.affinity's nodeSelector
+and tolerations for that node; the image's entrypoint initializes it, the
+real init Job creates the application user and database, and a client on
+the node writes through the read-write Service's cluster IP (kube-proxy's
+rules) as the application user: every row acknowledged must be there when
+read back. Grown to medium, the new standby clones the primary through the
+read-write Service's name (DNS, kube-proxy) and streams from it: every
+acknowledged row is read back from it through the read-only Service. The
+Database is then deleted with its volumes.
+
+Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbreal."""
+
+import base64
+import json
+import subprocess
+
+from harness import Failed, need
+from kube import condition
+from scenarios.database import database, db_gone, db_running
+
+NODE = "proc-node-0"
+POOL_KEY = "opshooks.io/e2e-node"
+POOL = "proc"
+TOLERATION = {"key": POOL_KEY, "operator": "Equal", "value": POOL, "effect": "NoSchedule"}
+
+
+def node_ns(s):
+    with open(f"{s.suite.dir}/procnode/netns-prefix") as f:
+        return f.read().strip() + "-node"
+
+
+def on_the_node(s, argv, env=None, timeout=30):
+    """argv run in the node's network namespace (its traffic to a Service
+    goes through kube-proxy's rules): (exit code, output)."""
+    proc = subprocess.run(["ip", "netns", "exec", node_ns(s), *argv], env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def app_login(s, name):
+    secret = s.k.get("Secret", s.ns, f"{name}-credentials")
+    need(secret is not None, f"Secret {name}-credentials missing")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    conn = s.k.get("ConfigMap", s.ns, f"{name}-connection")
+    need(conn is not None, f"ConfigMap {name}-connection missing")
+    return data["username"], data["password"], conn["data"]["database"]
+
+
+def psql(s, host, login, sql):
+    user, password, dbname = login
+    env = {"PATH": "/usr/bin:/bin", "PGHOST": host, "PGUSER": user, "PGPASSWORD": password, "PGDATABASE": dbname, "PGCONNECT_TIMEOUT": "5"}
+    return on_the_node(s, ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql], env)
+
+
+def scenario_real_database(s):
+    k, ns, name = s.k, s.ns, "real"
+    node = k.get("Node", None, NODE)
+    if node is None or (condition(node, "Ready") or {}).get("status") != "True":
+        raise Failed(f"node {NODE} is not Ready: run with OPSHOOKS_E2E_PROC_NODE=1 (cluster.sh procnode)")
+    s.step(f"namespace {ns}: every pod on {NODE}")
+    k.patch(
+        "Namespace",
+        None,
+        ns,
+        {
+            "metadata": {
+                "annotations": {
+                    "scheduler.alpha.kubernetes.io/node-selector": f"{POOL_KEY}={POOL}",
+                    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps([TOLERATION]),
+                }
+            }
+        },
+    )
+
+    s.step("create a small Database (15) placed on the process node")
+    db = database(ns, name, "15", "small", policy="Delete")
+    db["spec"]["affinity"] = {"nodeSelector": {POOL_KEY: POOL}, "tolerations": [TOLERATION]}
+    k.apply(db)
+    db_running(s, name, 1, "15", timeout=300)
+
+    def placed():
+        pod = k.get("Pod", ns, f"{name}-0")
+        need(pod and pod["spec"].get("nodeName") == NODE, f"{name}-0 on {pod and pod['spec'].get('nodeName')}")
+        for p in k.list("Pod", ns, f"batch.kubernetes.io/job-name={name}-init"):
+            need(p["spec"].get("nodeName") == NODE, f"init Job pod {p['metadata']['name']} on {p['spec'].get('nodeName')}")
+        return pod
+
+    pod = s.wait(f"the instance and the init Job on {NODE}", placed, 30)
+    s.expect(pod["status"].get("podIP", "").startswith("10.89."), f"pod IP {pod['status'].get('podIP')} not from the node's range")
+    # Run by the process node, not played by kwok: its container ids say so.
+    for p in [pod, *k.list("Pod", ns, f"batch.kubernetes.io/job-name={name}-init")]:
+        ids = [c.get("containerID", "") for c in p["status"].get("containerStatuses") or []]
+        s.expect(ids and all(i.startswith("procnode://") for i in ids), f"pod {p['metadata']['name']} not run by the process node: {ids}")
+
+    s.step("a client writes through the read-write Service as the application user")
+    rw = k.get("Service", ns, name)
+    cip = rw["spec"]["clusterIP"]
+    login = s.wait("the application login", lambda: app_login(s, name), 30)
+
+    def table():
+        code, out = psql(s, cip, login, "CREATE TABLE IF NOT EXISTS acked (n int PRIMARY KEY)")
+        need(code == 0, f"psql through {cip}: {out}")
+
+    s.wait(f"a connection through {cip}", table, 60, every=1)
+    acked = []
+    for n in range(1, 51):
+        code, out = psql(s, cip, login, f"INSERT INTO acked VALUES ({n}) RETURNING n")
+        if code == 0 and out == str(n):
+            acked.append(n)
+    s.expect(len(acked) == 50, f"only {len(acked)} of 50 inserts acknowledged")
+    code, out = psql(s, cip, login, "SELECT n FROM acked ORDER BY n")
+    s.expect(code == 0, f"read back: {out}")
+    present = {int(x) for x in out.split()}
+    lost = [n for n in acked if n not in present]
+    s.expect(not lost, f"acknowledged rows missing: {lost}")
+
+    s.step("medium: the standby clones the primary through the read-write Service (DNS, kube-proxy) and streams")
+    k.patch("Database", ns, name, {"spec": {"size": "medium"}})
+    db_running(s, name, 2, "15", timeout=300)
+    ro = k.get("Service", ns, f"{name}-ro")["spec"]["clusterIP"]
+
+    def replicated():
+        code, out = psql(s, ro, login, "SELECT pg_is_in_recovery(), count(*) FROM acked")
+        need(code == 0, f"psql through the read-only Service {ro}: {out}")
+        need(out == f"t|{len(acked)}", f"the standby answers {out!r}, want t|{len(acked)}")
+
+    s.wait("every acknowledged row on the standby, read through the read-only Service", replicated, 60, every=1)
+
+    s.step("delete it (policy Delete): the instances stopped, the volumes gone")
+    k.delete("Database", ns, name)
+    db_gone(s, name, timeout=180)
