@@ -18,6 +18,7 @@ files as data.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -1039,8 +1040,11 @@ class AckWriter:
         with self.lock:
             procs = list(self.procs)
         for p in procs:
+            # Its thread reaps a client that ends by itself, maybe between
+            # the poll and the signal: a group already gone is stopped.
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
         for t in self.threads:
             t.join(30)
         acked: dict[int, tuple[int, float]] = {}
