@@ -109,6 +109,39 @@ def controller_of(repo, op):
     return hooks
 
 
+_KINDS = {}
+
+
+def kind_of(api_version, resource):
+    """The Kind the API server serves `resource` of `api_version` as."""
+    if not _KINDS:
+        for line in kubectl("api-resources", "--no-headers").stdout.splitlines():
+            cols = line.split()
+            _KINDS[(cols[-3], cols[0])] = cols[-1]
+    return _KINDS[(api_version, resource)]
+
+
+def groups_of(pairs):
+    """An empty group per (apiVersion, resource), as Metacontroller sends
+    every declared child type and every group a customize rule asked for,
+    even when nothing matches."""
+    return {f"{kind_of(v, r)}.{v}": {} for v, r in pairs}
+
+
+def child_types(repo, op):
+    """The controller's childResources, as (apiVersion, resource)."""
+    import re
+
+    text = (repo / "metacontroller" / f"{op}-controller.yaml").read_text()
+    spec = text.split("childResources:", 1)[1].split("generateSelector:", 1)[0]
+    return re.findall(r"- apiVersion: (\S+)\n\s+resource: (\S+)", spec)
+
+
+def with_groups(groups, empty):
+    """`groups` with every group of `empty` present."""
+    return {**empty, **groups}
+
+
 def related_from_rules(rules, namespace):
     objects = []
     for rule in rules:
@@ -128,6 +161,10 @@ def related_from_rules(rules, namespace):
     for o in objects:
         o.setdefault("apiVersion", o.get("apiVersion"))
     return objects
+
+
+def related_asked(hooks, rules):
+    return "customize" in hooks and isinstance(rules, dict) and "relatedResources" in rules
 
 
 def check_status(tally, op, state, parent, status):
@@ -167,13 +204,16 @@ def run_example(tally, url, repo, path):
         hooks = controller_of(repo, op)
         ns = parent["metadata"]["namespace"]
         related = []
+        rules = {}
         if "customize" in hooks:
             code, rules = post(f"{url}/{op}/customize", {"controller": {}, "parent": parent})
             tally.count(f"{op} customize answered", code == 200, str(rules))
             if code == 200:
                 related = related_from_rules(rules["relatedResources"], ns)
-        base = {"controller": {}, "parent": parent, "related": keyed(related), "finalizing": False}
-        first = sync_and_apply(tally, url, op, "1 nothing observed", {**base, "children": {}}, create=True)
+        rule_groups = groups_of((r["apiVersion"], r["resource"]) for r in (rules["relatedResources"] if related_asked(hooks, rules) else []))
+        child_groups = groups_of(child_types(repo, op))
+        base = {"controller": {}, "parent": parent, "related": with_groups(keyed(related), rule_groups), "finalizing": False}
+        first = sync_and_apply(tally, url, op, "1 nothing observed", {**base, "children": child_groups}, create=True)
         observed = []
         for child in first:
             meta = child["metadata"]
@@ -182,7 +222,7 @@ def run_example(tally, url, repo, path):
                 observed.append(json.loads(proc.stdout))
         # Parent as stored now (status may have been written by the dry-runs: no).
         parent = get_json(parent["kind"].lower(), parent["metadata"]["name"], "-n", ns)
-        sync_and_apply(tally, url, op, "2 children observed", {**base, "parent": parent, "children": keyed(observed)}, create=False)
+        sync_and_apply(tally, url, op, "2 children observed", {**base, "parent": parent, "children": with_groups(keyed(observed), child_groups)}, create=False)
 
 
 def run_invalid(tally, path):
