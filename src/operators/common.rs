@@ -26,6 +26,17 @@ pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
     labels
 }
 
+/// The selector of one parent's pods as a label-selector string
+/// (`k=v,k=v`), what the scale subresource's `labelSelectorPath` points at:
+/// a HorizontalPodAutoscaler finds the pods to measure by it.
+pub fn selector_string(app: &str, instance: &str) -> String {
+    selector_labels(app, instance)
+        .into_iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `n/m` for a READY printer column: `ready` of the `wanted` pods, or of
 /// those still `running` while a smaller count takes effect.
 pub fn ready_of(ready: i32, wanted: i32, running: i32) -> String {

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     ready_of, refuse_not_built, restricted_container, restricted_pod, selector_labels,
-    standard_labels,
+    selector_string, standard_labels,
 };
 use super::validate::{self, InvalidSpec, quote};
 use crate::hook::conditions::{self, Condition, Observation};
@@ -63,7 +63,7 @@ const APP: &str = "memcached";
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Memory", type_ = "string", json_path = ".spec.memoryLimit", priority = "1"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1"),
-    scale(spec_replicas_path = ".spec.size", status_replicas_path = ".status.readyReplicas"),
+    scale(spec_replicas_path = ".spec.size", status_replicas_path = ".status.readyReplicas", label_selector_path = ".status.selector"),
     validation = Rule::new("self.metadata.name.size() <= 50").message("metadata.name must be at most 50 characters")
 )]
 #[serde(rename_all = "camelCase")]
@@ -108,6 +108,10 @@ pub struct MemcachedStatus {
     pub ready_nodes: String,
     /// Ready: every desired node is ready.
     pub conditions: Vec<Condition>,
+    /// The label selector of this cache's pods, as a string: the scale
+    /// subresource's `labelSelectorPath`, by which a HorizontalPodAutoscaler
+    /// finds the pods to measure.
+    pub selector: String,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -371,6 +375,7 @@ pub fn status(mc: &Memcached, pods: &[ObservedPod], ctx: &Context) -> MemcachedS
             mc.metadata.generation,
             ctx.now,
         ),
+        selector: selector_string(APP, name(mc)),
         observed_generation: None,
     }
 }

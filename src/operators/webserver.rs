@@ -17,7 +17,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{non_root_pod, ready_of, restricted_container, standard_labels};
+use super::common::{
+    non_root_pod, ready_of, restricted_container, selector_string, standard_labels,
+};
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
 use crate::hook::ObservedPod;
@@ -41,6 +43,8 @@ pub const MAX_REPLICAS: i32 = 1000;
 pub const MAX_NAME: usize = 59;
 /// The container name inside every pod.
 pub const CONTAINER: &str = "web";
+/// The `app.kubernetes.io/name` label of every pod.
+const APP: &str = "webserver";
 
 /// A set of identical web server pods.
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -59,7 +63,7 @@ pub const CONTAINER: &str = "web";
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = "1"),
     printcolumn(name = "Port", type_ = "integer", json_path = ".spec.port", priority = "1"),
-    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.count"),
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.count", label_selector_path = ".status.selector"),
     validation = Rule::new("self.metadata.name.size() <= 59").message("metadata.name must be at most 59 characters, so that pod names <name>-<index> fit in 63")
 )]
 #[serde(rename_all = "camelCase")]
@@ -98,6 +102,10 @@ pub struct WebServerStatus {
     pub ready_pods: String,
     /// Ready: every desired pod exists and is ready.
     pub conditions: Vec<Condition>,
+    /// The label selector of this WebServer's pods, as a string: the scale
+    /// subresource's `labelSelectorPath`, by which a HorizontalPodAutoscaler
+    /// finds the pods to measure.
+    pub selector: String,
     /// The parent generation Metacontroller last synced; set by Metacontroller.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -242,7 +250,7 @@ pub const LABEL_CONTROLLER_UID: &str = "controller-uid";
 /// counts as updated and a rollout stops after its first pod. With the label
 /// in our own answer, the comparison sees the pod as it is.
 pub fn labels(ws: &WebServer) -> BTreeMap<String, String> {
-    let mut labels = standard_labels("webserver", ws.metadata.name.as_deref().unwrap_or_default());
+    let mut labels = standard_labels(APP, ws.metadata.name.as_deref().unwrap_or_default());
     if let Some(uid) = &ws.metadata.uid {
         labels.insert(LABEL_CONTROLLER_UID.to_string(), uid.clone());
     }
@@ -327,6 +335,7 @@ pub fn status(ws: &WebServer, observed: &[ObservedPod], ctx: &Context) -> WebSer
             ws.metadata.generation,
             ctx.now,
         ),
+        selector: selector_string(APP, ws.metadata.name.as_deref().unwrap_or_default()),
         observed_generation: None,
     }
 }
@@ -435,6 +444,32 @@ mod tests {
         let container = &pod.spec.unwrap().containers[0];
         assert_eq!(container.image.as_deref(), Some("nginx:1.27"));
         assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
+    }
+
+    #[test]
+    fn status_selector_selects_its_pods_and_no_others() {
+        // The scale subresource's labelSelectorPath: an HPA finds the pods
+        // to measure by this string, so it must match every pod this
+        // WebServer builds and none of another WebServer's.
+        let matches = |selector: &str, pod: &Pod| {
+            let labels = pod.metadata.labels.as_ref().unwrap();
+            selector.split(',').all(|term| {
+                let (key, value) = term.split_once('=').unwrap();
+                labels.get(key).map(String::as_str) == Some(value)
+            })
+        };
+        let server = ws(2);
+        let selector = status(&server, &[], &ctx()).selector;
+        assert!(!selector.is_empty());
+        assert!((0..2).all(|i| matches(&selector, &pod(&server, i))));
+        let other = fixtures::webserver("web2")
+            .namespace("shop")
+            .spec("replicas", 1)
+            .typed();
+        assert!(
+            !matches(&selector, &pod(&other, 0)),
+            "{selector} selects web2's pod"
+        );
     }
 
     #[test]

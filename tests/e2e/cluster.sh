@@ -284,6 +284,9 @@ cmd_up() {
   # host's real interface; a loopback address is not valid in an Endpoints
   # object, hence --endpoint-reconciler-type=none (nothing in this cluster
   # reaches the apiserver through the `kubernetes` Service anyway).
+  # --enable-aggregator-routing: an aggregated API (the HPA's external
+  # metric, metrics_api.py) is reached at its Service's endpoint address,
+  # since no kube-proxy programs ClusterIPs on this host.
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
     --bind-address=127.0.0.1 \
@@ -300,6 +303,7 @@ cmd_up() {
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
     --proxy-client-key-file="$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true \
     --authorization-mode=Node,RBAC \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$PKI/sa.pub" \

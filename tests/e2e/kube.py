@@ -35,6 +35,8 @@ RESOURCES = {
     "CronJob": ("apis/batch/v1", "cronjobs", True),
     "EndpointSlice": ("apis/discovery.k8s.io/v1", "endpointslices", True),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets", True),
+    "HorizontalPodAutoscaler": ("apis/autoscaling/v2", "horizontalpodautoscalers", True),
+    "APIService": ("apis/apiregistration.k8s.io/v1", "apiservices", False),
     "WebServer": ("apis/opshooks.io/v1alpha1", "webservers", True),
     "Memcached": ("apis/opshooks.io/v1alpha1", "memcacheds", True),
     "Backup": ("apis/opshooks.io/v1alpha1", "backups", True),

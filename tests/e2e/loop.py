@@ -23,6 +23,7 @@ minor update, one for its placement over several nodes, one for its storage grow
 """
 
 from harness import main
+from scenarios.autoscale import scenario_autoscale
 from scenarios.backup import scenario_backup
 from scenarios.database import scenario_database, scenario_delete, scenario_retain, scenario_snapshot_fails
 from scenarios.dbreal import scenario_real_database
@@ -39,6 +40,7 @@ from scenarios.webserver import scenario_webserver, scenario_webserver_brief
 LIFECYCLE = [
     ("WebServer", "web", scenario_webserver),
     ("Memcached", "mc", scenario_memcached),
+    ("WebServer and Memcached scaled by an HPA", "hpa", scenario_autoscale),
     ("Backup", "bk", scenario_backup),
     ("Database lifecycle", "db", scenario_database),
     ("Database delete, snapshot fails", "dbsnap", scenario_snapshot_fails),
