@@ -5,11 +5,19 @@ the whole time, and a fault injected from outside. Only outcomes are
 observed, never how a promotion is done: which pod answers as the primary,
 which rows are there, which timeline each instance is on.
 
-dbrealkill and dbrealrestart: the primary's postmaster gets SIGKILL (its
-backends see it die and end). Under dbrealkill (failover.delay 10 s) a
-standby takes over; under dbrealrestart (the default 30 s) the kubelet
-restarts the container and the same instance serves again. Whatever
-follows must end with:
+- dbrealkill and dbrealrestart: the primary's postmaster gets SIGKILL (its
+  backends see it die and end). Under dbrealkill (failover.delay 10 s) a
+  standby takes over; under dbrealrestart (the default 30 s) the kubelet
+  restarts the container and the same instance serves again.
+- dbrealpause: every process of the primary's pod gets SIGSTOP (failover.delay
+  10 s) and SIGCONT once a commit is acknowledged again; the client ends
+  each session after 5 s (a client's timeout: a paused server's kernel
+  still acknowledges its packets).
+- dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
+  under load; the figure is the longest gap between two acknowledged
+  commits from the request on.
+
+Whatever follows must end with:
 
 - every row the client saw acknowledged present on the primary (synchronous
   replication: zero loss), counted per instance that acknowledged it;
@@ -18,10 +26,10 @@ follows must end with:
   answers pg_is_in_recovery() = false;
 - every standby streaming on the primary's timeline.
 
-It prints the RTO: from the signal to the first commit acknowledged after
-it (the client's clock_timestamp() and the signal's time are this machine's
+It prints the RTO: from the fault to the first commit acknowledged after
+it (the client's clock_timestamp() and the fault's time are this machine's
 clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
-dbrealkill,dbrealrestart."""
+dbrealkill,dbrealrestart,dbrealpause,dbrealswitch."""
 
 import base64
 import ipaddress
@@ -38,7 +46,9 @@ from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, container_lo
 # The client: sessions of psql through the read-write Service's name, each
 # fed INSERTs without end; a row is acknowledged once its RETURNING line is
 # printed (after its COMMIT returned). A session that ends (its connection
-# cut) is followed by a new one, with ids of its own.
+# cut) is followed by a new one, with ids of its own. SESSION_SECONDS (0: no
+# limit) ends each session after that long, as a client's timeout would end
+# one stuck on a paused server whose kernel still acknowledges its packets.
 WRITER = r"""n=0
 while :; do
   n=$((n + 1))
@@ -46,14 +56,14 @@ while :; do
   while :; do
     i=$((i + 1))
     echo "INSERT INTO acked VALUES ($((n * 10000000 + i))) RETURNING 'ack ' || id || ' ' || inet_server_addr() || ' ' || extract(epoch FROM clock_timestamp());"
-  done | psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>&1
+  done | timeout "$SESSION_SECONDS" psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>&1
   echo "session $n ended"
   sleep 0.2
 done
 """
 
 
-def writer_pod(ns, name):
+def writer_pod(ns, name, session_seconds=0):
     secret = {"name": f"{name}-credentials"}
     return {
         "apiVersion": "v1",
@@ -75,6 +85,7 @@ def writer_pod(ns, name):
                         {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {**secret, "key": "password"}}},
                         {"name": "PGDATABASE", "valueFrom": {"configMapKeyRef": {"name": f"{name}-connection", "key": "database"}}},
                         {"name": "PGCONNECT_TIMEOUT", "value": "2"},
+                        {"name": "SESSION_SECONDS", "value": str(session_seconds)},
                     ],
                 }
             ],
@@ -89,10 +100,15 @@ def pod_netns(s, pod_ip):
     return f"{prefix}-p{int(ipaddress.ip_address(pod_ip)) - FIRST_POD}"
 
 
+def netns_pids(s, pod_ip):
+    out = subprocess.run(["ip", "netns", "pids", pod_netns(s, pod_ip)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
 def postmaster(s, pod_ip):
     """The pid of the postmaster in the pod at pod_ip: the process named
     postgres in its network namespace whose parent is not one."""
-    pids = subprocess.run(["ip", "netns", "pids", pod_netns(s, pod_ip)], capture_output=True, text=True).stdout.split()
+    pids = netns_pids(s, pod_ip)
 
     def comm(pid):
         try:
@@ -159,7 +175,18 @@ def scenario_real_kill_restart(s):
     kill_the_primary(s, delay=None)
 
 
-def kill_the_primary(s, delay):
+def scenario_real_pause(s):
+    """Every process of the primary's pod stopped (SIGSTOP) past
+    failover.delay (10 s), resumed once a standby serves writes."""
+    kill_the_primary(s, delay=10, fault="pause")
+
+
+def scenario_real_switchover(s):
+    """A planned switchover (opshooks.io/switchover) under load."""
+    kill_the_primary(s, delay=None, fault="switchover")
+
+
+def kill_the_primary(s, delay, fault="kill"):
     k, ns, name = s.k, s.ns, "big"
     on_proc_node(s)
 
@@ -191,7 +218,7 @@ def kill_the_primary(s, delay):
     rw = k.get("Service", ns, name)["spec"]["clusterIP"]
     code, out = psql(s, rw, login, "CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)")
     s.expect(code == 0, f"create table through {rw}: {out}")
-    writer = k.create(writer_pod(ns, name))
+    writer = k.create(writer_pod(ns, name, session_seconds=5 if fault == "pause" else 0))
     uid = writer["metadata"]["uid"]
 
     def writing(after=0.0, least=1):
@@ -201,19 +228,51 @@ def kill_the_primary(s, delay):
 
     s.wait("commits acknowledged", lambda: writing(least=200), 120, every=0.5)
 
-    s.step(f"SIGKILL to the primary's postmaster ({primary})")
-    pid = postmaster(s, before[primary][0])
-    fault = time.time()
-    os.kill(pid, signal.SIGKILL)
-    first = s.wait("a commit acknowledged after the fault", lambda: min(a[1] for a in writing(after=fault)), 300, every=0.2)
-    rto = first - fault
-    say(f"RTO (SIGKILL of the primary's postmaster to the first acknowledged commit): {rto:.2f}s")
-    rto_figure = f"RTO {rto:.2f}s"
+    paused = []
+    if fault == "kill":
+        s.step(f"SIGKILL to the primary's postmaster ({primary})")
+        pid = postmaster(s, before[primary][0])
+        at = time.time()
+        os.kill(pid, signal.SIGKILL)
+    elif fault == "pause":
+        s.step(f"SIGSTOP to every process of the primary's pod ({primary}), past failover.delay")
+        paused = netns_pids(s, before[primary][0])
+        at = time.time()
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
+    else:
+        target = sorted(p for p in before if p != primary)[-1]
+        epoch = (s.k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
+        s.step(f"a planned switchover to {target} at epoch {epoch}, under load")
+        at = time.time()
+        k.patch("Database", ns, name, {"metadata": {"annotations": {"opshooks.io/switchover": f"{target}@{epoch}"}}})
+    # A standby promoted or the primary back: either way a commit acknowledged after the fault.
+    first = s.wait("a commit acknowledged after the fault", lambda: min(a[1] for a in writing(after=at + 0.001)), 300, every=0.2)
+    for pid in paused:
+        os.kill(pid, signal.SIGCONT)
+    rto_figure = f"RTO {first - at:.2f}s"
+    if fault != "switchover":  # writes go on until the old primary stops
+        say(f"{rto_figure} ({fault} to the first acknowledged commit)")
 
     s.step("writes go on; the Database Running with three ready instances")
+    if fault == "switchover":
+
+        def switched():
+            got = (s.k.get("Database", ns, name).get("status") or {}).get("currentPrimary")
+            need(got == target, f"status.currentPrimary {got}, want {target}")
+
+        s.wait(f"status.currentPrimary {target}", switched, 300)
     db_running(s, name, 3, "15", timeout=300)
     running = time.time()
     s.wait("200 more commits", lambda: writing(after=running, least=200), 120, every=0.5)
+    if fault == "switchover":
+        # The time a switchover stops writes: the longest gap between two
+        # acknowledged commits from the request on (the RTO above means
+        # nothing here: writes go on until the old primary stops).
+        times = sorted(a[1] for a in writing(after=at - 5, least=1))
+        gap = max(b - a for a, b in zip(times, times[1:]))
+        say(f"writes stopped by the switchover: {gap:.2f}s")
+        rto_figure = f"writes stopped at most {gap:.2f}s"
 
     s.step("stop the client; every acknowledged row on the one primary")
     k.delete("Pod", ns, "writer")
