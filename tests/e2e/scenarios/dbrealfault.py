@@ -35,6 +35,7 @@ clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
 dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealswitch."""
 
 import base64
+import contextlib
 import ipaddress
 import os
 import signal
@@ -248,7 +249,8 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
         paused = netns_pids(s, before[primary][0])
         at = time.time()
         for pid in paused:
-            os.kill(pid, signal.SIGSTOP)
+            with contextlib.suppress(ProcessLookupError):  # ended since listed
+                os.kill(pid, signal.SIGSTOP)
     else:
         target = sorted(p for p in before if p != primary)[-1]
         epoch = (s.k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
@@ -258,7 +260,9 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     # A standby promoted or the primary back: either way a commit acknowledged after the fault.
     first = s.wait("a commit acknowledged after the fault", lambda: min(a[1] for a in writing(after=at + 0.001)), 300, every=0.2)
     for pid in paused:
-        os.kill(pid, signal.SIGCONT)
+        # A stopped probe's process may have been killed at its timeout.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
     rto_figure = f"RTO {first - at:.2f}s"
     if fault != "switchover":  # writes go on until the old primary stops
         say(f"{rto_figure} ({fault} to the first acknowledged commit)")
