@@ -282,8 +282,9 @@ cmd_up() {
 
   # --advertise-address=127.0.0.1 keeps the apiserver from picking up the
   # host's real interface; a loopback address is not valid in an Endpoints
-  # object, hence --endpoint-reconciler-type=none (nothing in this cluster
-  # reaches the apiserver through the `kubernetes` Service anyway).
+  # object, hence --endpoint-reconciler-type=none (only pods on the process
+  # node reach the apiserver through the `kubernetes` Service: procnode.py
+  # publishes its EndpointSlice, the node's relay).
   # --enable-aggregator-routing: an aggregated API (the HPA's external
   # metric, metrics_api.py) is reached at its Service's endpoint address,
   # since no kube-proxy programs ClusterIPs on this host.
@@ -443,15 +444,26 @@ cmd_nodes() {
 # The process node (procnode.py): proc-node-0, tainted and labelled
 # opshooks.io/e2e-node=proc, whose pods run as processes in network
 # namespaces of their own, with the real kube-proxy (built here on first
-# use) in the node's namespace. Needs root, iproute2 and iptables (installed
-# with apt-get when missing).
+# use) in the node's namespace. Needs root, iproute2, iptables and
+# PostgreSQL 15 (installed with apt-get when missing).
 cmd_procnode() {
   [[ -f $DIR/$MARKER && -f $DIR/env ]] || die "$DIR holds no cluster that is up; run 'up' first"
   DIR=$(cd "$DIR" && pwd -P)
   ((EUID == 0)) || die "the process node needs root (network and mount namespaces)"
   BIN=$("$HERE/build-tools.sh" proc-node | tail -n 1)
   [[ -x $BIN/kube-proxy ]] || die "build-tools.sh proc-node did not build kube-proxy"
-  command -v iptables-restore >/dev/null || { apt-get update -qq && apt-get install -y -qq iptables >/dev/null; }
+  # What a fresh Debian machine may lack: ip (iproute2), iptables for
+  # kube-proxy, and PostgreSQL 15's server binaries and psql (the
+  # postgres:15 image's stand-in; tests/scripts/setup.sh installs the same).
+  local missing=()
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v iptables-restore >/dev/null || missing+=(iptables)
+  [[ -x /usr/lib/postgresql/15/bin/postgres ]] || missing+=(postgresql-15)
+  command -v psql >/dev/null || missing+=(postgresql-client)
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
   local start_time=$SECONDS
   start procnode python3 -B "$HERE/procnode.py" --dir "$DIR" --bin "$BIN" --service-cidr "$SERVICE_CIDR"
   wait_for "node proc-node-0 Ready" "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" wait --for=condition=Ready --timeout=5s node/proc-node-0

@@ -509,6 +509,8 @@ class Suite:
         self.mc_extra = []
         self.metacontroller = metacontroller_proc(args, mc_log, ["--client-go-qps=100", "--client-go-burst=200"])
         self.results = []
+        # Figures a scenario measured (an RTO, commits lost), printed with the table.
+        self.figures = []
         self.resync_seconds = None
 
     def resync(self):
@@ -589,6 +591,8 @@ class Suite:
                 f"read-write Services on the old primary during a switchover: {len(rec.rw_waits)} times, "
                 f"longest {max(rec.rw_waits):.2f}s (until the promote Job succeeded)"
             )
+        for figure in self.figures:
+            print(f"measured: {figure}")
         for sc in self.results:
             if sc.error:
                 print(f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}")

@@ -17,7 +17,9 @@ PREFIX-node and PREFIX-pN:
 - the API server listens on the host's loopback: `ApiProxy` opens a
   listening socket inside PREFIX-node (127.0.0.1:6443) and relays each
   connection to the host's 127.0.0.1:PORT, so kube-proxy reaches it without
-  any route between the namespaces.
+  any route between the namespaces; a second one on NODE_IP:6443 is the
+  `kubernetes` Service's endpoint (procnode.py publishes its EndpointSlice),
+  so a pod reaches the API server through that Service's cluster IP.
 - `Dns` answers A queries on NODE_IP:53 from the Services and EndpointSlices
   (`<svc>.<ns>.svc.cluster.local`, `<hostname>.<svc>.<ns>.svc.cluster.local`),
   as CoreDNS's kubernetes plugin does; anything else is NXDOMAIN.
@@ -146,19 +148,20 @@ class Network:
 
 # ---- the API server, seen from the node namespace ----------------------------
 class ApiProxy:
-    """127.0.0.1:6443 inside the node namespace, relayed to the host's API server."""
+    """HOST:6443 inside the node namespace (127.0.0.1 unless told), relayed
+    to the host's API server."""
 
     PORT = 6443
 
-    def __init__(self, node_ns, api_port):
-        self.api_port = api_port
+    def __init__(self, node_ns, api_port, host="127.0.0.1"):
+        self.api_port, self.host = api_port, host
         self.listener = in_netns(node_ns, self._listen)
         threading.Thread(target=self._accept, name="api-proxy", daemon=True).start()
 
     def _listen(self):
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", self.PORT))
+        s.bind((self.host, self.PORT))
         s.listen(64)
         return s
 

@@ -25,7 +25,11 @@ it, as the kubelet does:
   supplementary group, no new privileges) and exec command/args with the
   environment (image env, service links, envFrom, env with value,
   secretKeyRef, configMapKeyRef and fieldRef, `$(VAR)` expanded as the
-  kubelet does, HOSTNAME); the image mapped to local programs (IMAGES);
+  kubelet does, HOSTNAME); the image mapped to local programs
+  (image_config: postgres:<major> to that major's server binaries and
+  images/postgres/docker-entrypoint.sh, a kubectl image to the tools'
+  kubectl); a pod's kubectl reaches the API server through the `kubernetes`
+  Service with its projected ServiceAccount token;
 - exec probes (startup, liveness, readiness: initialDelay, period, timeout,
   success and failure thresholds) run in the container's namespaces;
   restarts by restartPolicy with the kubelet's back-off (none, 10 s,
@@ -67,6 +71,8 @@ POOL = "proc"
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VOLUME_REFRESH = 60
+# The tools' kubectl (--bin), the kubectl image's stand-in.
+KUBECTL = None
 K8S_VERSION = "v1.34.10"
 
 
@@ -113,6 +119,20 @@ def image_config(image):
             "stopsignal": signal.SIGINT,
             # Its Unix socket directory, one per pod as in a container.
             "tmpfs": ["/var/run/postgresql"],
+        }
+    if repo == "kubectl":
+        # rancher/kubectl, bitnami/kubectl, ...: the tools' kubectl (the
+        # cluster's version, whatever the tag), bound into the container
+        # under /run (its mount point stays on the host's /run, a tmpfs).
+        if not KUBECTL or not os.path.isfile(KUBECTL):
+            raise ImageError(f"no kubectl for {image} (looked for {KUBECTL})")
+        return {
+            "entrypoint": ["kubectl"],
+            "cmd": [],
+            "env": {"PATH": f"/run/opshooks-e2e:{BASE_PATH}"},
+            "user": ("kubectl", 1001, "/"),
+            "tmpfs": [],
+            "binds": [(KUBECTL, "/run/opshooks-e2e/kubectl")],
         }
     raise ImageError(f"the process node has no stand-in for image {image}")
 
@@ -809,6 +829,7 @@ class PodWorker:
             kind = "file" if os.path.isfile(src) else "dir"
             mounts.append((kind, src, m["mountPath"], "ro" if m.get("readOnly") else "rw"))
         mounts += [("tmpfs", "tmpfs", t, "2775") for t in img["tmpfs"]]
+        mounts += [("file", src, dst, "ro") for src, dst in img.get("binds", [])]
         return mounts
 
     # ---- the loop ----
@@ -1005,6 +1026,7 @@ class Node:
     def start(self):
         self.net.up()
         procnet.ApiProxy(self.net.node, self.api_port)
+        procnet.ApiProxy(self.net.node, self.api_port, host=procnet.NODE_IP)
         procnet.Dns(self.kube, self.net.node)
         self.register()
         threading.Thread(target=self.heartbeat, name="lease", daemon=True).start()
@@ -1045,6 +1067,20 @@ class Node:
         }
         if self.kube.get("Node", None, NODE) is None:
             self.kube.create(node)
+        # The API server publishes no endpoint for the `kubernetes` Service
+        # (cluster.sh: its address is loopback, --endpoint-reconciler-type=none):
+        # the node's relay is that endpoint, so in-cluster clients (a kubectl
+        # image with its projected token) reach it at the Service's cluster IP.
+        self.kube.apply(
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes-proc-node", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [procnet.NODE_IP], "conditions": {"ready": True}, "nodeName": NODE}],
+                "ports": [{"name": "https", "port": procnet.ApiProxy.PORT, "protocol": "TCP"}],
+            }
+        )
         self.node_status()
 
     def node_status(self):
@@ -1148,6 +1184,8 @@ def main():
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("procnode.py needs root (network and mount namespaces)")
+    global KUBECTL
+    KUBECTL = os.path.join(args.bin, "kubectl")
     node = Node(args)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -14,10 +14,15 @@ read-write Service's name (DNS, kube-proxy) and streams from it: every
 acknowledged row is read back from it through the read-only Service. The
 Database is then deleted with its volumes.
 
+First a kubectl pod (the kubectl image's stand-in is the tools' kubectl)
+runs `kubectl auth whoami` with its projected ServiceAccount token through
+the `kubernetes` Service's cluster IP.
+
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbreal."""
 
 import base64
 import json
+import os
 import subprocess
 
 from harness import Failed, need
@@ -57,8 +62,9 @@ def psql(s, host, login, sql):
     return on_the_node(s, ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql], env)
 
 
-def scenario_real_database(s):
-    k, ns, name = s.k, s.ns, "real"
+def on_proc_node(s):
+    """Every pod of the scenario's namespace placed on the process node."""
+    k, ns = s.k, s.ns
     node = k.get("Node", None, NODE)
     if node is None or (condition(node, "Ready") or {}).get("status") != "True":
         raise Failed(f"node {NODE} is not Ready: run with OPSHOOKS_E2E_PROC_NODE=1 (cluster.sh procnode)")
@@ -76,6 +82,55 @@ def scenario_real_database(s):
             }
         },
     )
+
+
+def container_log(s, uid, container):
+    """Every run's output of a container of the pod `uid` (procnode.py keeps
+    them; there is no `kubectl logs`)."""
+    root = f"{s.suite.dir}/procnode/pods/{uid}/containers/{container}"
+    text = ""
+    for run in sorted(os.listdir(root), key=int) if os.path.isdir(root) else []:
+        path = f"{root}/{run}/log"
+        if os.path.exists(path):
+            with open(path, errors="replace") as f:
+                text += f.read()
+    return text
+
+
+def kubectl_in_a_pod(s):
+    """A kubectl image's container (the tools' kubectl) reaches the API
+    server through the `kubernetes` Service with the pod's projected
+    ServiceAccount token, as in-cluster kubectl does."""
+    s.step("a kubectl pod reaches the API server through the kubernetes Service with its token")
+    whoami = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "whoami", "namespace": s.ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "kubectl", "image": "rancher/kubectl:v1.34.1", "args": ["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]}],
+        },
+    }
+    # Refused until the namespace's default ServiceAccount exists.
+    pod = s.wait("the kubectl pod created", lambda: s.k.create(whoami), 30)
+
+    def done():
+        p = s.k.get("Pod", s.ns, "whoami")
+        phase = ((p or {}).get("status") or {}).get("phase")
+        need(phase in ("Succeeded", "Failed"), f"phase {phase}")
+        return phase
+
+    phase = s.wait("the kubectl pod done", done, 60)
+    out = container_log(s, pod["metadata"]["uid"], "kubectl").strip()
+    want = f"system:serviceaccount:{s.ns}:default"
+    s.expect(phase == "Succeeded" and out == want, f"kubectl auth whoami in a pod: {phase}, {out[-300:]!r}, want {want}")
+    s.k.delete("Pod", s.ns, "whoami")
+
+
+def scenario_real_database(s):
+    k, ns, name = s.k, s.ns, "real"
+    on_proc_node(s)
+    kubectl_in_a_pod(s)
 
     s.step("create a small Database (15) placed on the process node")
     db = database(ns, name, "15", "small", policy="Delete")

@@ -1,0 +1,330 @@
+"""Faults on real PostgreSQL in the real loop (issue 33): a large Database
+(three instances, synchronous replication) on proc-node-0, a client pod
+committing one row per transaction through the read-write Service's name
+the whole time, and a fault injected from outside. Only outcomes are
+observed, never how a promotion is done: which pod answers as the primary,
+which rows are there, which timeline each instance is on.
+
+- dbrealkill and dbrealrestart: the primary's postmaster gets SIGKILL (its
+  backends see it die and end). Under dbrealkill (failover.delay 10 s) a
+  standby takes over; under dbrealrestart (the default 30 s) the kubelet
+  restarts the container and the same instance serves again.
+- dbrealpause: every process of the primary's pod gets SIGSTOP (failover.delay
+  10 s) and SIGCONT once a commit is acknowledged again; the client ends
+  each session after 5 s (a client's timeout: a paused server's kernel
+  still acknowledges its packets).
+- dbrealpauseasync: dbrealpause under asynchronous replication.
+- dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
+  under load; the figure is the longest gap between two acknowledged
+  commits from the request on.
+
+Whatever follows must end with:
+
+- every row the client saw acknowledged present on the primary (synchronous
+  replication: zero loss; under dbrealpauseasync, asynchronous, the rows
+  missing are counted, not refused), counted per instance that
+  acknowledged it;
+- never two writable primaries: the periods in which two instances
+  acknowledged commits do not overlap, and at the end exactly one instance
+  answers pg_is_in_recovery() = false;
+- every standby streaming on the primary's timeline.
+
+It prints the RTO: from the fault to the first commit acknowledged after
+it (the client's clock_timestamp() and the fault's time are this machine's
+clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
+dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealswitch."""
+
+import base64
+import contextlib
+import ipaddress
+import os
+import signal
+import subprocess
+import time
+
+from harness import need, say
+from procnet import FIRST_POD
+from scenarios.database import database, db_gone, db_running
+from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, container_log, on_proc_node, psql
+
+# The client: sessions of psql through the read-write Service's name, each
+# fed INSERTs without end; a row is acknowledged once its RETURNING line is
+# printed (after its COMMIT returned). A session that ends (its connection
+# cut) is followed by a new one, with ids of its own. SESSION_SECONDS (0: no
+# limit) ends each session after that long, as a client's timeout would end
+# one stuck on a paused server whose kernel still acknowledges its packets.
+WRITER = r"""n=0
+while :; do
+  n=$((n + 1))
+  i=0
+  while :; do
+    i=$((i + 1))
+    echo "INSERT INTO acked VALUES ($((n * 10000000 + i))) RETURNING 'ack ' || id || ' ' || inet_server_addr() || ' ' || extract(epoch FROM clock_timestamp());"
+  done | timeout "$SESSION_SECONDS" psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>&1
+  echo "session $n ended"
+  sleep 0.2
+done
+"""
+
+
+def writer_pod(ns, name, session_seconds=0):
+    secret = {"name": f"{name}-credentials"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "writer", "namespace": ns},
+        "spec": {
+            "nodeSelector": {POOL_KEY: POOL},
+            "tolerations": [TOLERATION],
+            "terminationGracePeriodSeconds": 2,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "writer",
+                    "image": "postgres:15",
+                    "command": ["/bin/sh", "-c", WRITER],
+                    "env": [
+                        {"name": "PGHOST", "value": name},
+                        {"name": "PGUSER", "valueFrom": {"secretKeyRef": {**secret, "key": "username"}}},
+                        {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {**secret, "key": "password"}}},
+                        {"name": "PGDATABASE", "valueFrom": {"configMapKeyRef": {"name": f"{name}-connection", "key": "database"}}},
+                        {"name": "PGCONNECT_TIMEOUT", "value": "2"},
+                        {"name": "SESSION_SECONDS", "value": str(session_seconds)},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def pod_netns(s, pod_ip):
+    """The network namespace procnode.py made for the pod at pod_ip."""
+    with open(f"{s.suite.dir}/procnode/netns-prefix") as f:
+        prefix = f.read().strip()
+    return f"{prefix}-p{int(ipaddress.ip_address(pod_ip)) - FIRST_POD}"
+
+
+def netns_pids(s, pod_ip):
+    out = subprocess.run(["ip", "netns", "pids", pod_netns(s, pod_ip)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def postmaster(s, pod_ip):
+    """The pid of the postmaster in the pod at pod_ip: the process named
+    postgres in its network namespace whose parent is not one."""
+    pids = netns_pids(s, pod_ip)
+
+    def comm(pid):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    def ppid(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[1]
+
+    found = [p for p in pids if comm(p) == "postgres" and comm(ppid(p)) != "postgres"]
+    need(len(found) == 1, f"postmasters in the pod at {pod_ip}: {found}")
+    return int(found[0])
+
+
+def acks(text):
+    """id -> (address of the instance that acknowledged it, when)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "ack":
+            out[int(parts[1])] = (parts[2].split("/")[0], float(parts[3]))
+    return out
+
+
+def superuser(s, name):
+    secret = s.k.get("Secret", s.ns, f"{name}-superuser")
+    need(secret is not None, f"Secret {name}-superuser missing")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    return "postgres", data["password"], "postgres"
+
+
+def roles(s, name, login, n):
+    """pod name -> (pod IP, in recovery, timeline): what each instance
+    answers on its own address."""
+    out = {}
+    for i in range(n):
+        pod = s.k.get("Pod", s.ns, f"{name}-{i}")
+        ip = ((pod or {}).get("status") or {}).get("podIP")
+        need(ip, f"{name}-{i} has no address")
+        sql = (
+            "SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() "
+            "THEN (SELECT received_tli || ':' || status FROM pg_stat_wal_receiver) "
+            "ELSE (SELECT timeline_id || ':primary' FROM pg_control_checkpoint()) END"
+        )
+        code, answer = psql(s, ip, login, sql)
+        need(code == 0, f"{name}-{i} at {ip}: {answer}")
+        recovery, _, where = answer.partition("|")
+        out[f"{name}-{i}"] = (ip, recovery == "t", where)
+    return out
+
+
+def scenario_real_kill(s):
+    """failover.delay 10 s: shorter than the killed primary's restart
+    (crash recovery, then its readiness probe), so a standby takes over."""
+    kill_the_primary(s, delay=10)
+
+
+def scenario_real_kill_restart(s):
+    """failover.delay left at 30 s: the killed primary restarts in place
+    and serves again before a standby may take over."""
+    kill_the_primary(s, delay=None)
+
+
+def scenario_real_pause(s):
+    """Every process of the primary's pod stopped (SIGSTOP) past
+    failover.delay (10 s), resumed once a standby serves writes."""
+    kill_the_primary(s, delay=10, fault="pause")
+
+
+def scenario_real_switchover(s):
+    """A planned switchover (opshooks.io/switchover) under load."""
+    kill_the_primary(s, delay=None, fault="switchover")
+
+
+def scenario_real_pause_async(s):
+    """dbrealpause under asynchronous replication: what the paused primary
+    acknowledged and had not sent is lost, and counted."""
+    kill_the_primary(s, delay=10, fault="pause", replication="asynchronous")
+
+
+def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
+    k, ns, name = s.k, s.ns, "big"
+    on_proc_node(s)
+
+    s.step(f"create a large Database (15, {replication}, failover.delay {delay or 'default'}) placed on the process node")
+    db = database(ns, name, "15", "large", policy="Delete")
+    db["spec"]["replication"] = replication
+    if delay is not None:
+        db["spec"]["failover"] = {"delay": delay}
+    db["spec"]["affinity"] = {"nodeSelector": {POOL_KEY: POOL}, "tolerations": [TOLERATION]}
+    k.apply(db)
+    db_running(s, name, 3, "15", timeout=420)
+    su = superuser(s, name)
+
+    def one_primary():
+        r = roles(s, name, su, 3)
+        primaries = [p for p, (_, rec, _) in r.items() if not rec]
+        need(len(primaries) == 1, f"instances answering as primary: {primaries} ({r})")
+        primary = primaries[0]
+        tli = r[primary][2].split(":")[0]
+        for pod, (ip, rec, where) in r.items():
+            need(pod == primary or where == f"{tli}:streaming", f"standby {pod} at {ip}: {where!r}, want {tli}:streaming")
+        return primary, r
+
+    primary, before = s.wait("one primary, both standbys streaming on its timeline", one_primary, 120, every=1)
+    say(f"roles before the fault: {before}")
+
+    s.step("a client pod commits one row per transaction through the read-write Service's name")
+    login = s.wait("the application login", lambda: app_login(s, name), 30)
+    rw = k.get("Service", ns, name)["spec"]["clusterIP"]
+    code, out = psql(s, rw, login, "CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)")
+    s.expect(code == 0, f"create table through {rw}: {out}")
+    writer = k.create(writer_pod(ns, name, session_seconds=5 if fault == "pause" else 0))
+    uid = writer["metadata"]["uid"]
+
+    def writing(after=0.0, least=1):
+        got = [a for a in acks(container_log(s, uid, "writer")).values() if a[1] > after]
+        need(len(got) >= least, f"{len(got)} commits acknowledged after {after:.3f}")
+        return got
+
+    s.wait("commits acknowledged", lambda: writing(least=200), 120, every=0.5)
+
+    paused = []
+    if fault == "kill":
+        s.step(f"SIGKILL to the primary's postmaster ({primary})")
+        pid = postmaster(s, before[primary][0])
+        at = time.time()
+        os.kill(pid, signal.SIGKILL)
+    elif fault == "pause":
+        s.step(f"SIGSTOP to every process of the primary's pod ({primary}), past failover.delay")
+        paused = netns_pids(s, before[primary][0])
+        at = time.time()
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):  # ended since listed
+                os.kill(pid, signal.SIGSTOP)
+    else:
+        target = sorted(p for p in before if p != primary)[-1]
+        epoch = (s.k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
+        s.step(f"a planned switchover to {target} at epoch {epoch}, under load")
+        at = time.time()
+        k.patch("Database", ns, name, {"metadata": {"annotations": {"opshooks.io/switchover": f"{target}@{epoch}"}}})
+    # A standby promoted or the primary back: either way a commit acknowledged after the fault.
+    first = s.wait("a commit acknowledged after the fault", lambda: min(a[1] for a in writing(after=at + 0.001)), 300, every=0.2)
+    for pid in paused:
+        # A stopped probe's process may have been killed at its timeout.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    rto_figure = f"RTO {first - at:.2f}s"
+    if fault != "switchover":  # writes go on until the old primary stops
+        say(f"{rto_figure} ({fault} to the first acknowledged commit)")
+
+    s.step("writes go on; the Database Running with three ready instances")
+    if fault == "switchover":
+
+        def switched():
+            got = (s.k.get("Database", ns, name).get("status") or {}).get("currentPrimary")
+            need(got == target, f"status.currentPrimary {got}, want {target}")
+
+        s.wait(f"status.currentPrimary {target}", switched, 300)
+    db_running(s, name, 3, "15", timeout=300)
+    running = time.time()
+    s.wait("200 more commits", lambda: writing(after=running, least=200), 120, every=0.5)
+    if fault == "switchover":
+        # The time a switchover stops writes: the longest gap between two
+        # acknowledged commits from the request on (the RTO above means
+        # nothing here: writes go on until the old primary stops).
+        times = sorted(a[1] for a in writing(after=at - 5, least=1))
+        gap = max(b - a for a, b in zip(times, times[1:]))
+        say(f"writes stopped by the switchover: {gap:.2f}s")
+        rto_figure = f"writes stopped at most {gap:.2f}s"
+
+    s.step("stop the client; every acknowledged row on the one primary")
+    k.delete("Pod", ns, "writer")
+    s.wait("the client gone", lambda: need(k.get("Pod", ns, "writer") is None, "writer still there"), 60)
+    acked = acks(container_log(s, uid, "writer"))
+
+    def the_primary():
+        r = roles(s, name, su, 3)
+        primaries = [p for p, (_, rec, _) in r.items() if not rec]
+        need(len(primaries) == 1, f"instances answering as primary: {primaries} ({r})")
+        return primaries[0], r
+
+    primary_after, after = s.wait("one instance answering as the primary", the_primary, 60, every=1)
+    # As the superuser, in the application's database (the table's).
+    code, out = psql(s, after[primary_after][0], (su[0], su[1], login[2]), "SELECT id FROM acked")
+    s.expect(code == 0, f"read back from {primary_after}: {out[-300:]}")
+    present = {int(x) for x in out.split()}
+    lost = sorted(set(acked) - present)
+    by_ip = {}
+    for ip, at in acked.values():
+        lo, hi, n = by_ip.get(ip, (at, at, 0))
+        by_ip[ip] = (min(lo, at), max(hi, at), n + 1)
+    names = {ip: pod for pod, (ip, _, _) in {**before, **after}.items()}
+    say(
+        f"{len(acked)} commits acknowledged, by instance "
+        f"{ {names.get(ip, ip): n for ip, (_, _, n) in by_ip.items()} }; "
+        f"lost {len(lost)}; primary {primary} before, {primary_after} after"
+    )
+    s.suite.figures.append(f"{s.title} ({s.strategy}): {rto_figure}, {len(acked)} commits acknowledged, {len(lost)} lost")
+    # Asynchronous: what the old primary acknowledged and had not sent may be lost (counted above).
+    s.expect(replication == "asynchronous" or not lost, f"{len(lost)} acknowledged rows missing on the primary {primary_after} (synchronous): {lost[:10]}")
+    ips = sorted(by_ip)
+    both = [(a, b) for a in ips for b in ips if a < b and max(by_ip[a][0], by_ip[b][0]) < min(by_ip[a][1], by_ip[b][1])]
+    s.expect(not both, f"two instances acknowledged commits at the same time: {[(names.get(a, a), names.get(b, b)) for a, b in both]}")
+
+    s.step("every standby streaming on the primary's timeline")
+    primary_after, after = s.wait("one primary, both standbys streaming on its timeline", one_primary, 120, every=1)
+    say(f"roles after the fault: {after}")
+
+    s.step("delete it (policy Delete)")
+    k.delete("Database", ns, name)
+    db_gone(s, name, timeout=180)
