@@ -18,7 +18,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    non_root_pod, ready_of, restricted_container, selector_string, standard_labels,
+    non_root_pod, ready_of, refuse_not_built, restricted_container, selector_string,
+    standard_labels,
 };
 use super::validate::{self, InvalidSpec};
 use crate::hook::Child;
@@ -144,6 +145,10 @@ pub fn sync(
 ) -> Result<SyncResponse<WebServerStatus>, HookError> {
     let ws = &req.parent;
     validate(ws)?;
+    // An answer leaves out every pod it does not name, and Metacontroller
+    // deletes those: a pod someone else made a child (`hello-debug`) is
+    // refused, not deleted.
+    refuse_not_built::<Pod>(&req.children, "WebServer", name(ws), |n| is_built(ws, n))?;
     let observed = req.children.of::<ObservedPod>()?;
     // Each pod is written out as soon as it is built: a thousand k8s-openapi
     // Pods held at once cost megabytes.
@@ -255,6 +260,23 @@ pub fn labels(ws: &WebServer) -> BTreeMap<String, String> {
         labels.insert(LABEL_CONTROLLER_UID.to_string(), uid.clone());
     }
     labels
+}
+
+fn name(ws: &WebServer) -> &str {
+    ws.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// True when `pod` is a name this operator gives a pod: `<name>-<index>`,
+/// the index written as [`pod_name`] writes it (no sign, no leading zero),
+/// whatever its size: a pod left from a larger `replicas` is one it built.
+pub fn is_built(ws: &WebServer, pod: &str) -> bool {
+    pod.strip_prefix(name(ws))
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|index| {
+            !index.is_empty()
+                && index.bytes().all(|b| b.is_ascii_digit())
+                && (index == "0" || !index.starts_with('0'))
+        })
 }
 
 /// The name of the pod at `index`.
@@ -663,6 +685,47 @@ mod tests {
         );
         let without_uid = pod(&ws(2), 0).metadata.labels.unwrap();
         assert!(!without_uid.contains_key(LABEL_CONTROLLER_UID));
+    }
+
+    /// Issue 31 item 5: a pod the WebServer did not build is refused, not
+    /// deleted; every index it may have built counts, however large (a
+    /// first attempt stopped at 999 and refused `a-1000`).
+    #[test]
+    fn pods_it_built_are_named_by_a_canonical_index() {
+        let cases = [
+            ("web-0", true, "the first index"),
+            ("web-7", true, "an index below replicas"),
+            ("web-999", true, "the largest index replicas allows"),
+            ("web-1000", true, "an index left from a larger spec of old"),
+            (
+                "web-123456789012345678901234567890",
+                true,
+                "any size, no overflow",
+            ),
+            ("web-debug", false, "a name someone gave a pod by hand"),
+            ("web-", false, "no index"),
+            ("web", false, "the parent's own name"),
+            ("web-00", false, "a leading zero: pod_name never writes it"),
+            ("web-01", false, "a leading zero"),
+            ("web--1", false, "a sign"),
+            ("web-+1", false, "a plus sign"),
+            ("web-1a", false, "digits then letters"),
+            (
+                "web-1-0",
+                false,
+                "a child of the WebServer web-1, not of web",
+            ),
+            ("webx-1", false, "another prefix"),
+            ("other-1", false, "another parent's pod"),
+            ("web-١", false, "a digit outside ASCII"),
+        ];
+        let server = ws(3);
+        for (name, built, reason) in cases {
+            assert_eq!(is_built(&server, name), built, "{name}: {reason}");
+        }
+        for index in [0, 1, 9, 10, 999, 1000, i32::MAX] {
+            assert!(is_built(&server, &pod_name(&server, index)), "{index}");
+        }
     }
 
     #[test]

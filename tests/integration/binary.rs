@@ -458,6 +458,88 @@ fn render_hook_and_simulate_refuse_each_parent_the_api_server_refuses() {
     assert!(same_words >= 2, "only {same_words} in the CRD's words");
 }
 
+/// Issue 31 item 7, each example through `render`: a field the CRD does
+/// not declare, what only the API server refuses (a CronJob's time zone),
+/// a name customize must refuse as sync does, and a storage shrink below
+/// the size the observed StatefulSet was made with (rendered with exit 0
+/// before: the hook took it and reported `StorageResized` True).
+#[test]
+fn render_refuses_each_example_of_issue_31_item_7() {
+    let tmp = tempfile::tempdir().unwrap();
+    let render = |kind: &str, parent: &str, observed: Option<&str>| {
+        let file = tmp.path().join("parent.yaml");
+        std::fs::write(&file, parent).unwrap();
+        let mut command = opshooks();
+        command
+            .args(["render", kind])
+            .arg(&file)
+            .args(["--seed", "1", "-o", "json"]);
+        if let Some(objects) = observed {
+            let seen = tmp.path().join("observed.json");
+            std::fs::write(&seen, objects).unwrap();
+            command.arg("--observed").arg(&seen);
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr, out.stdout)
+    };
+    // A Backup with `destination` and `spec` fields added.
+    let backup = |destination: &str, spec: &str| {
+        format!(
+            "apiVersion: opshooks.io/v1alpha1\nkind: Backup\nmetadata: {{name: b, namespace: default}}\nspec: {{schedule: \"@daily\", target: {{kind: StatefulSet, name: mydb}}, destination: {{s3Bucket: my-bucket{destination}}}{spec}}}\n"
+        )
+    };
+    let database = std::fs::read_to_string(root().join("examples/database.yaml")).unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "webserver",
+            "apiVersion: opshooks.io/v1alpha1\nkind: WebServer\nmetadata: {name: w, namespace: default}\nspec: {replicas: 1, imag: nginx}\n".into(),
+            "spec.imag",
+        ),
+        (
+            "database",
+            database.replace("  size: large\n", "  size: large\n  instances: 5\n"),
+            "spec.instances",
+        ),
+        ("backup", backup("", ", serviceAccountName: \"backup\\nwriter\""), "spec.serviceAccountName"),
+        ("backup", backup(", credentialsSecret: \"a b\"", ""), "spec.destination.credentialsSecret"),
+        ("backup", backup("", ", timeZone: Mars/Olympus"), "spec.timeZone"),
+        ("backup", backup("", ", activeDeadlineSeconds: 0"), "spec.activeDeadlineSeconds"),
+        ("backup", backup("", ", successfulJobsHistoryLimit: -1"), "spec.successfulJobsHistoryLimit"),
+        ("backup", backup("", "").replace("name: mydb", "name: \"\""), "spec.target.name"),
+        ("database", database.replace("name: orders", "name: Orders_DB"), "metadata.name"),
+    ];
+    for (kind, parent, field) in &cases {
+        let (code, stderr, _) = render(kind, parent, None);
+        assert_eq!(code, Some(1), "{field}: {stderr}");
+        assert!(
+            stderr.contains(&format!("422 Unprocessable Entity: {field}")),
+            "{field}: {stderr}"
+        );
+    }
+    // A shrink needs what was observed: the StatefulSet a first render
+    // made (20Gi), then the spec at 10Gi.
+    let (code, stderr, first) = render("database", &database, None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let first: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    let statefulset = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "StatefulSet")
+        .unwrap()
+        .to_string();
+    let shrunk = database.replace("size: 20Gi", "size: 10Gi");
+    let (code, stderr, _) = render("database", &shrunk, Some(&statefulset));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "422 Unprocessable Entity: spec.storage.size: \"10Gi\" is smaller than \"20Gi\""
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn openapi_and_manifests_commands_print_the_committed_files() {
     let out = opshooks().arg("openapi").output().unwrap();

@@ -324,6 +324,7 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
         )
         .into());
     }
+    super::storage::refuse_shrink(db, seen)?;
     let mut plan = upgrade_plan(db, seen, running);
     let upgrading = plan.upgrade != Upgrade::None;
     decide_primary(db, seen, &mut plan, upgrading);

@@ -28,7 +28,7 @@ use crate::hook::digest;
 use crate::operators::backup_job::{RunStatus, run_status};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::literals;
-use crate::operators::validate::quantity_bytes;
+use crate::operators::validate::{InvalidSpec, quantity_bytes, quote};
 
 /// The condition that reports the claims' sizes.
 const CONDITION: &str = "StorageResized";
@@ -430,6 +430,33 @@ fn running(db: &Database, seen: &Observed) -> Option<(String, Vec<String>)> {
 }
 
 /// The size the observed StatefulSet's claim template requests.
+/// Refuses a `spec.storage.size` below the size the observed StatefulSet's
+/// claim template holds: that template is written once, from the size the
+/// Database was made with, which the CRD's rule keeps the spec from ever
+/// going under, so a smaller spec got past the API server's check (or
+/// came through `render`). A claim larger than the spec is left as it is
+/// and not refused: a claim grown by hand (a full disk at night) or
+/// retained from a Database of the same name must not stop every sync,
+/// failover included.
+pub(super) fn refuse_shrink(db: &Database, seen: &Observed) -> Result<(), InvalidSpec> {
+    let Some(template) = template_size(seen) else {
+        return Ok(());
+    };
+    let spec = &db.spec.storage.size;
+    match (quantity_bytes(spec), quantity_bytes(&template)) {
+        (Some(want), Some(made)) if want < made => Err(InvalidSpec::new(
+            "spec.storage.size",
+            format!(
+                "{} is smaller than {}, the size the StatefulSet's volume claim template was made with; a volume only grows: keep {} or more, or restore a backup into a new Database with a smaller one",
+                quote(spec),
+                quote(&template),
+                quote(&template)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn template_size(seen: &Observed) -> Option<String> {
     let sts = seen.statefulset.as_ref()?.spec.as_ref()?;
     let template = sts
