@@ -510,8 +510,13 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         deleting: false,
         volumes_pending: Vec::new(),
         primary,
+        // Over retained volumes (a claim older than the Database) the
+        // data is elsewhere whatever instance 0's volume holds: an empty
+        // one refuses to initialize (`start.sh`), and the others report
+        // what they hold.
         initialized: was_initialized(db, seen)
-            || matches!(restore, Restore::Done | Restore::NotOver(_)),
+            || matches!(restore, Restore::Done | Restore::NotOver(_))
+            || seen.claims(db).any(|(_, c)| is_older(c, db)),
         images: Images::of(db, seen),
         rollout: rollout::decide(db, seen, 0, Serving::UNKNOWN, false),
         parameters,
