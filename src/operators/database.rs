@@ -298,6 +298,7 @@ mod tests {
             planned: false,
             request_ignored: None,
             status_ignored: None,
+            recovered: None,
         };
         assert_eq!(resync_after(false, &waiting(50), &ctx), Some(50.0));
         assert_eq!(resync_after(false, &waiting(0), &ctx), Some(1.0));

@@ -161,12 +161,15 @@ class RoleConfigMap:
         self.seq = 0
         self.applied = 0
         self.held = False
+        self.database: str | None = None  # the Database's uid, when the test gives one
 
     def publish(self, primary: str, epoch: int, initialized: str = "true", *, now: bool = False) -> None:
         with self.lock:
             self.seq += 1
             seq = self.seq
             self.published = {"primary": primary, "epoch": str(epoch), "initialized": initialized}
+            if self.database is not None:
+                self.published["database"] = self.database
         if now:
             self._apply(seq, dict(self.published))
         else:
@@ -414,7 +417,7 @@ MOUNT_DELAY = 1.0
 
 
 def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
-                 mount_delay: float = MOUNT_DELAY) -> Database:
+                 mount_delay: float = MOUNT_DELAY, first_epoch: int = 1, database: str | None = None) -> Database:
     """db-0 the primary (its volume holds the template's cluster), and
     standbys that start on empty volumes: start.sh clones them from the
     read-write Service. The role mount follows the ConfigMap `mount_delay`
@@ -423,7 +426,8 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
     roles.mkdir()
     roles.chmod(0o755)
     configmap = RoleConfigMap(roles, mount_delay)
-    configmap.publish("db-0", 1, now=True)
+    configmap.database = database
+    configmap.publish("db-0", first_epoch, now=True)
     proxy = Proxy()
     instances = []
     for n in range(standbys + 1):
@@ -433,7 +437,7 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
     primary = instances[0]
     r = run(["cp", "-a", str(template), str(primary.data)], {"PATH": PG_PATH}, timeout=60)
     assert r.rc == 0, str(r)
-    db = Database(roles, proxy, instances, configmap)
+    db = Database(roles, proxy, instances, configmap, epoch=first_epoch)
     proxy.retarget(primary.port)
     primary.start()
     assert primary.in_recovery() == "f"
@@ -1450,3 +1454,137 @@ def test_a_standby_that_replayed_past_the_fork_is_rewound_when_it_restarts(datab
     wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t") == "1", timeout=45)
     assert c.sql("SELECT max(id) FROM t") == "-1"
     assert "rewinding it onto the primary's" in c.output(), c.output()
+
+
+# --------------------------------------------------------------------------
+# Issue 32, item 3: re-created over retained volumes after a failover
+
+
+@dataclasses.dataclass(frozen=True)
+class Holds:
+    """What an instance that refuses to start says it holds (start.sh's
+    termination line, read by the hook: observed.rs, `Holding`)."""
+    name: str
+    epoch: int
+    primary: str
+    database: str
+    timeline: int
+    lsn: int
+
+    @classmethod
+    def read(cls, instance: Instance) -> Holds:
+        line = instance.termination_log.read_text()
+        assert line.startswith("opshooks: holds ") and line.count("\n") == 1, line
+        fields = dict(f.split("=", 1) for f in line[len("opshooks: holds "):].split(":", 1)[0].split())
+        hi, lo = fields["lsn"].split("/")
+        return cls(instance.name, int(fields["epoch"]), fields["primary"], fields["database"],
+                   int(fields["timeline"]), (int(hi, 16) << 32) | int(lo, 16))
+
+
+def start_or_refuse(instance: Instance) -> Holds | None:
+    """Starts the container: None once it serves; what it holds when it
+    exits without starting a server."""
+    with contextlib.suppress(FileNotFoundError):
+        instance.termination_log.unlink()
+    instance.start(wait=False)
+    assert instance.proc is not None
+    deadline = time.monotonic() + 90
+    while instance.proc.poll() is None:
+        if instance.cluster.psql("SELECT 1").rc == 0:
+            return None
+        assert time.monotonic() < deadline, f"{instance.name} neither serves nor exits:\n{instance.output()}"
+        time.sleep(0.2)
+    return Holds.read(instance)
+
+
+@pytest.mark.parametrize("variant", ["stale", "rejoined", "lost"])
+def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
+    """Issue 32, item 3. db-0 is lost under load and db-1 (or db-2) is
+    promoted; the application goes on writing to it. Then the Database is
+    deleted and created again over its retained volumes: no status, no
+    role ConfigMap, no promote Job, so the hook designates instance 0 at
+    epoch 0, as at the first creation. Variants: db-0 is the stale former
+    primary; db-0 already rejoined as a standby of the new primary; db-0's
+    claim is gone (an empty volume). Whatever instance 0 holds, no instance
+    starts on the lost role: each says what it holds, the newest data (the
+    promoted one) is designated at an epoch above every one recorded, and
+    every acknowledged row is on every instance. As the hook does, the
+    first designation is at epoch 0 and the role names the Database's uid
+    (another one once created again)."""
+    db = new_database(template, first_epoch=0, database="uid-earlier")
+    try:
+        p = db.instances[0]
+        rw_sql(db.proxy, "CREATE TABLE w (id int PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(1.5)
+        p.stop("kill")
+        db.designate(None)
+        new = promote_the_most_advanced(db, p, sync=False)
+        wait_for("rows acknowledged by the new primary", lambda: int(new.sql("SELECT count(*) FROM w")) > 1000)
+        time.sleep(1.0)
+        acked = writer.stop()
+        by_new = sum(1 for port, _ in acked.values() if port == new.port)
+        assert by_new > 100, f"the new primary acknowledged {by_new} rows"
+        # What the new primary holds before the Database is deleted (the
+        # asynchronous failover may have lost the old primary's last
+        # commits: that loss is measured elsewhere).
+        held = {int(v) for v in new.sql("SELECT id FROM w").split()}
+        if variant == "rejoined":
+            wait_for("the role mount names the new primary", db.configmap.settled)
+            p.start()
+            wait_for("db-0 follows the new primary", lambda: has_rows(p, "w", int(new.sql("SELECT count(*) FROM w"))))
+        for i in db.instances:
+            i.stop("fast")
+        if variant == "lost":
+            shutil.rmtree(p.data)
+
+        # Created again: the hook knows of no failover and designates
+        # instance 0 at epoch 0; the claims older than the Database say it
+        # holds data (initialized=true: plan.rs).
+        db.configmap.database = "uid-now"
+        db.configmap.publish("db-0", 0, "true", now=True)
+        db.route(p)
+        holding: dict[str, Holds] = {}
+        started = []
+        for i in db.instances:
+            if variant == "lost" and i is p:
+                # An empty volume: refused, it holds nothing.
+                p.start(wait=False)
+                assert p.proc is not None and p.proc.wait(60) != 0, p.output()
+                assert "empty although the Database was initialized" in p.termination_log.read_text()
+                continue
+            h = start_or_refuse(i)
+            if h is None:
+                started.append(i.name)
+            else:
+                holding[i.name] = h
+        if started:
+            time.sleep(5)  # what the others do meanwhile (a rewind onto db-0)
+            verdict = check(db, "w", acked)
+            raise AssertionError(f"started on the lost role: {started}; {verdict}")
+        print(f"re-created ({variant}): {sorted(holding.values(), key=lambda h: h.name)}")
+        assert holding[new.name].primary == new.name
+        assert all(h.database == "uid-earlier" for h in holding.values()), holding
+        # The hook's designation (primary.rs): the newest data at an epoch
+        # above every one recorded.
+        newest = max(holding.values(), key=lambda h: (h.epoch, h.timeline, h.lsn))
+        assert newest.name == new.name, holding
+        epoch = max(h.epoch for h in holding.values()) + 1
+        db.configmap.publish(newest.name, epoch, "true", now=True)
+        db.route(new)
+        new.start()
+        assert new.in_recovery() == "f"
+        for i in db.instances:
+            if i is not new:
+                i.start()
+                assert i.in_recovery() == "t", i.output()
+        total = new.sql("SELECT count(*) FROM w")
+        for i in db.instances:
+            wait_for(f"{i.name} has every row", lambda i=i: i.sql("SELECT count(*) FROM w") == total, timeout=60)
+        verdict = check(db, "w", {i: a for i, a in acked.items() if i in held})
+        print(f"re-created ({variant}): {verdict}; lost by the failover itself: {len(set(acked) - held)}")
+        assert all(m == 0 for m in verdict.missing.values()), str(verdict)
+        assert len(verdict.missing) == 3, str(verdict)
+        assert all(i.sql("SELECT count(*) FROM w") == str(len(held)) for i in db.instances)
+    finally:
+        db.stop()

@@ -243,16 +243,22 @@ pub fn connection(db: &Database) -> ConfigMap {
 
 /// Who the primary is, for every instance to read when it starts
 /// (`start.sh` reads it mounted at [`ROLE_DIR`]): the designated primary's
-/// pod, the epoch, and whether the Database was ever initialized (an
-/// instance with an empty volume then never initializes a new cluster).
+/// pod, the epoch, whether the Database was ever initialized (an
+/// instance with an empty volume then never initializes a new cluster),
+/// and the Database's uid (`database`: an instance whose volume recorded
+/// another Database's tells a re-creation over retained volumes).
 pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
+    let mut data = BTreeMap::from([
+        ("primary".to_string(), pod_name(db, plan.primary.designated)),
+        ("epoch".to_string(), plan.primary.epoch.to_string()),
+        ("initialized".to_string(), plan.initialized.to_string()),
+    ]);
+    if let Some(uid) = &db.metadata.uid {
+        data.insert("database".to_string(), uid.clone());
+    }
     ConfigMap {
         metadata: meta(db, role_name(db)),
-        data: Some(BTreeMap::from([
-            ("primary".to_string(), pod_name(db, plan.primary.designated)),
-            ("epoch".to_string(), plan.primary.epoch.to_string()),
-            ("initialized".to_string(), plan.initialized.to_string()),
-        ])),
+        data: Some(data),
         ..ConfigMap::default()
     }
 }

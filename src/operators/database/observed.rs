@@ -65,6 +65,58 @@ impl<'a> RestoreReport<'a> {
     }
 }
 
+/// What an instance that refuses to start reports it holds (`start.sh`,
+/// when its data saw a later epoch than the role's, or is on a newer
+/// timeline than the primary's):
+/// `opshooks: holds epoch=<e> primary=<pod> database=<uid> timeline=<t>
+/// lsn=<hi>/<lo>: <why>` (`-` for what it recorded none of).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Holding {
+    /// The highest role epoch its data started under or was promoted at.
+    pub epoch: Option<u64>,
+    /// Who was primary at that epoch.
+    pub primary: Option<String>,
+    /// The uid of the Database whose role it recorded.
+    pub database: Option<String>,
+    /// The newest timeline of its WAL.
+    pub timeline: u64,
+    /// The start of the last WAL record it holds on that timeline.
+    pub lsn: u64,
+}
+
+/// How a report of what an instance holds begins, after [`REFUSAL`].
+pub(super) const HOLDS: &str = "holds ";
+
+impl Holding {
+    /// Reads a report; `None` for anything else, or one that does not
+    /// say all four fields.
+    pub(super) fn parse(message: &str) -> Option<Self> {
+        let (fields, _why) = message
+            .strip_prefix(REFUSAL)?
+            .strip_prefix(HOLDS)?
+            .split_once(':')?;
+        let field = |name: &str| {
+            fields
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        };
+        let known = |v: &str| (v != "-").then(|| v.to_string());
+        let epoch = match field("epoch")? {
+            "-" => None,
+            e => Some(e.parse().ok()?),
+        };
+        let (hi, lo) = field("lsn")?.split_once('/')?;
+        let lsn = u64::from_str_radix(hi, 16).ok()? << 32 | u64::from_str_radix(lo, 16).ok()?;
+        Some(Holding {
+            epoch,
+            primary: known(field("primary")?),
+            database: field("database").and_then(known),
+            timeline: field("timeline")?.parse().ok()?,
+            lsn,
+        })
+    }
+}
+
 /// The label the Job controller puts on the pods of a Job, naming it.
 const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
@@ -399,6 +451,22 @@ impl Observed {
         let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
         let message = pod.container_message("postgres")?;
         Some(message.strip_prefix(REFUSAL)?.trim())
+    }
+
+    /// What instance `ordinal` reported it holds when it refused to start
+    /// (`start.sh`): `None` when it reported nothing of the kind,
+    /// `Some(Err(message))` for a report that does not read.
+    pub(super) fn holding<'a>(
+        &'a self,
+        db: &'a Database,
+        ordinal: u32,
+    ) -> Option<Result<Holding, &'a str>> {
+        let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
+        let message = pod.container_message("postgres")?;
+        message
+            .strip_prefix(REFUSAL)?
+            .starts_with(HOLDS)
+            .then(|| Holding::parse(message).ok_or(message.trim()))
     }
 
     /// True when the observed StatefulSet holds `claim`: the claim carries

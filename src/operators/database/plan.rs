@@ -107,6 +107,13 @@ pub enum Upgrade {
         /// The major being upgraded to.
         to: Major,
     },
+    /// A change of primary is under way: the designated instance may not
+    /// be promoted yet, and its volume is not the data to upgrade; the
+    /// pre-upgrade backup and the stop wait until the change is done.
+    WaitingForPrimary {
+        /// The major being upgraded to.
+        to: Major,
+    },
     /// Stopping the old version so the restore can use its volume.
     Stopping {
         /// The major being upgraded to.
@@ -136,6 +143,7 @@ impl Upgrade {
         matches!(
             self,
             Upgrade::BackingUp { .. }
+                | Upgrade::WaitingForPrimary { .. }
                 | Upgrade::Stopping { .. }
                 | Upgrade::Restoring { .. }
                 | Upgrade::Starting { .. }
@@ -469,7 +477,8 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
     }
     // Kept once observed, so a failed one stays for its logs and is never
     // retried behind the user's back.
-    plan.pre_upgrade_job = true;
+    plan.pre_upgrade_job = plan.upgrade != Upgrade::WaitingForPrimary { to }
+        || seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
     plan.upgrade_job =
         plan.upgrade.is_restoring() || seen.jobs.contains_key(&jobs::upgrade(db, to));
     if matches!(
@@ -511,8 +520,13 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         deleting: false,
         volumes_pending: Vec::new(),
         primary,
+        // Over retained volumes (a claim older than the Database) the
+        // data is elsewhere whatever instance 0's volume holds: an empty
+        // one refuses to initialize (`start.sh`), and the others report
+        // what they hold.
         initialized: was_initialized(db, seen)
-            || matches!(restore, Restore::Done | Restore::NotOver(_)),
+            || matches!(restore, Restore::Done | Restore::NotOver(_))
+            || seen.claims(db).any(|(_, c)| is_older(c, db)),
         images: Images::of(db, seen),
         rollout: rollout::decide(db, seen, 0, Serving::UNKNOWN, false),
         parameters,
@@ -625,10 +639,17 @@ fn restore_in_flight(db: &Database, seen: &Observed, running: Major) -> Option<M
 
 /// The step an upgrade to `to` has reached, from its two Jobs.
 fn upgrade_step(db: &Database, seen: &Observed, to: Major) -> Upgrade {
+    // During a change of primary the designated instance may be a standby
+    // not yet promoted: neither its answers (the backup) nor its volume
+    // (the upgrade Job mounts the designated claim) are the data to
+    // upgrade. A step whose Job exists goes on: a Job runs once.
+    let changing = primary::decide(db, seen, false, None).changing();
     match seen.job(&jobs::pre_upgrade(db, to)) {
+        None if changing => Upgrade::WaitingForPrimary { to },
         None | Some(RunStatus::Running | RunStatus::None) => Upgrade::BackingUp { to },
         Some(RunStatus::Failed) => Upgrade::BackupFailed { to },
         Some(RunStatus::Succeeded) => match seen.job(&jobs::upgrade(db, to)) {
+            None if changing => Upgrade::WaitingForPrimary { to },
             // The restore needs the primary's volume: stop every instance
             // first, as the StatefulSet itself reports, not only as far as
             // its pods are seen.
@@ -1263,6 +1284,36 @@ mod tests {
             assert_eq!(plan.version, case.want_version, "{}", case.reason);
             assert_eq!(plan.replicas, case.want_replicas, "{}", case.reason);
         }
+    }
+
+    /// Issue 32 item 7: a change of primary under way (orders-1 designated
+    /// at epoch 1, not yet promoted) holds the upgrade before its backup
+    /// and before its stop: the upgrade Job would mount the designated,
+    /// un-promoted standby's volume. Once a step's Job exists it goes on.
+    #[test]
+    fn an_upgrade_waits_for_a_change_of_primary() {
+        let mut d = db("17", "Delete");
+        d.status = Some(
+            serde_json::from_value(json!({"currentPrimary": "orders-0",
+                "targetPrimary": "orders-1", "primaryEpoch": 1}))
+            .unwrap(),
+        );
+        let to = Major::V17;
+        let mut seen = running("16");
+        seen.pods = (0..2).map(|i| instance(i).ready().typed()).collect();
+        let waiting = plan(&d, &seen).unwrap();
+        assert_eq!(waiting.upgrade, Upgrade::WaitingForPrimary { to });
+        assert!(!waiting.pre_upgrade_job, "no backup of the candidate");
+        seen.jobs
+            .insert("orders-pre-upgrade-17".into(), job("Complete"));
+        let backed_up = plan(&d, &seen).unwrap();
+        assert_eq!(backed_up.upgrade, Upgrade::WaitingForPrimary { to });
+        assert_eq!(backed_up.replicas, 2, "nothing stops");
+        assert!(!backed_up.upgrade_job);
+        // The promote Job succeeded: the upgrade goes on.
+        seen.jobs
+            .insert("orders-promote-1-1".into(), job("Complete"));
+        assert_eq!(plan(&d, &seen).unwrap().upgrade, Upgrade::Stopping { to });
     }
 
     #[test]

@@ -26,7 +26,7 @@
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::observed::Observed;
+use super::observed::{Holding, Observed};
 use super::spec::{Database, name};
 use crate::hook::quote::quote;
 use crate::operators::backup_job::RunStatus;
@@ -100,6 +100,10 @@ pub enum Step {
     /// Every promote Job of this epoch failed and no standby is left to
     /// try: a person must look (the Jobs' messages say why).
     Stuck,
+    /// The role was lost (an instance holds data of a later epoch than any
+    /// record), and who holds the newest data is not settled: nobody new
+    /// is designated, for the reason given.
+    RoleLost(String),
 }
 
 /// Who is the primary and where a change of primary stands.
@@ -132,6 +136,9 @@ pub struct Primary {
     pub request_ignored: Option<String>,
     /// Why a primary the status names was not believed, if one was not.
     pub status_ignored: Option<String>,
+    /// The role was lost and the instance holding the newest data was
+    /// designated: what each instance reported, in a sentence.
+    pub recovered: Option<String>,
 }
 
 /// A failover that happened.
@@ -248,6 +255,15 @@ pub(super) fn decide(
     let mut status_ignored = None;
     let rec = recorded(db, seen, &mut status_ignored);
     let (designated, epoch) = designation(db, seen, &rec);
+    let (designated, epoch, recovered, lost) = match recovery(db, seen, epoch) {
+        Recovery::None => (designated, epoch, None, None),
+        Recovery::Designate {
+            ordinal,
+            epoch,
+            why,
+        } => (ordinal, epoch, Some(why), None),
+        Recovery::Unsettled(why) => (designated, epoch, None, Some(why)),
+    };
     let succeeded = |e: u64, o: u32| seen.job(&promote_job(db, e, o)) == Some(RunStatus::Succeeded);
     // The primary that serves: the designated one once promoted (or the
     // first, at epoch 0), else the one the status recorded.
@@ -270,7 +286,14 @@ pub(super) fn decide(
         planned: false,
         request_ignored: None,
         status_ignored,
+        recovered,
     };
+    if let Some(why) = lost {
+        // Nothing moves while who holds the newest data is not settled.
+        primary.serving = None;
+        primary.step = Step::RoleLost(why);
+        return primary;
+    }
     let request = switchover_request(db);
     if primary.changing() {
         // Once its promote Job exists, the Job says how it promotes (a Job
@@ -364,6 +387,138 @@ fn designation(db: &Database, seen: &Observed, rec: &Recorded) -> (u32, u64) {
         .flatten()
         .max_by_key(|(_, e)| *e)
         .unwrap_or((0, 0))
+}
+
+/// What the instances' reports of what they hold ask for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Recovery {
+    /// No instance holds data of a later epoch than `epoch`: the records
+    /// stand.
+    None,
+    /// The role was lost: `ordinal` holds the newest data and is
+    /// designated at `epoch`, above every one recorded.
+    Designate {
+        ordinal: u32,
+        epoch: u64,
+        why: String,
+    },
+    /// The role was lost, and who holds the newest data is not settled.
+    Unsettled(String),
+}
+
+/// Re-created over retained volumes after a failover, the records (role
+/// ConfigMap, status, promote Jobs) may be gone while the instances' data
+/// saw later epochs: each such instance refuses to start and reports what
+/// it holds (`start.sh`). Once every instance the StatefulSet runs has
+/// reported, is ready (it started on data no later than the records), or
+/// refused an empty volume, and they agree who was primary at the highest
+/// epoch (and that one reported), the instance holding the newest data
+/// (highest epoch, then timeline, then WAL position; the lowest ordinal
+/// of equals) is designated at the next epoch above every one recorded.
+fn recovery(db: &Database, seen: &Observed, epoch: u64) -> Recovery {
+    let running = u32::try_from(seen.statefulset_replicas()).unwrap_or(0);
+    let mut ordinals: Vec<u32> = (0..running)
+        .chain(seen.instances(db).map(|(o, _)| o))
+        .collect();
+    ordinals.sort_unstable();
+    ordinals.dedup();
+    let mut held = Vec::new();
+    let mut unreadable = Vec::new();
+    for o in &ordinals {
+        match seen.holding(db, *o) {
+            Some(Ok(h)) => held.push((*o, h)),
+            Some(Err(message)) => {
+                unreadable.push(format!("{}: {}", pod_name(db, *o), quote(message)));
+            }
+            None => {}
+        }
+    }
+    // Data of a later epoch, or of this epoch but another Database: the
+    // records were lost (the Database was created again).
+    let uid = db.metadata.uid.as_deref();
+    let is_lost = |h: &Holding| {
+        h.epoch.is_some_and(|e| {
+            e > epoch || (e == epoch && h.database.is_some() && h.database.as_deref() != uid)
+        })
+    };
+    if !held.iter().any(|(_, h)| is_lost(h)) {
+        return Recovery::None;
+    }
+    let lost = |why: String| {
+        Recovery::Unsettled(format!(
+            "the role was lost (an instance holds data recorded after epoch {epoch}, or at it by an earlier Database of this name); nobody new is designated: {why}"
+        ))
+    };
+    if !unreadable.is_empty() {
+        return lost(format!("unreadable reports: {}", unreadable.join("; ")));
+    }
+    let silent: Vec<String> = ordinals
+        .iter()
+        .filter(|o| !held.iter().any(|(h, _)| h == *o))
+        .filter(|o| !seen.is_instance_ready(db, **o))
+        .filter(|o| {
+            !seen
+                .volume_refusal(db, **o)
+                .is_some_and(|why| why.contains("is empty although"))
+        })
+        .map(|o| pod_name(db, *o))
+        .collect();
+    if !silent.is_empty() {
+        return lost(format!(
+            "waiting for {} to report what it holds",
+            silent.join(", ")
+        ));
+    }
+    let top = held
+        .iter()
+        .filter_map(|(_, h)| h.epoch)
+        .max()
+        .unwrap_or(epoch);
+    let mut named: Vec<&str> = held
+        .iter()
+        .filter(|(_, h)| h.epoch == Some(top))
+        .filter_map(|(_, h)| h.primary.as_deref())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    let [at_top] = named[..] else {
+        return lost(format!(
+            "the instances disagree who was primary at epoch {top}: {}",
+            named.join(", ")
+        ));
+    };
+    let has_claim = |pod: &str| {
+        pod_ordinal(db, pod).is_some_and(|o| {
+            held.iter().any(|(h, _)| *h == o)
+                || seen
+                    .volume_refusal(db, o)
+                    .is_some_and(|why| why.contains("is empty although"))
+        })
+    };
+    if !has_claim(at_top) {
+        return lost(format!(
+            "waiting for {}, the primary at epoch {top}, to report what it holds",
+            quote(at_top)
+        ));
+    }
+    let Some((ordinal, newest)) = held
+        .iter()
+        .max_by_key(|(o, h)| (h.epoch, h.timeline, h.lsn, std::cmp::Reverse(*o)))
+    else {
+        return Recovery::None;
+    };
+    let next = top.max(epoch) + 1;
+    Recovery::Designate {
+        ordinal: *ordinal,
+        epoch: next,
+        why: format!(
+            "the role was lost (records at epoch {epoch}, data of epoch {top}); {} holds the newest data (epoch {top}, timeline {}, WAL at {:X}/{:X}) and is designated at epoch {next}",
+            pod_name(db, *ordinal),
+            newest.timeline,
+            newest.lsn >> 32,
+            newest.lsn & 0xFFFF_FFFF
+        ),
+    }
 }
 
 /// A change under way to the designated instance.
@@ -578,6 +733,166 @@ mod tests {
             ..Observed::default()
         }
         .at(NOW.parse().unwrap())
+    }
+
+    /// Instance `i`, not ready, its postgres container stopped with
+    /// `message` (as `start.sh` leaves it).
+    fn refusing(i: u32, message: &str) -> crate::hook::ObservedPod {
+        instance(i)
+            .not_ready_since("2026-03-04T05:00:00Z")
+            .set(
+                "/status/containerStatuses",
+                json!([{"name": "postgres", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": message}}}]),
+            )
+            .typed()
+    }
+
+    /// What start.sh reports, as the re-create test on real PostgreSQL
+    /// (test_failover_scripts.py) saw it.
+    fn holds(epoch: &str, primary: &str, timeline: u32, lsn: &str) -> String {
+        format!(
+            "opshooks: holds epoch={epoch} primary={primary} database=uid-earlier timeline={timeline} lsn={lsn}: this data saw epoch {epoch} (primary {primary}, Database uid-earlier), not before the role's epoch 0 (Database uid-now): the role was lost; not starting, rewinding or being rewound until the newest data is designated at a later epoch\n"
+        )
+    }
+
+    /// Re-created: no status, the role ConfigMap names instance 0 at
+    /// epoch 0, and each instance as given.
+    fn re_created(pods: Vec<crate::hook::ObservedPod>) -> Primary {
+        let seen = Observed {
+            pods,
+            role: Some(Role {
+                primary: "orders-0".to_string(),
+                epoch: 0,
+                initialized: true,
+            }),
+            ..Observed::default()
+        }
+        .at(NOW.parse().unwrap());
+        decide(&db(json!({})), &seen, true, None)
+    }
+
+    #[test]
+    fn re_created_after_a_failover_the_newest_data_is_designated_above_every_epoch() {
+        let p = re_created(vec![
+            refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+            refusing(1, &holds("2", "orders-1", 2, "0/4166B38")),
+            refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
+        ]);
+        assert_eq!((p.designated, p.epoch, p.serving), (1, 3, None), "{p:?}");
+        assert_eq!(p.step, Step::Fencing);
+        assert!(
+            p.recovered
+                .unwrap()
+                .contains("orders-1 holds the newest data (epoch 2, timeline 2, WAL at 0/4166B38)")
+        );
+        // Instance 0 rejoined as a standby before: it says epoch 2 too,
+        // and the primary's WAL is further.
+        let p = re_created(vec![
+            refusing(0, &holds("2", "orders-1", 2, "0/40F9ED8")),
+            refusing(1, &holds("2", "orders-1", 2, "0/40FF4E8")),
+            refusing(2, &holds("1", "orders-0", 2, "0/40FF4E8")),
+        ]);
+        assert_eq!((p.designated, p.epoch), (1, 3));
+        // Instance 0's claim is gone: its empty volume is refused, the
+        // others say what they hold.
+        let empty = "opshooks: the data directory /var/lib/postgresql/data/pg16 is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over\n";
+        let p = re_created(vec![
+            refusing(0, empty),
+            refusing(1, &holds("2", "orders-1", 2, "0/4195E70")),
+            refusing(2, &holds("1", "orders-0", 1, "0/40A1AF8")),
+        ]);
+        assert_eq!((p.designated, p.epoch), (1, 3));
+    }
+
+    #[test]
+    fn re_created_after_a_first_failover_the_epoch_0_records_of_the_earlier_database_count() {
+        // Instance 0 never saw an epoch after 0 (its record is of the
+        // earlier Database); orders-1 was promoted at epoch 1.
+        let p = re_created(vec![
+            refusing(0, &holds("0", "orders-0", 1, "0/4092650")),
+            refusing(1, &holds("1", "orders-1", 2, "0/4166B38")),
+            refusing(2, &holds("0", "orders-0", 2, "0/4166B38")),
+        ]);
+        assert_eq!((p.designated, p.epoch), (1, 2), "{p:?}");
+        // Never failed over: the newest position wins, at epoch 1.
+        let p = re_created(vec![
+            refusing(0, &holds("0", "orders-0", 1, "0/5000000")),
+            refusing(1, &holds("0", "orders-0", 1, "0/4FFFF00")),
+            refusing(2, &holds("0", "orders-0", 1, "0/4FFFF00")),
+        ]);
+        assert_eq!((p.designated, p.epoch), (0, 1), "{p:?}");
+    }
+
+    #[test]
+    fn re_created_nobody_new_is_designated_until_the_reports_settle_it() {
+        let lost = |pods| match re_created(pods) {
+            Primary {
+                designated: 0,
+                epoch: 0,
+                step: Step::RoleLost(why),
+                ..
+            } => why,
+            other => panic!("designated: {other:?}"),
+        };
+        // The primary at the highest epoch has not reported yet.
+        let why = lost(vec![
+            refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+            instance(1).not_ready_since("2026-03-04T05:00:00Z").typed(),
+            refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
+        ]);
+        assert!(
+            why.contains("waiting for orders-1 to report what it holds"),
+            "{why}"
+        );
+        // Two instances name different primaries at one epoch.
+        let why = lost(vec![
+            refusing(0, &holds("2", "orders-0", 2, "0/4092650")),
+            refusing(1, &holds("2", "orders-1", 2, "0/4166B38")),
+            refusing(2, &holds("1", "orders-0", 1, "0/4000000")),
+        ]);
+        assert!(
+            why.contains("disagree who was primary at epoch 2: orders-0, orders-1"),
+            "{why}"
+        );
+        // A report that does not read is trusted for nothing.
+        let why = lost(vec![
+            refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+            refusing(1, &holds("2", "orders-1", 2, "?")),
+            refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
+        ]);
+        assert!(why.contains("unreadable reports: orders-1"), "{why}");
+        // The one named primary at the highest epoch must report.
+        let why = lost(vec![
+            refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+            refusing(2, &holds("2", "orders-1", 2, "0/4166B38")),
+        ]);
+        assert!(
+            why.contains("waiting for \"orders-1\", the primary at epoch 2"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn reports_no_later_than_the_records_change_nothing() {
+        // Designated at epoch 3 from the reports: the role names orders-1
+        // at 3, and the old reports stay in the pods' last state.
+        let seen = Observed {
+            pods: vec![
+                refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+                instance(1).ready().typed(),
+                refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
+            ],
+            role: Some(Role {
+                primary: "orders-1".to_string(),
+                epoch: 3,
+                initialized: true,
+            }),
+            ..Observed::default()
+        }
+        .at(NOW.parse().unwrap());
+        let p = decide(&db(json!({})), &seen, true, None);
+        assert_eq!((p.designated, p.epoch, p.recovered), (1, 3, None));
     }
 
     #[test]

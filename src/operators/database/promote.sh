@@ -154,11 +154,25 @@ max_lag="${MAX_LAG_BYTES:-16777216}"
 case "$max_lag" in '' | *[!0-9]*) fail "MAX_LAG_BYTES is '$max_lag', not a number of bytes" ;; esac
 log "candidate $candidate, old primary $old, other standbys '${STANDBYS:-}', synchronous ${SYNCHRONOUS:-false}"
 
+# The candidate records, beside its data directory, the epoch it was
+# promoted at, its own name and the Database's uid its role names
+# (`opshooks-epoch`, as start.sh records it at each start): re-created
+# over retained volumes with the role lost, it says it holds the newest
+# data (start.sh).
+record_epoch() {
+    q "$candidate" "SELECT regexp_replace(current_setting('data_directory'), '/[^/]*$', '') || '/opshooks-epoch' AS file,
+        btrim(coalesce(pg_read_file(:'dir' || '/database', 0, 200, true), ''), E' \\n') AS database \\gset
+COPY (SELECT :'rec' || ' ' || :'database') TO :'file'" -v "rec=$EXPECT_EPOCH $EXPECT_PRIMARY" -v "dir=$role_dir" ||
+        fail "candidate $candidate is promoted, but could not record epoch $EXPECT_EPOCH: $answer"
+}
+
 # 1. Promoted already?
 if q "$candidate" "SELECT pg_is_in_recovery()"; then
     if [ "$answer" = "f" ]; then
         q "$candidate" "SELECT pg_current_wal_lsn()" || fail "candidate $candidate: $answer"
-        done_ok "promoted $candidate lsn=$answer"
+        lsn="$answer"
+        record_epoch
+        done_ok "promoted $candidate lsn=$lsn"
     fi
     [ "$answer" = "t" ] || fail "candidate $candidate answered '$answer' to pg_is_in_recovery()"
 else
@@ -258,7 +272,11 @@ POSITION="SELECT greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 
 q "$candidate" "$POSITION" || refuse "candidate $candidate does not answer: $answer"
 case "$answer" in
     *"|t") mine="${answer%|t}" ;;
-    *"|f") done_ok "promoted $candidate lsn=${answer%|f}" ;; # promoted meanwhile
+    *"|f") # promoted meanwhile
+        lsn="${answer%|f}"
+        record_epoch
+        done_ok "promoted $candidate lsn=$lsn"
+        ;;
     *) fail "candidate $candidate: cannot read its position from '$answer'" ;;
 esac
 [ -n "$mine" ] || fail "candidate $candidate: no WAL position"
@@ -307,4 +325,5 @@ done
 # The new timeline reaches the control file at the next checkpoint, which
 # pg_rewind reads when a former primary rejoins.
 q "$candidate" "CHECKPOINT" || log "checkpoint on $candidate: $answer"
+record_epoch
 done_ok "promoted $candidate lsn=$mine"

@@ -18,6 +18,15 @@
 #   data the standbys hold; a standby takes over instead. A standby that
 #   was designated but not yet promoted starts as a standby: only the
 #   promote Job promotes.
+# * Re-created over retained volumes, the role may be lost: every start
+#   records the role's epoch, primary and Database uid beside the data
+#   directories (`opshooks-epoch`; promote.sh records the epoch it promoted
+#   at); data that saw a later epoch than the role's, or the same epoch of
+#   another Database, does not start, rewind or get rewound, and says what
+#   it holds (`opshooks: holds epoch=<e> primary=<pod> database=<uid>
+#   timeline=<t> lsn=<position>: ...`): the hook designates the newest.
+#   No instance is ever rewound onto a primary on an older timeline than
+#   its own newest.
 # * Any other instance never starts as a primary. An empty data directory
 #   (or an unfinished clone) is cloned from the read-write Service
 #   ($RW_HOST:$RW_PORT, which selects the designated primary) with
@@ -177,6 +186,24 @@ rewind() {
         --progress >&2
 }
 
+# The primary's timeline (by its latest checkpoint; empty when no primary
+# answers at the read-write Service).
+primary_timeline() {
+    PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
+        PGDATABASE=postgres PGCONNECT_TIMEOUT=5 psql -X -q -A -t --no-password \
+        -c "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE timeline_id::text END FROM pg_control_checkpoint()" \
+        2>/dev/null
+}
+# Refuses to be rewound onto a primary on an older timeline ($1) than this
+# data's newest: that would throw away the newer timeline's commits.
+newer_than() {
+    case "$1" in '' | *[!0-9]*) return 0 ;; esac
+    newest_timeline
+    case "${tli:-}" in '' | *[!0-9]*) return 0 ;; esac
+    [ "$tli" -gt "$1" ] || return 0
+    refuse "$(holdings): this data is on timeline $tli, newer than the primary's $1: never rewound onto older data; designate the newest data or re-clone this instance"
+}
+
 # A standby that replayed WAL past the point where the primary's timeline
 # forked from its own (an old primary's last records, streamed after
 # another standby was promoted) would start as it is and never follow the
@@ -186,12 +213,10 @@ rewind() {
 # primary that does not answer leaves the standby to start as it is.
 rejoin_timeline() {
     [ -n "$rw_host" ] || return 0
-    theirs="$(PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
-        PGDATABASE=postgres PGCONNECT_TIMEOUT=5 psql -X -q -A -t --no-password \
-        -c "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE timeline_id::text END FROM pg_control_checkpoint()" \
-        2>/dev/null)" || theirs=""
+    theirs="$(primary_timeline)" || theirs=""
     [ -n "$theirs" ] || return 0
     ours="$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n "s/^Latest checkpoint's TimeLineID: *//p")" || ours=""
+    newer_than "$theirs"
     [ "$ours" != "$theirs" ] || return 0
     say "the primary is on timeline $theirs, this standby's last checkpoint on timeline ${ours:-?}: rewinding it onto the primary's"
     rewind ||
@@ -210,6 +235,79 @@ clone() {
     say "cloned the primary into $PGDATA"
     follow_rw
 }
+
+# What this volume holds, for the hook to compare the instances when the
+# role was lost: the highest role epoch it started under (or was promoted
+# at: promote.sh), who was primary then and the Database's uid the role
+# named (`opshooks-epoch` beside the data directories, which a clone or a
+# rewind never copies, written from the first start on: `<epoch> <pod>
+# <uid>`), the newest timeline of its WAL and the start of the last WAL
+# record it holds there (pg_waldump reads to the end; the latest
+# checkpoint when it cannot).
+record="${PGDATA%/*}/opshooks-epoch"
+database="$(cat "$role_dir/database" 2>/dev/null)" || database=""
+recorded="$(head -n 1 "$record" 2>/dev/null)" || recorded=""
+field() { printf '%s\n' "$recorded" | awk -v n="$1" '{ print $n }'; }
+recorded_epoch="$(field 1)"
+recorded_primary="$(field 2)"
+recorded_database="$(field 3)"
+case "$recorded_epoch" in '' | *[!0-9]*) recorded_epoch="" ;; esac
+# The newest timeline of this data's WAL ($tli) and where to read it from
+# ($from); the latest checkpoint's position ($lsn).
+newest_timeline() {
+    control="$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null)" || control=""
+    tli="$(printf '%s\n' "$control" | sed -n "s/^Latest checkpoint's TimeLineID: *//p")"
+    from="$(printf '%s\n' "$control" | sed -n "s/^Latest checkpoint's REDO location: *//p")"
+    lsn="$(printf '%s\n' "$control" | sed -n "s/^Latest checkpoint location: *//p")"
+    # A timeline begun after that checkpoint (a promotion, or one a
+    # standby followed) has its history file; it starts at the fork.
+    for history in "$PGDATA"/pg_wal/*.history; do
+        [ -f "$history" ] || continue
+        hex="${history##*/}"
+        hex="${hex%.history}"
+        case "$hex" in '' | *[!0-9A-F]*) continue ;; esac
+        if [ "$((0x$hex))" -gt "${tli:-0}" ]; then
+            tli="$((0x$hex))"
+            from="$(awk 'NF >= 2 && $1 ~ /^[0-9]+$/ { at = $2 } END { print at }' "$history")"
+        fi
+    done
+}
+holdings() {
+    newest_timeline
+    end="$(pg_waldump -q -p "$PGDATA/pg_wal" -t "${tli:-1}" -s "${from:-0/0}" 2>&1 |
+        sed -n 's|.*error in WAL record at \([0-9A-F]*/[0-9A-F]*\).*|\1|p' | head -n 1)" || end=""
+    printf 'holds epoch=%s primary=%s database=%s timeline=%s lsn=%s' "${recorded_epoch:--}" \
+        "${recorded_primary:--}" "${recorded_database:--}" "${tli:-?}" "${end:-${lsn:-?}}"
+}
+# Records the role, when its epoch is higher than the recorded one or it
+# is another Database's (a first start records before initdb).
+record_epoch() {
+    case "$epoch" in '' | *[!0-9]*) return 0 ;; esac
+    if [ -n "$recorded_epoch" ] && [ "$epoch" -le "$recorded_epoch" ] && [ "$database" = "$recorded_database" ]; then
+        return 0
+    fi
+    printf '%s %s %s\n' "$epoch" "$primary" "$database" >"$record.tmp"
+    mv "$record.tmp" "$record"
+}
+# Data that saw a later epoch than the role's, or the same epoch of
+# another Database (its uid): the role was lost (the Database re-created
+# over retained volumes). Started as the role says, it could serve older
+# data or be rewound onto it; it waits, saying what it holds, until the
+# hook designates the newest data at an epoch above every one recorded.
+if holds_cluster && [ -n "$recorded_epoch" ]; then
+    case "$epoch" in
+        '' | *[!0-9]*) lost=true ;;
+        *)
+            lost=false
+            if [ "$recorded_epoch" -gt "$epoch" ]; then lost=true; fi
+            if [ -n "$database" ] && [ -n "$recorded_database" ] && [ "$database" != "$recorded_database" ] &&
+                [ "$recorded_epoch" -ge "$epoch" ]; then lost=true; fi
+            ;;
+    esac
+    if [ "$lost" = true ]; then
+        refuse "$(holdings): this data saw epoch $recorded_epoch (primary $recorded_primary, Database ${recorded_database:-?}), not before the role's epoch $epoch (Database ${database:-?}): the role was lost; not starting, rewinding or being rewound until the newest data is designated at a later epoch"
+    fi
+fi
 
 if [ "$primary" = "$me" ]; then
     # The primary's volume may hold data already: its own, or that of an
@@ -259,6 +357,7 @@ if [ "$primary" = "$me" ]; then
         say "the primary: starting $PGDATA as it is"
     fi
     if [ -s "$PGDATA/PG_VERSION" ]; then unfence; fi
+    record_epoch
     exec "$@"
 fi
 
@@ -275,6 +374,7 @@ else
     # received. It rejoins on the new primary's timeline, or not at all.
     say "a former primary: rewinding it onto the primary at $rw_host:$rw_port"
     wait_for_primary postgres "${POSTGRES_PASSWORD:-}"
+    newer_than "$(primary_timeline)"
     # pg_rewind finishes an unclean shutdown itself, in single-user mode
     # with postgresql.conf's settings only: not the server's `-c` options,
     # so wal_log_hints (which pg_rewind then checks) goes off, and the
@@ -300,4 +400,5 @@ else
     fi
 fi
 unfence
+record_epoch
 exec "$@"

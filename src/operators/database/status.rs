@@ -426,6 +426,14 @@ fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
                 plan.version.as_str()
             ),
         ),
+        Upgrade::WaitingForPrimary { to } => (
+            true,
+            "WaitingForPrimary",
+            format!(
+                "the upgrade to {} waits until the change of primary under way is done: until then the designated instance may not hold the newest data",
+                to.as_str()
+            ),
+        ),
         Upgrade::Stopping { to } => (
             true,
             "Stopping",

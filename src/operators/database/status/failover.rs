@@ -119,7 +119,8 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
             ConditionStatus::True,
             "Fencing",
             format!(
-                "{designated} is designated primary at epoch {epoch}{}; the read-write Service selects it, and its promote job starts once every instance reads the role ConfigMap",
+                "{}{designated} is designated primary at epoch {epoch}{}; the read-write Service selects it, and its promote job starts once every instance reads the role ConfigMap",
+                recovered(primary),
                 replacing(db, primary)
             ),
         ),
@@ -141,6 +142,11 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
                 replacing(db, primary)
             ),
         ),
+        Step::RoleLost(why) => (
+            ConditionStatus::True,
+            "RoleLost",
+            format!("{why}; writes wait"),
+        ),
         Step::Stuck => (
             ConditionStatus::True,
             "PromoteRefused",
@@ -151,6 +157,14 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
         ),
     };
     Observation::new("FailingOver", status, reason, message)
+}
+
+fn recovered(primary: &Primary) -> String {
+    primary
+        .recovered
+        .as_ref()
+        .map(|why| format!("{why}: "))
+        .unwrap_or_default()
 }
 
 fn replacing(db: &Database, primary: &Primary) -> String {
