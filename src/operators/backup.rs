@@ -622,13 +622,16 @@ fn verification_children(b: &Backup, source: &Source, cron: Option<&CronJob>) ->
 }
 
 /// With `spec.verify`: `BackupVerified` and the newest dump proven to
-/// restore, from the newest finished verification run.
+/// restore, from the newest finished verification run; its schedule (read
+/// in UTC: the verify CronJob names no time zone) bounds how old the proof
+/// may be.
 fn verified(
     b: &Backup,
     pods: &[ObservedPod],
     jobs: &[Job],
+    ctx: &Context,
 ) -> (Option<Observation>, Option<VerifiedBackup>) {
-    let Some(_) = &b.spec.verify else {
+    let Some(verify) = &b.spec.verify else {
         return (None, None);
     };
     let report = verification::newest_report(pods.iter(), jobs.iter());
@@ -636,9 +639,22 @@ fn verified(
         .status
         .as_ref()
         .and_then(|s| s.last_verified_backup.as_ref());
+    let last = verification::last_verified(report.as_ref(), recorded);
+    let overdue = verify.schedule.as_deref().and_then(|schedule| {
+        verification::Overdue::of(
+            schedule,
+            ctx.now,
+            b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            last.as_ref().and_then(verification::proof_time),
+        )
+    });
     (
-        Some(verification::condition(report.as_ref(), recorded)),
-        verification::last_verified(report.as_ref(), recorded),
+        Some(verification::condition(
+            report.as_ref(),
+            recorded,
+            overdue.as_ref(),
+        )),
+        last,
     )
 }
 
@@ -682,7 +698,7 @@ pub fn status(
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let (verified, last_verified_backup) = verified(b, pods, verify_jobs);
+    let (verified, last_verified_backup) = verified(b, pods, verify_jobs, ctx);
     let mut observations = vec![
         target_found(b, target),
         ready(b, cron, target),

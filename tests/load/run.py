@@ -50,8 +50,11 @@ def fixture(path):
 
 
 def small_webserver():
-    """A small valid WebServer sync (3 replicas, nothing observed)."""
-    return fixture("webserver/v1-first-sync")
+    """A small valid WebServer sync (3 replicas, nothing observed), on the
+    default image and port, which the observed pods below run too."""
+    req = fixture("webserver/v1-first-sync")
+    req["parent"]["spec"].update({"image": "nginxinc/nginx-unprivileged", "port": 8080})
+    return req
 
 
 def observed_pod(i, name="hello", ns="shop"):
@@ -75,8 +78,8 @@ def observed_pod(i, name="hello", ns="shop"):
         },
         "spec": {
             "containers": [{
-                "image": "nginxdemos/hello", "imagePullPolicy": "Always", "name": "web",
-                "ports": [{"containerPort": 80, "name": "http", "protocol": "TCP"}],
+                "image": "nginxinc/nginx-unprivileged", "imagePullPolicy": "Always", "name": "web",
+                "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
                 "resources": {}, "terminationMessagePath": "/dev/termination-log"}],
             "nodeName": "node-1", "restartPolicy": "Always",
             "schedulerName": "default-scheduler",

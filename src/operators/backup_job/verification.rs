@@ -31,6 +31,11 @@ pub const VERIFY_SCRIPT: &str = include_str!("verify.sh");
 pub const MARK_SCRIPT: &str = include_str!("mark.sh");
 /// Label on a verification run's pods, so they are told from backups'.
 pub const LABEL_VERIFY: &str = "opshooks.io/verify";
+/// How long a scheduled run may wait to start before it is skipped
+/// (the CronJob's `startingDeadlineSeconds`).
+const START_DEADLINE_SECONDS: i64 = 3600;
+/// How long one run may take (its Job's `activeDeadlineSeconds`).
+const RUN_DEADLINE_SECONDS: i64 = 6 * 3600;
 /// How `verify.sh` and `select.sh` begin their termination messages.
 const VERIFIED: &str = "opshooks verify: verified ";
 
@@ -146,7 +151,7 @@ impl Run<'_> {
     pub fn job_spec(&self) -> JobSpec {
         JobSpec {
             backoff_limit: Some(0),
-            active_deadline_seconds: Some(6 * 3600),
+            active_deadline_seconds: Some(RUN_DEADLINE_SECONDS),
             template: self.pod_template(),
             ..JobSpec::default()
         }
@@ -174,7 +179,7 @@ impl Run<'_> {
             spec: Some(CronJobSpec {
                 schedule: schedule.to_string(),
                 concurrency_policy: Some("Forbid".to_string()),
-                starting_deadline_seconds: Some(3600),
+                starting_deadline_seconds: Some(START_DEADLINE_SECONDS),
                 successful_jobs_history_limit: Some(1),
                 failed_jobs_history_limit: Some(1),
                 job_template: JobTemplateSpec {
@@ -308,9 +313,106 @@ pub fn last_verified(
     }
 }
 
+/// Two scheduled runs in a row that should have finished with no proof
+/// at least as new as the first: the times of both, read in UTC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overdue {
+    schedule: String,
+    runs: [Timestamp; 2],
+}
+
+impl Overdue {
+    /// Whether a proof from `proof` (a run's start; `None`: no proof that
+    /// parses) is older than `schedule` allows at `now`, for a parent made
+    /// at `created`.
+    ///
+    /// A run started on time may wait up to its start deadline and take
+    /// up to its run deadline (7 h together): a run scheduled that long
+    /// before `now` should have finished. One such run may fail or be
+    /// skipped (a drained node, a controller manager in another time zone
+    /// than the UTC the hook reads the schedule in); when the last two
+    /// have left no proof as new as the earlier one, the proof is
+    /// overdue. Runs from before the parent was made do not count. A
+    /// schedule that does not parse (refused elsewhere) decides nothing.
+    pub fn of(
+        schedule: &str,
+        now: Timestamp,
+        created: Option<Timestamp>,
+        proof: Option<Timestamp>,
+    ) -> Option<Self> {
+        let cron: croner::Cron = schedule.trim().parse().ok()?;
+        let finished_by = now
+            .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(
+                START_DEADLINE_SECONDS + RUN_DEADLINE_SECONDS,
+            ))
+            .ok()?;
+        let mut runs = cron
+            .iter_before(finished_by.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC))
+            .map(|z| z.timestamp());
+        // Inclusive of `finished_by` itself: iter_before starts below it.
+        let latest = cron
+            .is_time_matching(&finished_by.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC))
+            .unwrap_or(false)
+            .then_some(finished_by)
+            .or_else(|| runs.next())?;
+        let earlier = runs.find(|t| *t < latest)?;
+        let counts = created.is_none_or(|c| c <= earlier);
+        let missed = proof.is_none_or(|p| p < earlier);
+        (counts && missed).then(|| Overdue {
+            schedule: schedule.trim().to_string(),
+            runs: [earlier, latest],
+        })
+    }
+
+    /// The condition's message: when the last proof was, when one was due.
+    fn message(&self, last: Option<&VerifiedBackup>) -> String {
+        let last = match last {
+            Some(v) => format!("the newest proof is {} from {}", v.key, v.verified_at),
+            None => "no verification has proven a dump".to_string(),
+        };
+        let due = |t: Timestamp| {
+            t.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+                START_DEADLINE_SECONDS + RUN_DEADLINE_SECONDS,
+            ))
+            .map(format_time)
+            .unwrap_or_default()
+        };
+        format!(
+            "{last}; the runs scheduled at {} and {} ({:?}, UTC) should have finished by {} and {} with a newer one: see kubectl get cronjobs,jobs",
+            format_time(self.runs[0]),
+            format_time(self.runs[1]),
+            self.schedule,
+            due(self.runs[0]),
+            due(self.runs[1]),
+        )
+    }
+}
+
+/// When the newest proof was taken, if its time parses (a status anyone
+/// can write counts only then).
+pub fn proof_time(v: &VerifiedBackup) -> Option<Timestamp> {
+    v.verified_at.parse().ok()
+}
+
 /// `BackupVerified`: whether the newest dump checked restored; between
-/// runs (the last one's pod gone), the dump last proven.
-pub fn condition(report: Option<&Report>, recorded: Option<&VerifiedBackup>) -> Observation {
+/// runs (the last one's pod gone), the dump last proven; False when the
+/// newest proof is older than the schedule allows ([`Overdue`]).
+pub fn condition(
+    report: Option<&Report>,
+    recorded: Option<&VerifiedBackup>,
+    overdue: Option<&Overdue>,
+) -> Observation {
+    if !matches!(report, Some(Report::Failed(_)))
+        && let Some(overdue) = overdue
+    {
+        let last = last_verified(report, recorded);
+        return Observation::new(
+            "BackupVerified",
+            ConditionStatus::False,
+            "VerificationOverdue",
+            overdue.message(last.as_ref()),
+        );
+    }
     let (status, reason, message) = match report {
         Some(Report::Verified(v)) => (
             ConditionStatus::True,
@@ -351,6 +453,115 @@ pub fn condition(report: Option<&Report>, recorded: Option<&VerifiedBackup>) -> 
 mod tests {
     use super::*;
     use crate::fixtures;
+
+    /// Issue 31 item 11: a proof older than the schedule allows is not
+    /// True. Runs at 06:00 UTC daily; a run has 7 h to start and finish;
+    /// one missed run is tolerated, two are not.
+    #[test]
+    fn a_proof_is_overdue_once_two_runs_in_a_row_left_none() {
+        let t = |s: &str| s.parse::<Timestamp>().unwrap();
+        let made = Some(t("2026-01-01T00:00:00Z"));
+        // (reason, schedule, now, proof, the two runs due without one)
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            Option<[&'a str; 2]>,
+        );
+        let cases: [Case<'_>; 9] = [
+            (
+                "the runs of Jan 3 and 4 should have finished; the proof is from Jan 3's",
+                "0 6 * * *",
+                "2026-01-05T12:00:00Z",
+                Some("2026-01-03T06:00:05Z"),
+                None,
+            ),
+            (
+                "the proof is from Jan 2: Jan 3's and Jan 4's runs left none",
+                "0 6 * * *",
+                "2026-01-05T12:00:00Z",
+                Some("2026-01-02T06:00:05Z"),
+                Some(["2026-01-03T06:00:00Z", "2026-01-04T06:00:00Z"]),
+            ),
+            (
+                "exactly 7 h after Jan 5's run, it counts as due",
+                "0 6 * * *",
+                "2026-01-05T13:00:00Z",
+                Some("2026-01-03T06:00:05Z"),
+                Some(["2026-01-04T06:00:00Z", "2026-01-05T06:00:00Z"]),
+            ),
+            (
+                "a minute before, Jan 5's run may still be going",
+                "0 6 * * *",
+                "2026-01-05T12:59:00Z",
+                Some("2026-01-03T06:00:05Z"),
+                None,
+            ),
+            (
+                "never proven, two runs past",
+                "0 6 * * *",
+                "2026-01-05T12:00:00Z",
+                None,
+                Some(["2026-01-03T06:00:00Z", "2026-01-04T06:00:00Z"]),
+            ),
+            (
+                "never proven, but made after the earlier run (Dec 31)",
+                "0 6 * * *",
+                "2026-01-01T14:00:00Z",
+                None,
+                None,
+            ),
+            (
+                "a macro",
+                "@daily",
+                "2026-01-05T12:00:00Z",
+                Some("2026-01-03T00:00:05Z"),
+                Some(["2026-01-04T00:00:00Z", "2026-01-05T00:00:00Z"]),
+            ),
+            (
+                "hourly: at 12:30 the 04:00 and 05:00 runs are due; 03:00's proof is too old",
+                "0 * * * *",
+                "2026-01-05T12:30:00Z",
+                Some("2026-01-05T03:00:10Z"),
+                Some(["2026-01-05T04:00:00Z", "2026-01-05T05:00:00Z"]),
+            ),
+            (
+                "a schedule that does not parse decides nothing",
+                "not a schedule",
+                "2026-01-05T12:00:00Z",
+                None,
+                None,
+            ),
+        ];
+        for (reason, schedule, now, proof, want) in cases {
+            let got = Overdue::of(schedule, t(now), made, proof.map(t)).map(|o| o.runs);
+            assert_eq!(got, want.map(|w| w.map(t)), "{reason}");
+        }
+        let overdue = Overdue::of("0 6 * * *", t("2026-01-05T12:00:00Z"), made, None).unwrap();
+        let proof = VerifiedBackup {
+            key: "orders/2026-01-02.dump".into(),
+            verified_at: "2026-01-02T06:00:05Z".into(),
+            ..VerifiedBackup::default()
+        };
+        let got = condition(Some(&Report::Verified(proof.clone())), None, Some(&overdue));
+        assert_eq!(
+            (got.status, got.reason),
+            (ConditionStatus::False, "VerificationOverdue")
+        );
+        assert!(
+            got.message
+                .contains("orders/2026-01-02.dump from 2026-01-02T06:00:05Z"),
+            "{}",
+            got.message
+        );
+        assert!(
+            got.message
+                .contains("should have finished by 2026-01-03T13:00:00Z and 2026-01-04T13:00:00Z"),
+            "{}",
+            got.message
+        );
+    }
 
     fn run_pod(name: &str, created: &str, message: &str) -> ObservedPod {
         let status = json_status(message);

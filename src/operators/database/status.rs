@@ -66,7 +66,7 @@ pub fn status(
     observations.extend(parameters_condition(db, plan));
     observations.extend(plan.growth.observation(db, seen));
     let restored_from = restored_from(db, seen, plan, ctx);
-    let (verified_condition, last_verified_backup) = verified(db, seen);
+    let (verified_condition, last_verified_backup) = verified(db, seen, ctx);
     observations.extend(verified_condition);
     if db.spec.bootstrap.is_some() {
         observations.push(restored(db, seen, plan, restored_from.as_ref()));
@@ -652,15 +652,32 @@ fn not_over(holds: Holds) -> String {
 
 /// With `spec.backup.verify`: `BackupVerified`, from the newest finished
 /// verification run; and the newest dump proven to restore, now or before.
-fn verified(db: &Database, seen: &Observed) -> (Option<Observation>, Option<VerifiedBackup>) {
+/// Its schedule (read in UTC: the verify CronJob names no time zone)
+/// bounds how old the proof may be.
+fn verified(
+    db: &Database,
+    seen: &Observed,
+    ctx: &Context,
+) -> (Option<Observation>, Option<VerifiedBackup>) {
     let report = verification::newest_report(seen.pods.iter(), seen.jobs.values());
     let recorded = db
         .status
         .as_ref()
         .and_then(|s| s.last_verified_backup.as_ref());
     let verify = db.spec.backup.as_ref().and_then(|b| b.verify.as_ref());
+    let last = verification::last_verified(report.as_ref(), recorded);
+    let overdue = verify
+        .and_then(|v| v.schedule.as_deref())
+        .and_then(|schedule| {
+            verification::Overdue::of(
+                schedule,
+                ctx.now,
+                db.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                last.as_ref().and_then(verification::proof_time),
+            )
+        });
     (
-        verify.map(|_| verification::condition(report.as_ref(), recorded)),
-        verification::last_verified(report.as_ref(), recorded),
+        verify.map(|_| verification::condition(report.as_ref(), recorded, overdue.as_ref())),
+        last,
     )
 }

@@ -104,10 +104,10 @@ def new_webserver(s, name, replicas):
             "apiVersion": GROUP,
             "kind": "WebServer",
             "metadata": {"name": name, "namespace": s.ns},
-            "spec": {"replicas": replicas, "image": "nginxdemos/hello", "port": 80},
+            "spec": {"replicas": replicas, "image": "nginxinc/nginx-unprivileged", "port": 8080},
         }
     )
-    webserver_converged(s, name, replicas, "nginxdemos/hello")
+    webserver_converged(s, name, replicas, "nginxinc/nginx-unprivileged")
 
 
 def scenario_webserver(s):
@@ -115,10 +115,10 @@ def scenario_webserver(s):
     new_webserver(s, name, 3)
     s.step("scale up to 5 (spec.replicas)")
     k.patch("WebServer", ns, name, {"spec": {"replicas": 5}})
-    webserver_converged(s, name, 5, "nginxdemos/hello")
+    webserver_converged(s, name, 5, "nginxinc/nginx-unprivileged")
     s.step("scale down to 3 with kubectl scale (the scale subresource)")
     s.kubectl("scale", f"webserver/{name}", "--replicas=3")
-    webserver_converged(s, name, 3, "nginxdemos/hello")
+    webserver_converged(s, name, 3, "nginxinc/nginx-unprivileged")
     s.step("image change rolls every pod, one at a time")
     ws = s.parent("WebServer", name)
     pods = s.children("Pod", ws["metadata"]["uid"])
@@ -126,8 +126,8 @@ def scenario_webserver(s):
     timeline = PodTimeline(ws["metadata"]["uid"], before, pods)
     s.rec.add_listener(timeline)
     try:
-        k.patch("WebServer", ns, name, {"spec": {"image": "nginx:1.27"}})
-        webserver_converged(s, name, 3, "nginx:1.27")
+        k.patch("WebServer", ns, name, {"spec": {"image": "nginxinc/nginx-unprivileged:1.27"}})
+        webserver_converged(s, name, 3, "nginxinc/nginx-unprivileged:1.27")
     finally:
         s.rec.remove_listener(timeline)
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in s.children("Pod", ws["metadata"]["uid"])}
