@@ -197,6 +197,48 @@ class RoleConfigMap:
             return self.applied == self.seq
 
 
+def uptime() -> int:
+    """Seconds since boot, the lease's clock (start.sh reads /proc/uptime)."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]))
+
+
+class LeaseSidecar:
+    """A pod's lease sidecar: every `every` seconds it reads the role
+    ConfigMap from the API server (`configmap.published`, not the kubelet's
+    mount) and rewrites the pod's lease file atomically: `<seconds since
+    boot> <epoch> <primary>`. cut() is a partition between the pod and the
+    API server: the file is no longer rewritten. The script tests feed the
+    file this way; the sidecar's own `kubectl` against a real API server is
+    not part of them."""
+
+    def __init__(self, configmap: "RoleConfigMap", path: Path, every: float = 2.0) -> None:
+        self.configmap = configmap
+        self.path = path
+        self.every = every
+        self.is_cut = False
+        self.closed = False
+        self.write()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def write(self) -> None:
+        with self.configmap.lock:
+            data = dict(self.configmap.published)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(f"{uptime()} {data['epoch']} {data['primary']}\n")
+        tmp.chmod(0o644)
+        tmp.rename(self.path)
+
+    def cut(self, is_cut: bool = True) -> None:
+        self.is_cut = is_cut
+
+    def _loop(self) -> None:
+        while not self.closed:
+            time.sleep(self.every)
+            if not self.is_cut and not self.closed:
+                with contextlib.suppress(OSError):
+                    self.write()
+
+
 # --------------------------------------------------------------------------
 # Instances
 
@@ -220,6 +262,7 @@ class Instance:
     port: int = dataclasses.field(default_factory=dbs.free_port)
     proc: subprocess.Popen | None = None
     starts: int = 0
+    lease: LeaseSidecar | None = None
 
     @property
     def data(self) -> Path:
@@ -255,6 +298,7 @@ class Instance:
             "REPLICATION_PASSWORD": REPLICATION_PASSWORD,
             "POSTGRES_PASSWORD": SUPERUSER_PASSWORD,
             "TERMINATION_LOG": str(self.termination_log),
+            **({"LEASE_FILE": str(self.lease.path), "LEASE_SECONDS": str(LEASE_SECONDS)} if self.lease else {}),
         }
 
     def server_argv(self) -> list[str]:
@@ -314,6 +358,12 @@ class Instance:
         else:
             self.proc.send_signal(signal.SIGINT if how == "fast" else signal.SIGQUIT)
             self.proc.wait(60)
+
+    def pause(self, paused: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) to every process of the container: the
+        server, its sessions and the watchdog, as a frozen node or cgroup."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def sql(self, sql: str, **kw) -> str:
         return self.cluster.sql(sql, **kw)
@@ -406,15 +456,21 @@ class Database:
 
     def stop(self) -> None:
         for i in self.instances:
+            if i.lease is not None:
+                i.lease.closed = True
+            if i.proc is not None and i.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(i.proc.pid, signal.SIGCONT)
             i.stop("immediate")
         self.proxy.close()
 
 
 MOUNT_DELAY = 1.0
+LEASE_SECONDS = 10
 
 
 def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
-                 mount_delay: float = MOUNT_DELAY) -> Database:
+                 mount_delay: float = MOUNT_DELAY, lease: bool = False) -> Database:
     """db-0 the primary (its volume holds the template's cluster), and
     standbys that start on empty volumes: start.sh clones them from the
     read-write Service. The role mount follows the ConfigMap `mount_delay`
@@ -429,7 +485,11 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
     for n in range(standbys + 1):
         volume = pg_dir(fresh_path(f"db-{n}"))
         pg_dir(volume / "sock")
-        instances.append(Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap))
+        instance = Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap)
+        if lease:
+            pg_dir(volume / "lease")
+            instance.lease = LeaseSidecar(configmap, volume / "lease" / "role")
+        instances.append(instance)
     primary = instances[0]
     r = run(["cp", "-a", str(template), str(primary.data)], {"PATH": PG_PATH}, timeout=60)
     assert r.rc == 0, str(r)
@@ -1450,3 +1510,94 @@ def test_a_standby_that_replayed_past_the_fork_is_rewound_when_it_restarts(datab
     wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t") == "1", timeout=45)
     assert c.sql("SELECT max(id) FROM t") == "-1"
     assert "rewinding it onto the primary's" in c.output(), c.output()
+
+
+# --------------------------------------------------------------------------
+# Issue 32, item 5: a primary serves only while its lease is fresh
+
+
+def stopped_within(instance: Instance, seconds: float) -> float:
+    """Waits until the instance's server process exits; the time it took."""
+    assert instance.proc is not None
+    began = time.monotonic()
+    try:
+        instance.proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{instance.name} still runs after {seconds}s:\n{instance.output()[-3000:]}") from None
+    return time.monotonic() - began
+
+
+def test_the_watchdog_stops_a_primary_whose_lease_expires_or_names_another(template):
+    """The lease sidecar cannot reach the API server (cut): the primary
+    stops by itself within LEASE_SECONDS of its last lease plus a check,
+    without the kubelet (the mount never changes here). Restarted, it
+    waits for a fresh lease before serving. A lease that names another pod
+    stops it within a check."""
+    db = new_database(template, lease=True, mount_delay=3600)
+    try:
+        p, b, c = db.instances
+        assert p.lease is not None
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(3)
+        assert p.proc is not None and p.proc.poll() is None, p.output()
+        p.lease.cut()
+        last_lease = int(p.lease.path.read_text().split()[0])
+        took = stopped_within(p, LEASE_SECONDS + 10)
+        stopped_at = uptime()
+        acked = writer.stop()
+        print(f"lease cut: the primary stopped {stopped_at - last_lease}s after its last lease")
+        assert stopped_at - last_lease <= LEASE_SECONDS + 2, (stopped_at, last_lease, took)
+        assert "watchdog: the lease naming db-0 is" in p.output(), p.output()[-2000:]
+        assert len(acked) > 100
+        # Restarted while still cut off: it waits, serving nothing.
+        p.start(wait=False)
+        wait_for("it waits for a lease", lambda: "waiting for a lease younger than" in p.output())
+        assert p.cluster.psql("SELECT 1").rc != 0
+        p.lease.cut(False)
+        p.wait_ready()
+        assert p.in_recovery() == "f"
+        # The ConfigMap names b: p's lease says so within its period, and p
+        # stops at the next check, the mount still naming p.
+        db.configmap.publish(b.name, 2)
+        took = stopped_within(p, p.lease.every + 3)
+        assert (db.roles / "primary").read_text() == "db-0"
+        assert "watchdog: the lease (epoch 2) names db-1" in p.output(), p.output()[-2000:]
+        # Restarted: the lease is newer than the mount and names b, so p
+        # does not start as the primary (start.sh takes it as a former
+        # primary and waits for b, which is not promoted here).
+        p.start(wait=False)
+        wait_for("p starts as a former primary", lambda: "the lease is newer" in p.output()
+                 and "a former primary" in p.output())
+    finally:
+        db.stop()
+
+
+def test_a_paused_primary_stops_as_soon_as_it_resumes(template):
+    """SIGSTOP of every process of the primary's container (a frozen node)
+    for longer than the lease, its sidecar frozen with it: once resumed,
+    the watchdog finds the lease expired and stops the server. What the
+    server's sessions acknowledge between the resume and the stop (the
+    race the README states) is counted; the stop itself must follow
+    within a check."""
+    db = new_database(template, lease=True, mount_delay=3600)
+    try:
+        p = db.instances[0]
+        assert p.lease is not None
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(2)
+        p.lease.cut()
+        p.pause()
+        time.sleep(LEASE_SECONDS + 3)
+        resumed = time.time()
+        p.pause(False)
+        took = stopped_within(p, 8)
+        acked = writer.stop()
+        after = sorted(at - resumed for port, at in acked.values() if port == p.port and at >= resumed)
+        print(f"paused primary: stopped {took:.2f}s after the resume; {len(after)} commits acknowledged "
+              f"after the resume, the last {after[-1] if after else 0:.3f}s after it")
+        assert "paused?" in p.output(), p.output()[-2000:]
+        assert took < 3, took
+    finally:
+        db.stop()
