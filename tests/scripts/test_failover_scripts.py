@@ -555,6 +555,11 @@ def promote(candidate: Instance, old: Instance, standbys: list[Instance], *, syn
     }
     if timeout is not None:
         env["CONNECT_TIMEOUT"] = timeout
+    if candidate.lease is not None:
+        # One path in every pod in production; here every server reads the
+        # candidate's file (one machine): the Job's read of each instance's
+        # lease is modelled by the candidate's only.
+        env |= {"LEASE_FILE": str(candidate.lease.path), "LEASE_SECONDS": str(LEASE_SECONDS)}
     env.update(extra)
     r = run(script_argv("promote.sh"), env, as_postgres=True, timeout=180, executable=shell_path(shell))
     line = log.read_text() if log.exists() else ""
@@ -1037,12 +1042,12 @@ class AckWriter:
     names the instance that acknowledged it (inet_server_port()) and when
     (clock_timestamp(), this machine's clock)."""
 
-    def __init__(self, proxy: Proxy, table: str, clients: int = 2):
+    def __init__(self, proxy: Proxy, table: str, clients: int = 2, first_id: int = 0):
         self.proxy = proxy
         self.table = table
         self.work = pg_dir(fresh_path("ackwriter"))
         self.lock = threading.Lock()
-        self.next_id = 0
+        self.next_id = first_id
         self.stopped = False
         self.procs: list[subprocess.Popen] = []
         self.outputs: list[Path] = []
@@ -1601,3 +1606,65 @@ def test_a_paused_primary_stops_as_soon_as_it_resumes(template):
         assert took < 3, took
     finally:
         db.stop()
+
+
+def test_a_partitioned_primary_stops_before_the_candidate_is_promoted(template):
+    """Issue 32, item 5: the primary's node is cut off. Its lease is no
+    longer rewritten, its role mount never changes (the kubelet there
+    cannot read the ConfigMap), its standbys lose it, and clients on its
+    node keep writing to it (kube-proxy there keeps its rules: `local`, a
+    Service that never moves) while the others follow the Service to b.
+    The promote Job cannot reach the old primary (a DNS failure, which
+    proves nothing): it waits until the old primary's lease has run out,
+    then promotes b. Never two instances acknowledge writes at once.
+    With the wait taken out (LEASE_* 0) b is promoted while the old
+    primary still takes writes: the test sees it."""
+    for wait in (True, False):
+        db = new_database(template, lease=True, mount_delay=3600)
+        local = Proxy()
+        try:
+            p, b, c = db.instances
+            assert p.lease is not None
+            rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+            local.retarget(p.port)
+            writers = [AckWriter(db.proxy, "w"), AckWriter(local, "w", first_id=10**8)]
+            time.sleep(2)
+            p.lease.cut()
+            db.proxy.retarget(None)  # the primary is not ready: out of the Service
+            partition_from_standbys(p)
+            # The hook's candidate is the standby that received most.
+            lsn = "SELECT pg_last_wal_receive_lsn() - '0/0'"
+            if int(float(c.sql(lsn))) > int(float(b.sql(lsn))):
+                b, c = c, b
+            db.designate(b)
+            extra = {} if wait else {"LEASE_SECONDS": "0", "LEASE_CHECK_SECONDS": "0", "LEASE_MARGIN": "0"}
+            old = types.SimpleNamespace(address="db-0.partitioned.invalid:5432")
+            began = time.monotonic()
+            done = promote(b, old, [c], timeout="2", **extra)
+            took = time.monotonic() - began
+            assert_promoted(done, b)
+            writers.append(AckWriter(db.proxy, "w", first_id=2 * 10**8))  # connects now: reaches b
+            time.sleep(3)
+            acked = {}
+            for w in writers:
+                acked |= w.stop()
+            verdict = check(db, "w", acked)
+            late = [at for port, at in acked.values() if port == p.port]
+            first_b = min((at for port, at in acked.values() if port == b.port), default=None)
+            print(f"partition (wait {wait}): promote took {took:.1f}s; {verdict}; the old primary's last ack "
+                  f"{(max(late) - first_b) if late and first_b else 0:+.2f}s from b's first")
+            if wait:
+                # The new primary is live by its lease, its mount still naming db-0.
+                assert (db.roles / "primary").read_text() == "db-0"
+                wait_for("b's lease names b", lambda: b.lease is not None and b.name in b.lease.path.read_text())
+                live = probe(b, "live")
+                assert live.rc == 0, str(live)
+                assert probe(b, "live", LEASE_FILE="").rc == 1
+                assert "waiting until its lease has run out" in done.err, str(done)
+                assert p.proc is not None and p.proc.poll() is not None, "the old primary still runs"
+                assert verdict.concurrent == [], str(verdict)
+            else:
+                assert verdict.concurrent != [], f"no overlap without the wait: the test proves nothing\n{verdict}"
+        finally:
+            local.close()
+            db.stop()
