@@ -55,6 +55,7 @@ from test_database_scripts import (  # noqa: F401 (scratch: the module's autouse
 )
 
 MAJOR = BIN.parts[-2]  # /usr/lib/postgresql/<major>/bin
+SYNC_NAMES = ""  # the instances' names; a test sets "*" to reproduce the old setting
 
 
 # --------------------------------------------------------------------------
@@ -308,7 +309,9 @@ class Instance:
                 "-c", f"unix_socket_directories={self.volume / 'sock'}", "-c", "wal_log_hints=on",
                 "-c", "wal_keep_size=128MB", "-c", "fsync=off", "-c", "full_page_writes=on"]
         if self.sync:
-            argv += ["-c", "synchronous_standby_names=ANY 1 (*)"]
+            # As the hook names them (children.rs); SYNC_NAMES="*" is what it did before.
+            names = SYNC_NAMES or ",".join(f'"db-{n}"' for n in range(3))
+            argv += ["-c", f"synchronous_standby_names=ANY 1 ({names})"]
         return argv
 
     def start(self, *, path: str = PG_PATH, wait: bool = True, shell: str = "dash") -> None:
@@ -1667,4 +1670,61 @@ def test_a_partitioned_primary_stops_before_the_candidate_is_promoted(template):
                 assert verdict.concurrent != [], f"no overlap without the wait: the test proves nothing\n{verdict}"
         finally:
             local.close()
+            db.stop()
+
+
+# --------------------------------------------------------------------------
+# Issue 32, item 6: synchronous mode promotes only a candidate that holds
+# every acknowledged commit
+
+
+@pytest.mark.parametrize("names", ["any", "instances"])
+def test_synchronous_promote_refuses_when_a_wal_receiver_stood_in_for_the_standbys(template, names):
+    """The standby is stopped and only pg_receivewal --synchronous streams
+    from the primary; then the primary is lost and the standby comes back.
+    With `ANY 1 (*)` (before) pg_receivewal acknowledged every commit for
+    the primary and the standby holds none of them: the promote Job must
+    refuse (it promoted it before). With the instances named (the hook's
+    setting) nothing was acknowledged meanwhile and the standby is
+    promoted with every acknowledged commit."""
+    global SYNC_NAMES
+    SYNC_NAMES = "*" if names == "any" else ""
+    db = None
+    receiver = None
+    try:
+        db = new_database(template, sync=True, standbys=1)
+        p, b = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        b.stop("fast")
+        wal = pg_dir(fresh_path("receivewal"))
+        env = {"PATH": PG_PATH, "HOME": str(wal), "PGPASSWORD": REPLICATION_PASSWORD}
+        uid, gid = postgres_ids()
+        receiver = subprocess.Popen(
+            [str(BIN / "pg_receivewal"), "--synchronous", "-D", str(wal), "-h", "127.0.0.1", "-p", str(p.port),
+             "-U", "replicator", "--no-password"], env=env, stdout=subprocess.DEVNULL,
+            stderr=open(wal / "stderr", "wb"), start_new_session=True, user=uid, group=gid, extra_groups=[])
+        wait_for("pg_receivewal streams", lambda: p.sql(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal'") == "1")
+        writer = AckWriter(types.SimpleNamespace(port=p.port), "w")
+        time.sleep(2)
+        p.stop("kill")
+        receiver.kill()
+        acked = writer.stop()
+        b.start()
+        db.designate(b)
+        done = promote(b, p, [], sync=True, timeout="2")
+        verdict = check(db, "w", acked)
+        print(f"synchronous, names {SYNC_NAMES or 'the instances'}: {verdict}; promote: {done.line.strip()}")
+        if names == "any":
+            assert len(acked) > 100, "pg_receivewal did not acknowledge: the test proves nothing"
+            assert_refused(done, "any WAL receiver")
+            assert b.in_recovery() == "t"
+        else:
+            assert_promoted(done, b)
+            assert verdict.missing == {"db-1": 0}, str(verdict)
+    finally:
+        SYNC_NAMES = ""
+        if receiver is not None and receiver.poll() is None:
+            receiver.kill()
+        if db is not None:
             db.stop()

@@ -56,7 +56,10 @@
 #    one holds: refused, naming both positions. A standby that does not
 #    answer may hold commits nobody else has: under synchronous
 #    replication that refuses (zero loss wins over availability); under
-#    asynchronous replication it is noted and skipped.
+#    asynchronous replication it is noted and skipped. Under synchronous
+#    replication the candidate's synchronous_standby_names (the old
+#    primary's: every server has the same) must name the instances: `*`
+#    lets any WAL receiver acknowledge commits: refused.
 # 3b. (checked first, as 1a) failover, with MAX_SILENCE_SECONDS: the loss bound against what the
 #    old primary had, not only against other standbys. probe.sh records on
 #    each standby when it was last current with a primary (its receiver
@@ -311,6 +314,21 @@ case "$answer" in
 esac
 [ -n "$mine" ] || fail "candidate $candidate: no WAL position"
 log "candidate $candidate is at $mine"
+# 3a. Synchronous: a commit was acknowledged once a walsender the old
+# primary's synchronous_standby_names accepts had it. Every server runs
+# with the same setting, so the candidate shows it. Only a list of the
+# instances' names makes "the most advanced instance holds every
+# acknowledged commit" true: `*` accepts any WAL receiver (pg_receivewal,
+# pg_recvlogical, a base backup's stream), which none of the instances is.
+if [ "${SYNCHRONOUS:-false}" = "true" ]; then
+    q "$candidate" "SELECT current_setting('synchronous_standby_names')" ||
+        refuse "candidate $candidate: cannot read synchronous_standby_names: $answer"
+    case "$answer" in
+        '') refuse "candidate $candidate runs without synchronous_standby_names: nothing shows the old primary waited for an instance" ;;
+        *'*'*) refuse "synchronous_standby_names is '$answer': any WAL receiver (pg_receivewal, pg_recvlogical) acknowledged commits for the old primary, and the instances may hold none of them" ;;
+    esac
+    log "synchronous_standby_names '$answer' names the instances: the most advanced one holds every acknowledged commit"
+fi
 for other in ${STANDBYS:-}; do
     if ! q "$other" "$POSITION"; then
         if [ "${SYNCHRONOUS:-false}" = "true" ]; then
