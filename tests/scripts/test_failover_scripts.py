@@ -1728,3 +1728,63 @@ def test_synchronous_promote_refuses_when_a_wal_receiver_stood_in_for_the_standb
             receiver.kill()
         if db is not None:
             db.stop()
+
+
+# --------------------------------------------------------------------------
+# Issue 32, item 8: the time from the primary's loss to the first write
+# acknowledged through the read-write Service
+
+RTO_RUNS = int(os.environ.get("OPSHOOKS_RTO_RUNS", "10"))
+READINESS_PERIOD = 2  # seconds between readiness probes
+READINESS_THRESHOLD = 2  # failures before Ready turns False
+FAILOVER_DELAY = 5  # the hook's spec.failover.delay
+
+
+def failover_rto(template: Path) -> tuple[float, float, float]:
+    """One failover under the application's load: SIGKILL of the primary;
+    the kubelet's readiness probes (probe.sh ready every READINESS_PERIOD,
+    READINESS_THRESHOLD failures); the hook's delay (FAILOVER_DELAY, then
+    the designation of the standby that received most); the promote Job
+    with the lease (LEASE_SECONDS). Returns (seconds from the kill to the
+    first write the new primary acknowledged through the Service, of which
+    until Ready turned False, of which the promote Job)."""
+    db = new_database(template, lease=True)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(1)
+        killed = time.time()
+        p.stop("kill")
+        failures = 0
+        while failures < READINESS_THRESHOLD:
+            time.sleep(READINESS_PERIOD)
+            failures = failures + 1 if probe(p, "ready").rc != 0 else 0
+        not_ready = time.time()
+        time.sleep(FAILOVER_DELAY)
+        lsn = "SELECT pg_last_wal_receive_lsn() - '0/0'"
+        new, other = (b, c) if float(b.sql(lsn)) >= float(c.sql(lsn)) else (c, b)
+        db.designate(new)
+        began = time.time()
+        assert_promoted(promote(new, p, [other], timeout="2"), new)
+        job = time.time() - began
+        time.sleep(1)
+        acked = writer.stop()
+        first = min(at for port, at in acked.values() if port == new.port)
+        return first - killed, not_ready - killed, job
+    finally:
+        db.stop()
+
+
+def test_failover_time_from_the_kill_to_the_first_acknowledged_write(template):
+    figures = []
+    for run_no in range(RTO_RUNS):
+        rto, detection, job = failover_rto(template)
+        figures.append(rto)
+        print(f"failover {run_no + 1}: first acknowledged write {rto:.1f}s after the kill "
+              f"(not ready after {detection:.1f}s, the promote Job {job:.1f}s)")
+    figures.sort()
+    print(f"RTO over {RTO_RUNS} failovers (readiness every {READINESS_PERIOD}s x{READINESS_THRESHOLD}, delay "
+          f"{FAILOVER_DELAY}s, lease {LEASE_SECONDS}s): min {figures[0]:.1f}s, median "
+          f"{figures[len(figures) // 2]:.1f}s, max {figures[-1]:.1f}s")
+    assert figures[-1] <= 30, figures
