@@ -55,6 +55,7 @@ from test_database_scripts import (  # noqa: F401 (scratch: the module's autouse
 )
 
 MAJOR = BIN.parts[-2]  # /usr/lib/postgresql/<major>/bin
+SYNC_NAMES = ""  # the instances' names; a test sets "*" to reproduce the old setting
 
 
 # --------------------------------------------------------------------------
@@ -200,6 +201,48 @@ class RoleConfigMap:
             return self.applied == self.seq
 
 
+def uptime() -> int:
+    """Seconds since boot, the lease's clock (start.sh reads /proc/uptime)."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]))
+
+
+class LeaseSidecar:
+    """A pod's lease sidecar: every `every` seconds it reads the role
+    ConfigMap from the API server (`configmap.published`, not the kubelet's
+    mount) and rewrites the pod's lease file atomically: `<seconds since
+    boot> <epoch> <primary>`. cut() is a partition between the pod and the
+    API server: the file is no longer rewritten. The script tests feed the
+    file this way; the sidecar's own `kubectl` against a real API server is
+    not part of them."""
+
+    def __init__(self, configmap: "RoleConfigMap", path: Path, every: float = 2.0) -> None:
+        self.configmap = configmap
+        self.path = path
+        self.every = every
+        self.is_cut = False
+        self.closed = False
+        self.write()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def write(self) -> None:
+        with self.configmap.lock:
+            data = dict(self.configmap.published)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(f"{uptime()} {data['epoch']} {data['primary']}\n")
+        tmp.chmod(0o644)
+        tmp.rename(self.path)
+
+    def cut(self, is_cut: bool = True) -> None:
+        self.is_cut = is_cut
+
+    def _loop(self) -> None:
+        while not self.closed:
+            time.sleep(self.every)
+            if not self.is_cut and not self.closed:
+                with contextlib.suppress(OSError):
+                    self.write()
+
+
 # --------------------------------------------------------------------------
 # Instances
 
@@ -223,6 +266,7 @@ class Instance:
     port: int = dataclasses.field(default_factory=dbs.free_port)
     proc: subprocess.Popen | None = None
     starts: int = 0
+    lease: LeaseSidecar | None = None
 
     @property
     def data(self) -> Path:
@@ -258,6 +302,7 @@ class Instance:
             "REPLICATION_PASSWORD": REPLICATION_PASSWORD,
             "POSTGRES_PASSWORD": SUPERUSER_PASSWORD,
             "TERMINATION_LOG": str(self.termination_log),
+            **({"LEASE_FILE": str(self.lease.path), "LEASE_SECONDS": str(LEASE_SECONDS)} if self.lease else {}),
         }
 
     def server_argv(self) -> list[str]:
@@ -267,7 +312,9 @@ class Instance:
                 "-c", f"unix_socket_directories={self.volume / 'sock'}", "-c", "wal_log_hints=on",
                 "-c", "wal_keep_size=128MB", "-c", "fsync=off", "-c", "full_page_writes=on"]
         if self.sync:
-            argv += ["-c", "synchronous_standby_names=ANY 1 (*)"]
+            # As the hook names them (children.rs); SYNC_NAMES="*" is what it did before.
+            names = SYNC_NAMES or ",".join(f'"db-{n}"' for n in range(3))
+            argv += ["-c", f"synchronous_standby_names=ANY 1 ({names})"]
         return argv
 
     def start(self, *, path: str = PG_PATH, wait: bool = True, shell: str = "dash") -> None:
@@ -317,6 +364,12 @@ class Instance:
         else:
             self.proc.send_signal(signal.SIGINT if how == "fast" else signal.SIGQUIT)
             self.proc.wait(60)
+
+    def pause(self, paused: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) to every process of the container: the
+        server, its sessions and the watchdog, as a frozen node or cgroup."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def sql(self, sql: str, **kw) -> str:
         return self.cluster.sql(sql, **kw)
@@ -409,15 +462,22 @@ class Database:
 
     def stop(self) -> None:
         for i in self.instances:
+            if i.lease is not None:
+                i.lease.closed = True
+            if i.proc is not None and i.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(i.proc.pid, signal.SIGCONT)
             i.stop("immediate")
         self.proxy.close()
 
 
 MOUNT_DELAY = 1.0
+LEASE_SECONDS = 10
 
 
 def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
-                 mount_delay: float = MOUNT_DELAY, first_epoch: int = 1, database: str | None = None) -> Database:
+                 mount_delay: float = MOUNT_DELAY, first_epoch: int = 1, database: str | None = None,
+                 lease: bool = False) -> Database:
     """db-0 the primary (its volume holds the template's cluster), and
     standbys that start on empty volumes: start.sh clones them from the
     read-write Service. The role mount follows the ConfigMap `mount_delay`
@@ -433,7 +493,11 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
     for n in range(standbys + 1):
         volume = pg_dir(fresh_path(f"db-{n}"))
         pg_dir(volume / "sock")
-        instances.append(Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap))
+        instance = Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap)
+        if lease:
+            pg_dir(volume / "lease")
+            instance.lease = LeaseSidecar(configmap, volume / "lease" / "role")
+        instances.append(instance)
     primary = instances[0]
     r = run(["cp", "-a", str(template), str(primary.data)], {"PATH": PG_PATH}, timeout=60)
     assert r.rc == 0, str(r)
@@ -499,6 +563,11 @@ def promote(candidate: Instance, old: Instance, standbys: list[Instance], *, syn
     }
     if timeout is not None:
         env["CONNECT_TIMEOUT"] = timeout
+    if candidate.lease is not None:
+        # One path in every pod in production; here every server reads the
+        # candidate's file (one machine): the Job's read of each instance's
+        # lease is modelled by the candidate's only.
+        env |= {"LEASE_FILE": str(candidate.lease.path), "LEASE_SECONDS": str(LEASE_SECONDS)}
     env.update(extra)
     r = run(script_argv("promote.sh"), env, as_postgres=True, timeout=180, executable=shell_path(shell))
     line = log.read_text() if log.exists() else ""
@@ -981,12 +1050,12 @@ class AckWriter:
     names the instance that acknowledged it (inet_server_port()) and when
     (clock_timestamp(), this machine's clock)."""
 
-    def __init__(self, proxy: Proxy, table: str, clients: int = 2):
+    def __init__(self, proxy: Proxy, table: str, clients: int = 2, first_id: int = 0):
         self.proxy = proxy
         self.table = table
         self.work = pg_dir(fresh_path("ackwriter"))
         self.lock = threading.Lock()
-        self.next_id = 0
+        self.next_id = first_id
         self.stopped = False
         self.procs: list[subprocess.Popen] = []
         self.outputs: list[Path] = []
@@ -1588,3 +1657,272 @@ def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
         assert all(i.sql("SELECT count(*) FROM w") == str(len(held)) for i in db.instances)
     finally:
         db.stop()
+
+
+# Issue 32, item 5: a primary serves only while its lease is fresh
+
+
+def stopped_within(instance: Instance, seconds: float) -> float:
+    """Waits until the instance's server process exits; the time it took."""
+    assert instance.proc is not None
+    began = time.monotonic()
+    try:
+        instance.proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{instance.name} still runs after {seconds}s:\n{instance.output()[-3000:]}") from None
+    return time.monotonic() - began
+
+
+def test_the_watchdog_stops_a_primary_whose_lease_expires_or_names_another(template):
+    """The lease sidecar cannot reach the API server (cut): the primary
+    stops by itself within LEASE_SECONDS of its last lease plus a check,
+    without the kubelet (the mount never changes here). Restarted, it
+    waits for a fresh lease before serving. A lease that names another pod
+    stops it within a check."""
+    db = new_database(template, lease=True, mount_delay=3600)
+    try:
+        p, b, c = db.instances
+        assert p.lease is not None
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(3)
+        assert p.proc is not None and p.proc.poll() is None, p.output()
+        p.lease.cut()
+        last_lease = int(p.lease.path.read_text().split()[0])
+        took = stopped_within(p, LEASE_SECONDS + 10)
+        stopped_at = uptime()
+        acked = writer.stop()
+        print(f"lease cut: the primary stopped {stopped_at - last_lease}s after its last lease")
+        assert stopped_at - last_lease <= LEASE_SECONDS + 2, (stopped_at, last_lease, took)
+        assert "watchdog: the lease naming db-0 is" in p.output(), p.output()[-2000:]
+        assert len(acked) > 100
+        # Restarted while still cut off: it waits, serving nothing.
+        p.start(wait=False)
+        wait_for("it waits for a lease", lambda: "waiting for a lease younger than" in p.output())
+        assert p.cluster.psql("SELECT 1").rc != 0
+        p.lease.cut(False)
+        p.wait_ready()
+        assert p.in_recovery() == "f"
+        # The ConfigMap names b: p's lease says so within its period, and p
+        # stops at the next check, the mount still naming p.
+        db.configmap.publish(b.name, 2)
+        took = stopped_within(p, p.lease.every + 3)
+        assert (db.roles / "primary").read_text() == "db-0"
+        assert "watchdog: the lease (epoch 2) names db-1" in p.output(), p.output()[-2000:]
+        # Restarted: the lease is newer than the mount and names b, so p
+        # does not start as the primary (start.sh takes it as a former
+        # primary and waits for b, which is not promoted here).
+        p.start(wait=False)
+        wait_for("p starts as a former primary", lambda: "the lease is newer" in p.output()
+                 and "a former primary" in p.output())
+    finally:
+        db.stop()
+
+
+def test_a_paused_primary_stops_as_soon_as_it_resumes(template):
+    """SIGSTOP of every process of the primary's container (a frozen node)
+    for longer than the lease, its sidecar frozen with it: once resumed,
+    the watchdog finds the lease expired and stops the server. What the
+    server's sessions acknowledge between the resume and the stop (the
+    race the README states) is counted; the stop itself must follow
+    within a check."""
+    db = new_database(template, lease=True, mount_delay=3600)
+    try:
+        p = db.instances[0]
+        assert p.lease is not None
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(2)
+        p.lease.cut()
+        p.pause()
+        time.sleep(LEASE_SECONDS + 3)
+        resumed = time.time()
+        p.pause(False)
+        took = stopped_within(p, 8)
+        acked = writer.stop()
+        after = sorted(at - resumed for port, at in acked.values() if port == p.port and at >= resumed)
+        print(f"paused primary: stopped {took:.2f}s after the resume; {len(after)} commits acknowledged "
+              f"after the resume, the last {after[-1] if after else 0:.3f}s after it")
+        assert "paused?" in p.output(), p.output()[-2000:]
+        assert took < 3, took
+    finally:
+        db.stop()
+
+
+def test_a_partitioned_primary_stops_before_the_candidate_is_promoted(template):
+    """Issue 32, item 5: the primary's node is cut off. Its lease is no
+    longer rewritten, its role mount never changes (the kubelet there
+    cannot read the ConfigMap), its standbys lose it, and clients on its
+    node keep writing to it (kube-proxy there keeps its rules: `local`, a
+    Service that never moves) while the others follow the Service to b.
+    The promote Job cannot reach the old primary (a DNS failure, which
+    proves nothing): it waits until the old primary's lease has run out,
+    then promotes b. Never two instances acknowledge writes at once.
+    With the wait taken out (LEASE_* 0) b is promoted while the old
+    primary still takes writes: the test sees it."""
+    for wait in (True, False):
+        db = new_database(template, lease=True, mount_delay=3600)
+        local = Proxy()
+        try:
+            p, b, c = db.instances
+            assert p.lease is not None
+            rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+            local.retarget(p.port)
+            writers = [AckWriter(db.proxy, "w"), AckWriter(local, "w", first_id=10**8)]
+            time.sleep(2)
+            p.lease.cut()
+            db.proxy.retarget(None)  # the primary is not ready: out of the Service
+            partition_from_standbys(p)
+            # The hook's candidate is the standby that received most.
+            lsn = "SELECT pg_last_wal_receive_lsn() - '0/0'"
+            if int(float(c.sql(lsn))) > int(float(b.sql(lsn))):
+                b, c = c, b
+            db.designate(b)
+            extra = {} if wait else {"LEASE_SECONDS": "0", "LEASE_CHECK_SECONDS": "0", "LEASE_MARGIN": "0"}
+            old = types.SimpleNamespace(address="db-0.partitioned.invalid:5432")
+            began = time.monotonic()
+            done = promote(b, old, [c], timeout="2", **extra)
+            took = time.monotonic() - began
+            assert_promoted(done, b)
+            writers.append(AckWriter(db.proxy, "w", first_id=2 * 10**8))  # connects now: reaches b
+            time.sleep(3)
+            acked = {}
+            for w in writers:
+                acked |= w.stop()
+            verdict = check(db, "w", acked)
+            late = [at for port, at in acked.values() if port == p.port]
+            first_b = min((at for port, at in acked.values() if port == b.port), default=None)
+            print(f"partition (wait {wait}): promote took {took:.1f}s; {verdict}; the old primary's last ack "
+                  f"{(max(late) - first_b) if late and first_b else 0:+.2f}s from b's first")
+            if wait:
+                # The new primary is live by its lease, its mount still naming db-0.
+                assert (db.roles / "primary").read_text() == "db-0"
+                wait_for("b's lease names b", lambda: b.lease is not None and b.name in b.lease.path.read_text())
+                live = probe(b, "live")
+                assert live.rc == 0, str(live)
+                assert probe(b, "live", LEASE_FILE="").rc == 1
+                assert "waiting until its lease has run out" in done.err, str(done)
+                assert p.proc is not None and p.proc.poll() is not None, "the old primary still runs"
+                assert verdict.concurrent == [], str(verdict)
+            else:
+                assert verdict.concurrent != [], f"no overlap without the wait: the test proves nothing\n{verdict}"
+        finally:
+            local.close()
+            db.stop()
+
+
+# --------------------------------------------------------------------------
+# Issue 32, item 6: synchronous mode promotes only a candidate that holds
+# every acknowledged commit
+
+
+@pytest.mark.parametrize("names", ["any", "instances"])
+def test_synchronous_promote_refuses_when_a_wal_receiver_stood_in_for_the_standbys(template, names):
+    """The standby is stopped and only pg_receivewal --synchronous streams
+    from the primary; then the primary is lost and the standby comes back.
+    With `ANY 1 (*)` (before) pg_receivewal acknowledged every commit for
+    the primary and the standby holds none of them: the promote Job must
+    refuse (it promoted it before). With the instances named (the hook's
+    setting) nothing was acknowledged meanwhile and the standby is
+    promoted with every acknowledged commit."""
+    global SYNC_NAMES
+    SYNC_NAMES = "*" if names == "any" else ""
+    db = None
+    receiver = None
+    try:
+        db = new_database(template, sync=True, standbys=1)
+        p, b = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        b.stop("fast")
+        wal = pg_dir(fresh_path("receivewal"))
+        env = {"PATH": PG_PATH, "HOME": str(wal), "PGPASSWORD": REPLICATION_PASSWORD}
+        uid, gid = postgres_ids()
+        receiver = subprocess.Popen(
+            [str(BIN / "pg_receivewal"), "--synchronous", "-D", str(wal), "-h", "127.0.0.1", "-p", str(p.port),
+             "-U", "replicator", "--no-password"], env=env, stdout=subprocess.DEVNULL,
+            stderr=open(wal / "stderr", "wb"), start_new_session=True, user=uid, group=gid, extra_groups=[])
+        wait_for("pg_receivewal streams", lambda: p.sql(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal'") == "1")
+        writer = AckWriter(types.SimpleNamespace(port=p.port), "w")
+        time.sleep(2)
+        p.stop("kill")
+        receiver.kill()
+        acked = writer.stop()
+        b.start()
+        db.designate(b)
+        done = promote(b, p, [], sync=True, timeout="2")
+        verdict = check(db, "w", acked)
+        print(f"synchronous, names {SYNC_NAMES or 'the instances'}: {verdict}; promote: {done.line.strip()}")
+        if names == "any":
+            assert len(acked) > 100, "pg_receivewal did not acknowledge: the test proves nothing"
+            assert_refused(done, "any WAL receiver")
+            assert b.in_recovery() == "t"
+        else:
+            assert_promoted(done, b)
+            assert verdict.missing == {"db-1": 0}, str(verdict)
+    finally:
+        SYNC_NAMES = ""
+        if receiver is not None and receiver.poll() is None:
+            receiver.kill()
+        if db is not None:
+            db.stop()
+
+
+# --------------------------------------------------------------------------
+# Issue 32, item 8: the time from the primary's loss to the first write
+# acknowledged through the read-write Service
+
+RTO_RUNS = int(os.environ.get("OPSHOOKS_RTO_RUNS", "10"))
+READINESS_PERIOD = 2  # seconds between readiness probes
+READINESS_THRESHOLD = 2  # failures before Ready turns False
+FAILOVER_DELAY = 5  # the hook's spec.failover.delay
+
+
+def failover_rto(template: Path) -> tuple[float, float, float]:
+    """One failover under the application's load: SIGKILL of the primary;
+    the kubelet's readiness probes (probe.sh ready every READINESS_PERIOD,
+    READINESS_THRESHOLD failures); the hook's delay (FAILOVER_DELAY, then
+    the designation of the standby that received most); the promote Job
+    with the lease (LEASE_SECONDS). Returns (seconds from the kill to the
+    first write the new primary acknowledged through the Service, of which
+    until Ready turned False, of which the promote Job)."""
+    db = new_database(template, lease=True)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        writer = AckWriter(db.proxy, "w")
+        time.sleep(1)
+        killed = time.time()
+        p.stop("kill")
+        failures = 0
+        while failures < READINESS_THRESHOLD:
+            time.sleep(READINESS_PERIOD)
+            failures = failures + 1 if probe(p, "ready").rc != 0 else 0
+        not_ready = time.time()
+        time.sleep(FAILOVER_DELAY)
+        lsn = "SELECT pg_last_wal_receive_lsn() - '0/0'"
+        new, other = (b, c) if float(b.sql(lsn)) >= float(c.sql(lsn)) else (c, b)
+        db.designate(new)
+        began = time.time()
+        assert_promoted(promote(new, p, [other], timeout="2"), new)
+        job = time.time() - began
+        time.sleep(1)
+        acked = writer.stop()
+        first = min(at for port, at in acked.values() if port == new.port)
+        return first - killed, not_ready - killed, job
+    finally:
+        db.stop()
+
+
+def test_failover_time_from_the_kill_to_the_first_acknowledged_write(template):
+    figures = []
+    for run_no in range(RTO_RUNS):
+        rto, detection, job = failover_rto(template)
+        figures.append(rto)
+        print(f"failover {run_no + 1}: first acknowledged write {rto:.1f}s after the kill "
+              f"(not ready after {detection:.1f}s, the promote Job {job:.1f}s)")
+    figures.sort()
+    print(f"RTO over {RTO_RUNS} failovers (readiness every {READINESS_PERIOD}s x{READINESS_THRESHOLD}, delay "
+          f"{FAILOVER_DELAY}s, lease {LEASE_SECONDS}s): min {figures[0]:.1f}s, median "
+          f"{figures[len(figures) // 2]:.1f}s, max {figures[-1]:.1f}s")
+    assert figures[-1] <= 30, figures

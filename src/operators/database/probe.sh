@@ -4,9 +4,9 @@
 #
 # live:  the local server answers (pg_isready on 127.0.0.1), and it is not
 #        a fenced former primary: a server that answers as a primary while
-#        the role ConfigMap ($ROLE_DIR/primary) names another pod fails, so
-#        the kubelet restarts the container and start.sh rejoins it as a
-#        standby.
+#        the role ConfigMap ($ROLE_DIR/primary, or the lease when it is
+#        newer) names another pod fails, so the kubelet restarts the
+#        container and start.sh rejoins it as a standby.
 # ready: live's checks; then, on a standby:
 #        * with MAX_SILENCE_SECONDS set, a standby that has not been current
 #          with a primary for longer than that is not ready (it says since
@@ -39,6 +39,17 @@ esac
 # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
 me="${HOSTNAME:-}"
 primary="$(cat "${ROLE_DIR:-/etc/opshooks/role}/primary" 2>/dev/null)" || primary=""
+epoch="$(cat "${ROLE_DIR:-/etc/opshooks/role}/epoch" 2>/dev/null)" || epoch=""
+# The lease (LEASE_FILE, `<seconds since boot> <epoch> <primary>`, see
+# start.sh) names the primary at a newer epoch than the mount, which the
+# kubelet updates a minute late: a promoted standby is the primary then.
+if [ -n "${LEASE_FILE:-}" ] && read -r _ lease_epoch lease_primary <"$LEASE_FILE" 2>/dev/null && [ -n "$lease_primary" ]; then
+    case "$lease_epoch:$epoch" in
+        *[!0-9:]* | :*) ;;
+        *:) primary="$lease_primary" ;;
+        *) [ "$lease_epoch" -lt "$epoch" ] || primary="$lease_primary" ;;
+    esac
+fi
 
 # local_sql SQL [psql arguments...]
 local_sql() {

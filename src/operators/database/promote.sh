@@ -10,7 +10,8 @@
 # may be empty), SYNCHRONOUS ("true" or "false"), MODE ("failover", the
 # default, or "switchover"), EXPECT_PRIMARY and EXPECT_EPOCH (the role the
 # hook published: the candidate's pod name and the epoch), ROLE_DIR (where
-# the instances read their role, default /etc/opshooks/role), ROLE_WAIT
+# the instances read their role, default /etc/opshooks/role), LEASE_FILE,
+# LEASE_SECONDS, LEASE_CHECK_SECONDS, LEASE_MARGIN (1b, 1c), ROLE_WAIT
 # (seconds, default 150), CONNECT_TIMEOUT (seconds, default 5),
 # TERMINATION_LOG (default /dev/termination-log). Hosts reach libpq through
 # PGHOST and PGPORT, never through a connection string.
@@ -19,11 +20,23 @@
 # 1. A candidate that answers and is not in recovery was promoted already
 #    (an earlier attempt whose pod died after promoting): success.
 # 1b. Fencing is read before anything is promoted: every instance that
-#    answers must read the published role from its mounted ConfigMap
-#    (pg_read_file; the kubelet updates such volumes a minute or so after
-#    the ConfigMap), so none that restarts from now on starts as a primary
-#    and the candidate's probes take it for the primary. Refused after
-#    ROLE_WAIT seconds.
+#    answers must read the published role (pg_read_file), so none that
+#    restarts from now on starts as a primary and the candidate's probes
+#    take it for the primary. Refused after ROLE_WAIT seconds. With
+#    LEASE_FILE set (the instances' lease, which their sidecar rewrites
+#    from the API server every few seconds), that file is read; else the
+#    mounted ConfigMap (the kubelet updates such volumes a minute or so
+#    after the ConfigMap).
+# 1c. The lease (failover, LEASE_FILE set): the hook made this Job only
+#    once it observed the ConfigMap naming the candidate, so the old
+#    primary's last lease naming itself is older than this Job, and its
+#    watchdog stops it within LEASE_SECONDS + LEASE_CHECK_SECONDS (+ 1 s
+#    of whole seconds) of that lease. The Job waits that long plus
+#    LEASE_MARGIN (default 2 s), unless the old primary answers in
+#    recovery: then nothing is to fence. A connection that fails (a DNS
+#    error, a timeout) proves nothing and is never taken for a stopped
+#    primary; the wait is what fences. Without LEASE_FILE, an old primary
+#    that does not answer is taken as lost (the kubelet's fence).
 # 2. failover: an old primary that still answers as a primary: refused.
 #    switchover: the old primary must answer as a primary and the
 #    candidate stream from it within MAX_LAG_BYTES of its position (else
@@ -43,7 +56,10 @@
 #    one holds: refused, naming both positions. A standby that does not
 #    answer may hold commits nobody else has: under synchronous
 #    replication that refuses (zero loss wins over availability); under
-#    asynchronous replication it is noted and skipped.
+#    asynchronous replication it is noted and skipped. Under synchronous
+#    replication the candidate's synchronous_standby_names (the old
+#    primary's: every server has the same) must name the instances: `*`
+#    lets any WAL receiver acknowledge commits: refused.
 # 3b. (checked first, as 1a) failover, with MAX_SILENCE_SECONDS: the loss bound against what the
 #    old primary had, not only against other standbys. probe.sh records on
 #    each standby when it was last current with a primary (its receiver
@@ -144,6 +160,13 @@ esac
 role_dir="${ROLE_DIR:-/etc/opshooks/role}"
 role_wait="${ROLE_WAIT:-150}"
 case "$role_wait" in '' | *[!0-9]*) role_wait=150 ;; esac
+lease_file="${LEASE_FILE:-}"
+lease_wait=0
+for value in "${LEASE_SECONDS:-10}" "${LEASE_CHECK_SECONDS:-1}" "${LEASE_MARGIN:-2}"; do
+    case "$value" in '' | *[!0-9]*) fail "LEASE_SECONDS, LEASE_CHECK_SECONDS, LEASE_MARGIN: '$value' is not a number of seconds" ;; esac
+    lease_wait=$((lease_wait + value))
+done
+lease_wait=$((lease_wait + 1))
 case "${SYNCHRONOUS:-false}" in
     true | false) ;;
     *) fail "SYNCHRONOUS is '${SYNCHRONOUS:-}', not true or false" ;;
@@ -152,6 +175,7 @@ silence="${MAX_SILENCE_SECONDS:-}"
 case "$silence" in *[!0-9]*) fail "MAX_SILENCE_SECONDS is '$silence', not a number of seconds" ;; esac
 max_lag="${MAX_LAG_BYTES:-16777216}"
 case "$max_lag" in '' | *[!0-9]*) fail "MAX_LAG_BYTES is '$max_lag', not a number of bytes" ;; esac
+started="$(date +%s)"
 log "candidate $candidate, old primary $old, other standbys '${STANDBYS:-}', synchronous ${SYNCHRONOUS:-false}"
 
 # The candidate records, beside its data directory, the epoch it was
@@ -202,15 +226,25 @@ if [ "$mode" = "failover" ] && [ -n "$silence" ]; then
     log "candidate $candidate was current with a primary ${1}s ago (the primary at $2), within MAX_SILENCE_SECONDS=$silence"
 fi
 
-# 1b. Every instance that answers reads the published role.
-ROLE="SELECT btrim(pg_read_file(:'dir' || '/primary'), E' \\n') || '@' || btrim(pg_read_file(:'dir' || '/epoch'), E' \\n')"
+# 1b. Every instance that answers reads the published role: its lease,
+# or its mount.
+if [ -n "$lease_file" ]; then
+    ROLE="SELECT split_part(l, ' ', 3) || '@' || split_part(l, ' ', 2)
+        FROM (SELECT btrim(pg_read_file(:'file'), E' \\n') AS l) f"
+    source="file=$lease_file"
+    stale="its lease sidecar has not rewritten $lease_file from the API server"
+else
+    ROLE="SELECT btrim(pg_read_file(:'dir' || '/primary'), E' \\n') || '@' || btrim(pg_read_file(:'dir' || '/epoch'), E' \\n')"
+    source="dir=$role_dir"
+    stale="the kubelet has not updated its role volume"
+fi
 want="$EXPECT_PRIMARY@$EXPECT_EPOCH"
 # shellcheck disable=SC2086 # OLD_PRIMARY may be empty; STANDBYS is a list
 for instance in "$candidate" $old ${STANDBYS:-}; do
     waited=0
-    while q "$instance" "$ROLE" -v "dir=$role_dir" && [ "$answer" != "$want" ]; do
+    while q "$instance" "$ROLE" -v "$source" && [ "$answer" != "$want" ]; do
         [ "$waited" -lt "$role_wait" ] ||
-            refuse "$instance still reads the role '$answer', not '$want', after ${role_wait}s: the kubelet has not updated its role volume"
+            refuse "$instance still reads the role '$answer', not '$want', after ${role_wait}s: $stale"
         sleep 2
         waited=$((waited + 2))
     done
@@ -260,6 +294,23 @@ if [ "$mode" = "switchover" ]; then
         "candidate $candidate did not receive and replay the old primary's last WAL (its shutdown checkpoint, after $last) within ${role_wait}s; the old primary is stopped and takes over again"
     q "$candidate" "SELECT pg_last_wal_replay_lsn()" || refuse "candidate $candidate does not answer: $answer"
     log "candidate $candidate replayed the old primary's WAL to its end, $answer"
+elif [ -n "$lease_file" ]; then
+    # 1c. Whatever the old primary answers or not, unless it answers in
+    # recovery, its lease runs out before anything is promoted.
+    if [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()" && [ "$answer" = "t" ]; then
+        log "old primary $old answers, in recovery: nothing to fence"
+    else
+        [ -z "$old" ] || log "old primary $old: ${answer:-unknown}; waiting until its lease has run out"
+        left=$((started + lease_wait - $(date +%s)))
+        if [ "$left" -gt 0 ]; then
+            log "waiting ${left}s: LEASE_SECONDS + LEASE_CHECK_SECONDS + LEASE_MARGIN + 1 since this Job started"
+            sleep "$left"
+        fi
+        if [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
+            [ "$answer" = "t" ] || refuse "old primary $old still answers as a primary after its lease ran out"
+        fi
+        log "the old primary's lease has run out: it takes no write"
+    fi
 elif [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
     [ "$answer" = "t" ] || refuse "old primary $old still answers as a primary"
     log "old primary $old answers, in recovery"
@@ -281,6 +332,21 @@ case "$answer" in
 esac
 [ -n "$mine" ] || fail "candidate $candidate: no WAL position"
 log "candidate $candidate is at $mine"
+# 3a. Synchronous: a commit was acknowledged once a walsender the old
+# primary's synchronous_standby_names accepts had it. Every server runs
+# with the same setting, so the candidate shows it. Only a list of the
+# instances' names makes "the most advanced instance holds every
+# acknowledged commit" true: `*` accepts any WAL receiver (pg_receivewal,
+# pg_recvlogical, a base backup's stream), which none of the instances is.
+if [ "${SYNCHRONOUS:-false}" = "true" ]; then
+    q "$candidate" "SELECT current_setting('synchronous_standby_names')" ||
+        refuse "candidate $candidate: cannot read synchronous_standby_names: $answer"
+    case "$answer" in
+        '') refuse "candidate $candidate runs without synchronous_standby_names: nothing shows the old primary waited for an instance" ;;
+        *'*'*) refuse "synchronous_standby_names is '$answer': any WAL receiver (pg_receivewal, pg_recvlogical) acknowledged commits for the old primary, and the instances may hold none of them" ;;
+    esac
+    log "synchronous_standby_names '$answer' names the instances: the most advanced one holds every acknowledged commit"
+fi
 for other in ${STANDBYS:-}; do
     if ! q "$other" "$POSITION"; then
         if [ "${SYNCHRONOUS:-false}" = "true" ]; then

@@ -65,7 +65,102 @@ primary="$(cat "$role_dir/primary" 2>/dev/null)" || primary=""
 [ -n "$primary" ] || refuse "no designated primary in $role_dir/primary: not starting without a role"
 initialized="$(cat "$role_dir/initialized" 2>/dev/null)" || initialized=""
 epoch="$(cat "$role_dir/epoch" 2>/dev/null)" || epoch="?"
+
+# The lease ($LEASE_FILE, when set): one line `<seconds since boot> <epoch>
+# <primary>`, rewritten atomically by the pod's lease sidecar each time it
+# read the role ConfigMap from the API server (not through the kubelet's
+# mount, which lags a minute and never changes while the node is cut
+# off). A lease at a newer epoch than the mount overrides it. A primary
+# serves only while the lease names it and is at most LEASE_SECONDS
+# (default 10) old: start.sh waits for such a lease before starting one,
+# and the watchdog below stops one whose lease expired or names another
+# pod. Seconds since boot (/proc/uptime) are the node's, shared by the
+# pod's containers, and neither a wall-clock step nor a pause stops them.
+lease_file="${LEASE_FILE:-}"
+lease_seconds="${LEASE_SECONDS:-10}"
+case "$lease_seconds" in '' | *[!0-9]*) refuse "LEASE_SECONDS is '$lease_seconds', not a number of seconds" ;; esac
+now_s() { read -r up _ </proc/uptime && printf '%s\n' "${up%.*}"; }
+# read_lease: $lease_at $lease_epoch $lease_primary, or false.
+read_lease() {
+    [ -n "$lease_file" ] && read -r lease_at lease_epoch lease_primary <"$lease_file" 2>/dev/null || return 1
+    case "$lease_at$lease_epoch" in '' | *[!0-9]*) return 1 ;; esac
+    [ -n "$lease_primary" ]
+}
+if read_lease; then
+    case "$epoch" in
+        '' | *[!0-9]*) newer=true ;;
+        *) newer="$([ "$lease_epoch" -ge "$epoch" ] && echo true || echo false)" ;;
+    esac
+    if [ "$newer" = true ] && [ "$lease_primary" != "$primary" ]; then
+        say "the lease (epoch $lease_epoch) names $lease_primary, the mounted role (epoch $epoch) $primary: the lease is newer"
+        primary="$lease_primary" epoch="$lease_epoch"
+    fi
+fi
 say "instance $me; designated primary $primary (epoch $epoch); data directory $PGDATA"
+
+# Before a primary starts: a fresh lease naming this pod, however long
+# that takes (an instance cut off from the API server must not serve).
+await_lease() {
+    [ -n "$lease_file" ] || return 0
+    waited=0
+    while :; do
+        if read_lease; then
+            [ "$lease_primary" = "$me" ] ||
+                refuse "the lease (epoch $lease_epoch) names $lease_primary: not starting as the primary"
+            [ "$(($(now_s) - lease_at))" -gt "$lease_seconds" ] || return 0
+        fi
+        [ $((waited % 10)) -ne 0 ] || say "waiting for a lease younger than ${lease_seconds}s naming $me in $lease_file"
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+
+# The watchdog, beside the server this script execs (same pid, $$): each
+# LEASE_CHECK_SECONDS (default 1), when the server runs as a primary (no
+# standby.signal, its postmaster.pid names $$), it stops the server
+# (SIGINT, a fast shutdown; SIGQUIT, immediate, 5 s later) once the lease
+# is older than LEASE_SECONDS or names another pod. A pause shows as a
+# loop that took longer than it slept (logged); the lease's age, in
+# seconds since boot, counts the pause. It exits 0 (the postmaster reaps
+# it like a backend: another status would restart every session) and
+# ignores the signals a shell passes on.
+start_watchdog() {
+    [ -n "$lease_file" ] || return 0
+    every="${LEASE_CHECK_SECONDS:-1}"
+    case "$every" in '' | *[!0-9]* | 0) every=1 ;; esac
+    server=$$
+    (
+        trap '' INT TERM HUP QUIT
+        last="$(now_s)"
+        while kill -0 "$server" 2>/dev/null; do
+            sleep "$every"
+            now="$(now_s)"
+            [ $((now - last)) -le $((every + 2)) ] || say "watchdog: $((now - last))s since the last check (paused?)"
+            last="$now"
+            [ ! -e "$PGDATA/standby.signal" ] || continue
+            read -r pid <"$PGDATA/postmaster.pid" 2>/dev/null || continue
+            [ "$pid" = "$server" ] || continue
+            if ! read_lease; then
+                why="no readable lease in $lease_file"
+            elif [ "$lease_primary" != "$me" ]; then
+                why="the lease (epoch $lease_epoch) names $lease_primary"
+            elif [ $((now - lease_at)) -gt "$lease_seconds" ]; then
+                why="the lease naming $me is $((now - lease_at))s old, more than LEASE_SECONDS=$lease_seconds"
+            else
+                continue
+            fi
+            kill -INT "$server" 2>/dev/null
+            say "watchdog: $why: stopping the primary (fast shutdown)"
+            n=0
+            while kill -0 "$server" 2>/dev/null && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+            if kill -QUIT "$server" 2>/dev/null; then
+                say "watchdog: still running after 5s: immediate shutdown"
+            fi
+            exit 0
+        done
+        exit 0
+    ) &
+}
 
 # A data directory holds a cluster once it has PG_VERSION and no
 # backup_label: pg_basebackup writes backup_label first and PG_VERSION among
@@ -358,6 +453,8 @@ if [ "$primary" = "$me" ]; then
     fi
     if [ -s "$PGDATA/PG_VERSION" ]; then unfence; fi
     record_epoch
+    [ -e "$PGDATA/standby.signal" ] || await_lease
+    start_watchdog
     exec "$@"
 fi
 
@@ -401,4 +498,5 @@ else
 fi
 unfence
 record_epoch
+start_watchdog
 exec "$@"
