@@ -345,19 +345,19 @@ fn claims(cluster: &Cluster) -> Vec<String> {
 
 /// True when a Job has failed and nobody deleted it yet: what it held
 /// (a change of primary, an upgrade) waits for a person.
-fn has_failed_job(cluster: &Cluster) -> bool {
-    cluster.objects().any(|(k, o)| {
-        k.kind == "Job" && o.pointer("/status/conditions/0/type") == Some(&json!("Failed"))
-    })
-}
-
-fn failed_jobs(sim: &Simulation<'_>) -> Vec<(String, String)> {
-    sim.cluster
+/// The names of the Jobs that failed.
+fn failed_jobs_in(cluster: &Cluster) -> impl Iterator<Item = &str> {
+    cluster
         .objects()
         .filter(|(k, o)| {
             k.kind == "Job" && o.pointer("/status/conditions/0/type") == Some(&json!("Failed"))
         })
-        .map(|(k, _)| (k.kind.clone(), k.name.clone()))
+        .map(|(k, _)| k.name.as_str())
+}
+
+fn failed_jobs(sim: &Simulation<'_>) -> Vec<(String, String)> {
+    failed_jobs_in(&sim.cluster)
+        .map(|name| ("Job".to_string(), name.to_string()))
         .collect()
 }
 
@@ -1535,14 +1535,27 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
     // another instance stays ready has been replaced, unless something
     // else holds the instances or a person must look (a scripted failure,
     // an upgrade or a restore, a refused spec, a deletion).
-    // A scripted failure holds a change of primary until a person (the
-    // healing) deletes the failed Job; the clock starts again then.
-    if !cluster.failing_jobs.is_empty() || has_failed_job(seen.before_cluster) {
+    // A failing promote Job holds a change of primary until a person (the
+    // healing) deletes it; the clock starts again then. No other failing
+    // Job does (a failed backup, snapshot or grow must not keep the
+    // primary down); an uninitialized Database never fails over (the init
+    // Job failing holds it there).
+    let is_promote = |job: &str| job.starts_with("orders-promote-");
+    if cluster.failing_jobs.iter().any(|j| is_promote(j))
+        || failed_jobs_in(seen.before_cluster).any(is_promote)
+    {
         primaries.held_since.set(Some(now));
     }
     let held_since = primaries.held_since.get().unwrap_or(Timestamp::UNIX_EPOCH);
     let answered = matches!(seen.step.outcome, Outcome::Answered { .. });
-    let held = status.is_some_and(|s| s["phase"] == "Upgrading" || s["phase"] == "Restoring");
+    let initialized = status.is_some_and(|s| {
+        s["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Initialized" && c["status"] == "True")
+        })
+    });
+    let held = !initialized
+        || status.is_some_and(|s| s["phase"] == "Upgrading" || s["phase"] == "Restoring");
     if let Some((primary, _)) = &role_now
         && answered
         && !held
@@ -1816,6 +1829,29 @@ fn failover_events_mid_flight() {
             );
         }
     }
+}
+
+/// Only a failing promote Job holds a failover (issue 32): with another
+/// Job failing (here the snapshot's, scripted to fail whenever it runs),
+/// a primary killed for good is still replaced within the delay and 30 s,
+/// as the failover rule demands.
+#[test]
+fn another_failing_job_does_not_hold_a_failover() {
+    let script = [
+        Scripted::FailJob("orders-snapshot".into()),
+        Scripted::KillPrimaryFor(0),
+    ];
+    let primaries = Primaries::default();
+    let result = live(
+        &operator("database"),
+        orders("16", "large", "Snapshot"),
+        0,
+        &script,
+        |_| {},
+        |seen| database_rule(seen).and_then(|()| failover_rule(seen, &primaries)),
+        database_reached,
+    );
+    assert!(result.is_ok(), "{}", result.unwrap_err());
 }
 
 /// The restart event stops Metacontroller after that many writes of its

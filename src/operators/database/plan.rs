@@ -334,7 +334,9 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
     }
     super::storage::refuse_shrink(db, seen)?;
     let mut plan = upgrade_plan(db, seen, running);
-    let upgrading = plan.upgrade != Upgrade::None;
+    // A failed or impossible upgrade (no destination, a failed backup or
+    // restore) leaves the old version serving: it fails over as ever.
+    let upgrading = plan.upgrade.in_progress();
     decide_primary(db, seen, &mut plan, upgrading);
     Ok(plan)
 }
