@@ -723,6 +723,7 @@ def test_primary_conninfo_is_data(database: Database, image):
     assert parse_conninfo(r.out.rstrip("\n")) == {
         "host": weird["RW_HOST"], "port": weird["RW_PORT"], "user": "replicator",
         "password": weird["REPLICATION_PASSWORD"], "application_name": weird["HOSTNAME"],
+        "target_session_attrs": "read-write",
     }
     assert not PWNED.exists()
 
@@ -934,6 +935,62 @@ def test_a_designated_standby_starts_as_a_standby(database: Database):
     database.designate(b)
     rw_sql(database.proxy, "INSERT INTO t VALUES (2)")
     wait_for("c follows b", lambda: has_rows(c, "t", 2), timeout=60)
+
+
+
+def test_a_standby_the_service_selects_before_its_promotion_does_not_stream_from_itself(database: Database):
+    """The hook designates b: the Service selects it before the promote Job
+    ran. b's WAL receiver, cut off from the lost primary, reconnects
+    through the Service, that is to itself; it must not stream from itself
+    (a connection that outlives the Service's next move would keep it on
+    the old timeline for good), nor may c stream from a standby there."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
+    wait_for("b and c have the row", lambda: has_rows(b, "t", 1) and has_rows(c, "t", 1))
+    p.stop("immediate")
+    database.designate(b)
+    deadline = time.monotonic() + 15  # three of wal_retrieve_retry_interval's retries
+    while time.monotonic() < deadline:
+        for standby in (b, c):
+            streams = standby.sql("SELECT coalesce(string_agg(status, ','), '') FROM pg_stat_wal_receiver")
+            assert streams != "streaming", f"{standby.name} streams through the Service from standby b"
+        assert b.sql("SELECT count(*) FROM pg_stat_replication") == "0", \
+            b.sql("SELECT string_agg(application_name || ' ' || state, ', ') FROM pg_stat_replication")
+        time.sleep(0.5)
+    assert_promoted(promote(b, p, [c]), b)
+    rw_sql(database.proxy, "INSERT INTO t VALUES (2)")
+    wait_for("c follows b on its timeline", lambda: has_rows(c, "t", 2), timeout=60)
+    assert b.sql("SELECT string_agg(application_name, ',') FROM pg_stat_replication") == c.name
+
+def test_a_standby_fed_past_the_fork_by_a_resumed_old_primary_is_not_live_and_rejoins(database: Database):
+    """Asynchronous: the old primary is paused past the failover, b promoted
+    (promote.sh compares c with b: equal), then the old primary resumes and
+    commits once more (a client that reaches its pod directly, before its
+    fence). c's connection to it outlived the pause, so c replays that
+    commit, past where b's timeline forks, and can never follow b. It must
+    not stay a live standby of a dead timeline: its liveness fails, saying
+    why, and its restart (start.sh) rewinds it onto b's timeline."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
+    wait_for("b and c have the row", lambda: has_rows(b, "t", 1) and has_rows(c, "t", 1))
+    os.killpg(p.proc.pid, signal.SIGSTOP)
+    try:
+        database.designate(b)
+        assert_promoted(promote(b, p, [c]), b)
+    finally:
+        os.killpg(p.proc.pid, signal.SIGCONT)
+    p.sql("INSERT INTO t VALUES (2)")
+    wait_for("c replayed the old primary's last commit", lambda: has_rows(c, "t", 2))
+    p.stop("immediate")
+    rw_sql(database.proxy, "INSERT INTO t VALUES (3)")
+    wait_for("c's liveness fails", lambda: probe(c, "live").rc != 0, timeout=30)
+    r = probe(c, "live")
+    assert "timeline" in r.out, str(r)
+    c.stop()
+    c.start()
+    wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t WHERE id = 3") == "1", timeout=60)
+    assert c.sql("SELECT count(*) FROM t WHERE id = 2") == "0"
+    assert probe(c, "live").rc == 0
 
 
 # --------------------------------------------------------------------------

@@ -6,7 +6,11 @@
 #        a fenced former primary: a server that answers as a primary while
 #        the role ConfigMap ($ROLE_DIR/primary, or the lease when it is
 #        newer) names another pod fails, so the kubelet restarts the
-#        container and start.sh rejoins it as a standby.
+#        container and start.sh rejoins it as a standby. A standby whose WAL
+#        receiver does not stream while the primary (at the read-write
+#        Service) is on a newer timeline than its last checkpoint fails too:
+#        it may have replayed past the fork, and its restart rewinds it onto
+#        the primary's timeline.
 # ready: live's checks; then, on a standby:
 #        * with MAX_SILENCE_SECONDS set, a standby that has not been current
 #          with a primary for longer than that is not ready (it says since
@@ -82,11 +86,15 @@ case "$silence" in *[!0-9]*) echo "probe: MAX_SILENCE_SECONDS is '$silence', not
 # when none answers as a primary.
 head=""
 if [ -n "${RW_HOST:-}" ]; then
-    head="$(printf '%s\n' "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END" |
+    head="$(printf '%s\n' "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text || ' ' ||
+            ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END" |
         PGHOST="$RW_HOST" PGPORT="${RW_PORT:-5432}" PGUSER=postgres PGDATABASE=postgres \
         PGPASSWORD="${POSTGRES_PASSWORD:-}" PGCONNECT_TIMEOUT=2 \
         psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>/dev/null)" || head=""
 fi
+# The primary's timeline, beside its position.
+head_tl="${head#* }"
+head="${head%% *}"
 # Current with that primary: record it (the received position is read
 # after the primary's, so a standby keeping up is never behind by more
 # than what the primary wrote in between).
@@ -98,6 +106,18 @@ if [ -n "$head" ]; then
         local_sql "SELECT current_setting('data_directory') || '/opshooks-current' AS file \\gset
 COPY (SELECT extract(epoch FROM now())::bigint || ' ' || :'head' || ' ' || :'lsn') TO :'file'" \
             -v "head=$head" -v "lsn=$recorded" >/dev/null || true
+    fi
+fi
+# A standby whose last checkpoint is on an older timeline than the
+# primary's, and whose WAL receiver does not stream, may have replayed past
+# the fork (a former primary's last WAL) and can never follow: not live,
+# so the kubelet restarts it and start.sh rewinds it onto the primary's.
+if [ -n "$head" ]; then
+    stuck="$(local_sql "SELECT timeline_id FROM pg_control_checkpoint() WHERE timeline_id < :tl
+        AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')" -v "tl=$head_tl")" || stuck=""
+    if [ -n "$stuck" ]; then
+        echo "probe: the primary is on timeline $head_tl, this standby's last checkpoint on timeline $stuck, and its WAL receiver does not stream: it may be past the fork; a restart rewinds it"
+        exit 1
     fi
 fi
 [ "$what" = "ready" ] || exit 0

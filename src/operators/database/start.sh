@@ -176,9 +176,10 @@ holds_cluster() { [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/backup_label" ]
 # parser turns back). awk reads ENVIRON byte by byte: every byte is data.
 conninfo_line() {
     awk 'BEGIN {
-        n = split("host port user password application_name", keys, " ")
+        n = split("host port user password application_name target_session_attrs", keys, " ")
         values[1] = ENVIRON["CI_HOST"]; values[2] = ENVIRON["CI_PORT"]
         values[3] = "replicator"; values[4] = ENVIRON["CI_PASSWORD"]; values[5] = ENVIRON["CI_NAME"]
+        values[6] = "read-write"
         out = ""
         for (k = 1; k <= n; k++) {
             v = values[k]; q = "\047"
@@ -202,7 +203,12 @@ conninfo_line() {
     }'
 }
 
-# A standby streams from the read-write Service as replicator: its
+# A standby streams from the read-write Service as replicator, from a
+# server that is no standby (target_session_attrs=read-write: libpq reads
+# the in_hot_standby and default_transaction_read_only a PostgreSQL 14+
+# server reports, so it holds on a replication connection). Else a standby
+# the Service selects before its promotion streams from itself, and that
+# connection outlives the Service's next move. Its
 # primary_conninfo in postgresql.auto.conf (read after postgresql.conf, and
 # the last line of a name wins) replaces every earlier one. The password is
 # in it, as pg_basebackup -R writes it: the file is the server's own (0600
