@@ -108,13 +108,15 @@ COPY (SELECT extract(epoch FROM now())::bigint || ' ' || :'head' || ' ' || :'lsn
             -v "head=$head" -v "lsn=$recorded" >/dev/null || true
     fi
 fi
-# A standby whose last checkpoint is on an older timeline than the
-# primary's, and whose WAL receiver does not stream, may have replayed past
-# the fork (a former primary's last WAL) and can never follow: not live,
-# so the kubelet restarts it and start.sh rewinds it onto the primary's.
+# A standby (never the primary: a promoted one's checkpoint stays on the
+# old timeline until its first checkpoint ends) whose last checkpoint is on
+# an older timeline than the primary's, and whose WAL receiver does not
+# stream, may have replayed past the fork (a former primary's last WAL)
+# and can never follow: not live, so the kubelet restarts it and start.sh
+# rewinds it onto the primary's.
 if [ -n "$head" ]; then
     stuck="$(local_sql "SELECT timeline_id FROM pg_control_checkpoint() WHERE timeline_id < :tl
-        AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')" -v "tl=$head_tl")" || stuck=""
+        AND pg_is_in_recovery() AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')" -v "tl=$head_tl")" || stuck=""
     if [ -n "$stuck" ]; then
         echo "probe: the primary is on timeline $head_tl, this standby's last checkpoint on timeline $stuck, and its WAL receiver does not stream: it may be past the fork; a restart rewinds it"
         exit 1
