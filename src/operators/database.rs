@@ -29,6 +29,7 @@ mod rollout;
 mod spec;
 mod status;
 mod storage;
+mod tls;
 
 pub use observed::{Observed, REFUSAL};
 pub use plan::{

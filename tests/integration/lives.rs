@@ -965,7 +965,7 @@ fn postgresql() -> Vec<Value> {
 
 /// Every instance runs what `spec.resources` and `spec.postgresql` ask:
 /// the resources, a `-c name=value` for each parameter, and the
-/// pg_hba.conf's mount with lines; a parameter an instance does not run
+/// pg_hba.conf's mount and TLS; a parameter an instance does not run
 /// is one the `ParametersApplied` condition says is held.
 fn settings_reached(sim: &Simulation<'_>) -> Result<(), String> {
     let resources = spec(sim, "resources", &Value::Null);
@@ -1003,11 +1003,13 @@ fn settings_reached(sim: &Simulation<'_>) -> Result<(), String> {
                 ));
             }
         }
+        // Every instance reads the operator's pg_hba.conf (TLS only over
+        // TCP, then the spec's lines) and serves TLS, lines or not.
         let reads_hba = command.iter().any(|a| a.starts_with("hba_file="));
-        let has_lines = hba.as_array().is_some_and(|l| !l.is_empty());
-        if reads_hba != has_lines {
+        let serves_tls = command.contains(&"ssl=on");
+        if !reads_hba || !serves_tls {
             return Err(format!(
-                "{pod} reads hba_file: {reads_hba}, the spec's pgHba: {hba}"
+                "{pod} reads hba_file: {reads_hba}, serves TLS: {serves_tls}, the spec's pgHba: {hba}"
             ));
         }
     }

@@ -48,9 +48,10 @@ from pyhelpers import free_port  # tests/support, on sys.path by conftest.py
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "src" / "operators" / "database"
 # restore.sh runs in test_restore_scripts.py; it is checked here with the rest.
-# start.sh, promote.sh and probe.sh run in test_failover_scripts.py too.
+# start.sh, promote.sh and probe.sh run in test_failover_scripts.py too; tls.sh in
+# test_tls_scripts.py.
 SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "probe.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
-                "restore.sh"]
+                "restore.sh", "tls.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /bin/sh of the images the scripts run in: dash (Debian-based postgres

@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     ExecAction, LocalObjectReference, ObjectReference, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    ResourceRequirements, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -36,6 +36,7 @@ use super::spec::{
     backup_cron_name, before_stamp, bootstrap_destination, claim_name, database_name, name,
     namespace, role_name, verify_name,
 };
+use super::tls;
 use crate::hook::Child;
 use crate::hook::digest;
 use crate::hook::group_key;
@@ -64,6 +65,9 @@ pub const UPGRADE_SCRIPT: &str = include_str!("upgrade.sh");
 pub const RESTORE_SCRIPT: &str = include_str!("restore.sh");
 /// The upgrade Job's init container: dumps the stopped old version.
 pub const DUMP_STOPPED_SCRIPT: &str = include_str!("dump-stopped.sh");
+/// The instances' `tls` init container: the server's certificate and key
+/// from spec.tls's Secret, or self-signed.
+pub const TLS_SCRIPT: &str = include_str!("tls.sh");
 
 const APP: &str = "postgresql";
 const JOB_APP: &str = "postgresql-job";
@@ -73,12 +77,24 @@ const ROLE_DIR: &str = "/etc/opshooks/role";
 /// Where every instance reads the pg_hba.conf of `spec.postgresql.pgHba`.
 const HBA_DIR: &str = "/etc/opshooks/hba";
 /// The pg_hba.conf's key in its ConfigMap, and its file in [`HBA_DIR`].
-const HBA_KEY: &str = "pg_hba.conf";
+const HBA_KEY: &str = "pg-hba-tls.conf";
+/// The key of the pg_hba.conf that templates from before TLS read (their
+/// `hba_file`), without TLS rules: kept while such a template may still
+/// start an instance, which serves no TLS and would refuse every TCP
+/// connection with the rules of [`HBA_KEY`].
+const HBA_KEY_WITHOUT_TLS: &str = "pg_hba.conf";
 /// Annotation on the instances' pod template: a hash of the pg_hba.conf
 /// they read, so that a change of its lines rolls out as a new template
 /// (the server reads the file when it starts).
 const HBA_HASH: &str = "opshooks.io/pg-hba-hash";
 const POSTGRES_UID: i64 = 999;
+/// Where the server reads its certificate and key (`server.crt`,
+/// `server.key`, and `ca.crt` when spec.tls names a Secret): on the
+/// instance's volume, beside the data directories, so a clone does not
+/// carry it and an upgrade keeps it. `tls.sh` writes it.
+const TLS_DIR: &str = "/var/lib/postgresql/data/tls";
+/// Where `spec.tls`'s Secret is mounted.
+const TLS_SOURCE: &str = "/etc/opshooks/tls";
 
 /// Every desired child of a Database.
 pub fn build(
@@ -88,12 +104,10 @@ pub fn build(
     ctx: &Context,
 ) -> Result<Vec<Child>, HookError> {
     let mut out: Vec<Child> = secrets(db, seen, ctx).iter().map(Child::new).collect();
-    out.push(Child::new(&connection(db)));
+    out.push(Child::new(&connection(db, &plan.tls)));
     out.push(Child::new(&initdb_scripts(db)));
     out.push(Child::new(&role(db, plan)));
-    if let Some(hba) = hba_config(db, seen) {
-        out.push(Child::new(&hba));
-    }
+    out.push(Child::new(&hba_config(db, seen)));
     let [headless, read_write, read_only] = services(db, &plan.primary);
     out.push(Child::new(&headless));
     // Nobody reads or writes before the bootstrap's restore succeeded.
@@ -219,24 +233,33 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
         .collect()
 }
 
-/// Connection details for applications.
-pub fn connection(db: &Database) -> ConfigMap {
+/// Connection details for applications: where, which database, whose
+/// credentials, and how to connect over TLS (`sslmode`, and with a CA the
+/// Secret and key that hold it: mount only that key).
+pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
     let ns = namespace(db);
+    let mut tls_data = vec![("sslmode".to_string(), client.mode.to_string())];
+    if let Some(secret) = client.verified_by() {
+        tls_data.push(("sslrootcertSecret".to_string(), secret.to_string()));
+        tls_data.push(("sslrootcertKey".to_string(), tls::CA_KEY.to_string()));
+    }
+    let mut data = BTreeMap::from([
+        (
+            "host".to_string(),
+            format!("{}.{ns}.svc.cluster.local", name(db)),
+        ),
+        (
+            "readOnlyHost".to_string(),
+            format!("{}-ro.{ns}.svc.cluster.local", name(db)),
+        ),
+        ("port".to_string(), PORT.to_string()),
+        ("database".to_string(), database_name(db)),
+        ("credentialsSecret".to_string(), credentials_secret_name(db)),
+    ]);
+    data.extend(tls_data);
     ConfigMap {
         metadata: meta(db, format!("{}-connection", name(db))),
-        data: Some(BTreeMap::from([
-            (
-                "host".to_string(),
-                format!("{}.{ns}.svc.cluster.local", name(db)),
-            ),
-            (
-                "readOnlyHost".to_string(),
-                format!("{}-ro.{ns}.svc.cluster.local", name(db)),
-            ),
-            ("port".to_string(), PORT.to_string()),
-            ("database".to_string(), database_name(db)),
-            ("credentialsSecret".to_string(), credentials_secret_name(db)),
-        ])),
+        data: Some(data),
         ..ConfigMap::default()
     }
 }
@@ -263,38 +286,38 @@ pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
     }
 }
 
-/// `spec.postgresql.pgHba`'s lines in the pg_hba.conf the instances read
-/// (`hba_file`), after the operator's own rules. Without lines the
-/// instances read the one in their data directory, written when it was
-/// initialized with the same rules; the ConfigMap stays (with the
-/// operator's rules only) while the StatefulSet's template still reads
-/// it, or, once it exists, while a rollout is under way: an instance of
-/// an older template made again (evicted, rescheduled) would not start
-/// without it.
-pub fn hba_config(db: &Database, seen: &Observed) -> Option<ConfigMap> {
-    let still_read = || {
-        seen.running_parameters().contains_key("hba_file")
-            || (seen.config_maps.contains(&hba_name(db)) && seen.rollout_in_flight())
-    };
-    let lines = match hba_lines(db) {
-        Some(lines) => lines,
-        None if still_read() => &[],
-        None => return None,
-    };
-    Some(ConfigMap {
+/// The pg_hba.conf every instance reads (`hba_file`): the operator's own
+/// rules (the local socket; over TCP, TLS only), `spec.postgresql.pgHba`'s
+/// lines, then the catch-all. The one in the data directory, written at
+/// initialization without TLS, is never read. While a template from
+/// before TLS may still start an instance (the StatefulSet's template is
+/// one, or a rollout is under way), the rules without TLS that it reads
+/// stay beside them.
+pub fn hba_config(db: &Database, seen: &Observed) -> ConfigMap {
+    let lines = hba_lines(db);
+    let mut data = BTreeMap::from([(HBA_KEY.to_string(), parameters::hba_conf(lines))]);
+    let old_template = seen.running_parameters().get("hba_file")
+        == Some(&format!("{HBA_DIR}/{HBA_KEY_WITHOUT_TLS}"))
+        || (seen.config_maps.contains(&hba_name(db)) && seen.rollout_in_flight());
+    if old_template {
+        data.insert(
+            HBA_KEY_WITHOUT_TLS.to_string(),
+            parameters::hba_conf_without_tls(lines),
+        );
+    }
+    ConfigMap {
         metadata: meta(db, hba_name(db)),
-        data: Some(BTreeMap::from([(
-            HBA_KEY.to_string(),
-            parameters::hba_conf(lines),
-        )])),
+        data: Some(data),
         ..ConfigMap::default()
-    })
+    }
 }
 
-/// `spec.postgresql.pgHba`, when it has lines.
-fn hba_lines(db: &Database) -> Option<&[String]> {
-    let lines = &db.spec.postgresql.as_ref()?.pg_hba;
-    (!lines.is_empty()).then_some(lines.as_slice())
+/// `spec.postgresql.pgHba`'s lines.
+fn hba_lines(db: &Database) -> &[String] {
+    db.spec
+        .postgresql
+        .as_ref()
+        .map_or(&[], |pg| pg.pg_hba.as_slice())
 }
 
 pub(super) fn hba_name(db: &Database) -> String {
@@ -509,7 +532,7 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
     } else {
         "Retain"
     };
-    let template = pod_template(db, seen, plan);
+    let template = pod_template(db, plan);
     let hash = digest::of_json(&template);
     let partition = match seen.template_hash() == Some(hash.as_str()) {
         true => plan.rollout.partition,
@@ -557,12 +580,17 @@ pub fn statefulset(db: &Database, seen: &Observed, plan: &Plan) -> StatefulSet {
 
 /// Every instance's pod template, placed as `spec.affinity` and
 /// `spec.topologySpreadConstraints` say.
-fn pod_template(db: &Database, seen: &Observed, plan: &Plan) -> PodTemplateSpec {
+fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
-    let hba = hba_lines(db).and_then(|_| hba_config(db, seen));
-    let mut volumes = vec![initdb_volume(db), config_volume("role", role_name(db))];
-    volumes.extend(hba.as_ref().map(|_| config_volume("hba", hba_name(db))));
+    // The rules this template reads: a change of them is a new template.
+    let hba = parameters::hba_conf(hba_lines(db));
+    let mut volumes = vec![
+        initdb_volume(db),
+        config_volume("role", role_name(db)),
+        config_volume("hba", hba_name(db)),
+    ];
+    volumes.extend(tls_volume(db));
     let placed = placement::pod_placement(
         db.spec.affinity.as_ref(),
         db.spec.topology_spread_constraints.as_deref(),
@@ -571,12 +599,15 @@ fn pod_template(db: &Database, seen: &Observed, plan: &Plan) -> PodTemplateSpec 
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
-            annotations: hba
-                .map(|hba| BTreeMap::from([(HBA_HASH.to_string(), digest::of_json(&hba.data))])),
+            annotations: Some(BTreeMap::from([(
+                HBA_HASH.to_string(),
+                digest::of_json(&BTreeMap::from([(HBA_KEY, hba)])),
+            )])),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
             security_context: Some(restricted_pod(POSTGRES_UID)),
+            init_containers: Some(vec![tls_container(db, plan)]),
             containers: vec![postgres_container(db, plan)],
             volumes: Some(volumes),
             image_pull_secrets: pull_secrets(db),
@@ -648,6 +679,7 @@ fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
         env.push(value_env("MAX_LAG_BYTES", bytes.to_string()));
     }
     env.push(max_silence(db));
+    env.extend(plan.tls.instance_env(&format!("{TLS_DIR}/{}", tls::CA_KEY)));
     env
 }
 
@@ -705,14 +737,12 @@ fn instance_resources(db: &Database) -> ResourceRequirements {
 /// data volume, the primary's first-start script, and the pg_hba.conf of
 /// `spec.postgresql.pgHba`.
 fn postgres_container(db: &Database, plan: &Plan) -> Container {
-    let mut mounts = vec![
+    let mounts = vec![
         mount(VOLUME, DATA_DIR, false),
         mount("initdb", "/docker-entrypoint-initdb.d", true),
         mount("role", ROLE_DIR, true),
+        mount("hba", HBA_DIR, true),
     ];
-    if hba_lines(db).is_some() {
-        mounts.push(mount("hba", HBA_DIR, true));
-    }
     let mut command = vec![
         "/bin/sh".to_string(),
         "-c".to_string(),
@@ -758,6 +788,47 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         security_context: Some(restricted_container()),
         ..Container::default()
     }
+}
+
+/// The `tls` init container: `tls.sh` puts the server's certificate and
+/// key into [`TLS_DIR`] on the instance's volume, from `spec.tls`'s Secret
+/// or self-signed.
+fn tls_container(db: &Database, plan: &Plan) -> Container {
+    let mut env = vec![value_env("TLS_DIR", TLS_DIR)];
+    let mut mounts = vec![mount(VOLUME, DATA_DIR, false)];
+    if tls_secret(db).is_some() {
+        env.push(value_env("TLS_SOURCE", TLS_SOURCE));
+        mounts.push(mount("tls", TLS_SOURCE, true));
+    }
+    Container {
+        resources: Some(instance_resources(db)),
+        ..script_container(
+            ("tls", plan.images.image(plan.version)),
+            TLS_SCRIPT,
+            env,
+            Some(mounts),
+        )
+    }
+}
+
+/// The Secret the instances' certificate comes from, when there is one.
+fn tls_secret(db: &Database) -> Option<String> {
+    db.spec.tls.as_ref()?.secret_name.clone()
+}
+
+/// `spec.tls`'s Secret, read by `tls.sh` (which copies the key with the
+/// mode PostgreSQL demands, so the volume's mode only needs to let the
+/// server's group read it).
+fn tls_volume(db: &Database) -> Option<Volume> {
+    Some(Volume {
+        name: "tls".to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(tls_secret(db)?),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    })
 }
 
 /// The primary's first-start script, from the `<name>-initdb` ConfigMap.
@@ -836,8 +907,21 @@ pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
             args.extend(["-c".to_string(), format!("synchronous_commit={on}")]);
         }
     }
-    if hba_lines(db).is_some() {
-        args.extend(["-c".to_string(), format!("hba_file={HBA_DIR}/{HBA_KEY}")]);
+    args.extend(["-c".to_string(), format!("hba_file={HBA_DIR}/{HBA_KEY}")]);
+    args.extend(
+        [
+            "ssl=on".to_string(),
+            format!("ssl_cert_file={TLS_DIR}/server.crt"),
+            format!("ssl_key_file={TLS_DIR}/server.key"),
+        ]
+        .into_iter()
+        .flat_map(|arg| ["-c".to_string(), arg]),
+    );
+    if !plan.parameters.contains_key("ssl_min_protocol_version") {
+        args.extend([
+            "-c".to_string(),
+            format!("ssl_min_protocol_version={}", parameters::SSL_MIN_PROTOCOL),
+        ]);
     }
     args.extend(parameters::args(&plan.parameters));
     args
@@ -948,15 +1032,12 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
         env,
         None,
     );
-    script_job(
-        db,
-        jobs::init(db),
-        PodSpec {
-            containers: vec![container],
-            ..PodSpec::default()
-        },
-        3,
-    )
+    let mut pod = PodSpec {
+        containers: vec![container],
+        ..PodSpec::default()
+    };
+    plan.tls.apply(&mut pod, &["init"]);
+    script_job(db, jobs::init(db), pod, 3)
 }
 
 /// How backup jobs reach this Database: the primary, as the superuser,
@@ -996,19 +1077,28 @@ fn backup_plan<'a>(
     })
 }
 
-fn backup_job(db: &Database, job_name: String, image: String) -> Option<Job> {
+fn backup_job(db: &Database, job_name: String, image: String, client: &tls::Client) -> Option<Job> {
     let source = source(db, image);
     let plan = backup_plan(db, &source, &job_name, None)?;
+    let mut spec = backup_job::job_spec(&plan);
+    if let Some(pod) = spec.template.spec.as_mut() {
+        client.apply(pod, &["dump"]);
+    }
     Some(Job {
         metadata: meta(db, job_name.clone()),
-        spec: Some(backup_job::job_spec(&plan)),
+        spec: Some(spec),
         status: None,
     })
 }
 
 /// The final snapshot, a dump with the backup job, before deletion.
 pub fn snapshot_job(db: &Database, plan: &Plan) -> Option<Job> {
-    backup_job(db, jobs::snapshot(db), plan.images.image(plan.version))
+    backup_job(
+        db,
+        jobs::snapshot(db),
+        plan.images.image(plan.version),
+        &plan.tls,
+    )
 }
 
 /// The scheduled backups, when enabled.
@@ -1029,11 +1119,16 @@ pub fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::b
         suspend: false,
         history: (3, 3),
     };
-    Some(backup_job::scheduled(
-        meta(db, backup_cron_name(db)),
-        &schedule,
-        &job_plan,
-    ))
+    let mut cron = backup_job::scheduled(meta(db, backup_cron_name(db)), &schedule, &job_plan);
+    let pod = cron
+        .spec
+        .as_mut()
+        .and_then(|s| s.job_template.spec.as_mut())
+        .and_then(|j| j.template.spec.as_mut());
+    if let Some(pod) = pod {
+        plan.tls.apply(pod, &["dump"]);
+    }
+    Some(cron)
 }
 
 /// The Jobs of an upgrade, as the plan decided: the pre-upgrade backup of
@@ -1046,6 +1141,7 @@ pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
             db,
             jobs::pre_upgrade(db, to),
             plan.images.image(from),
+            &plan.tls,
         ));
     }
     if plan.upgrade_job {
@@ -1216,6 +1312,8 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
         service_account_name: backup.and_then(|b| b.service_account_name.clone()),
         ..PodSpec::default()
     };
+    let mut pod = pod;
+    plan.tls.apply(&mut pod, &["init", "restore"]);
     Some(script_job(db, jobs::restore(db), pod, 1))
 }
 
@@ -1295,15 +1393,12 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
         .promote_job
         .clone()
         .unwrap_or_else(|| primary::promote_job(db, primary.epoch, primary.designated));
-    script_job(
-        db,
-        job_name,
-        PodSpec {
-            containers: vec![container],
-            ..PodSpec::default()
-        },
-        0,
-    )
+    let mut pod = PodSpec {
+        containers: vec![container],
+        ..PodSpec::default()
+    };
+    plan.tls.apply(&mut pod, &["promote"]);
+    script_job(db, job_name, pod, 0)
 }
 
 /// How this Database's dumps are verified, once it serves: the newest of
@@ -1329,19 +1424,23 @@ mod tests {
     use crate::fixtures;
     use serde_json::json;
 
+    /// An instance of a template from before TLS serves no TLS: the rules
+    /// it reads (`pg_hba.conf`) must keep letting it be reached without
+    /// TLS while such a template may start one; the TLS rules are a key of
+    /// their own, which the newer templates read.
     #[test]
-    fn the_hba_config_map_stays_while_an_older_template_may_be_made_again() {
+    fn the_rules_without_tls_stay_while_a_template_from_before_tls_may_start_an_instance() {
         let db: Database = serde_json::from_value(json!({
             "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain"}
+            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain",
+                     "postgresql": {"pgHba": ["host all all 10.0.0.0/8 scram-sha-256"]}}
         }))
         .unwrap();
-        // pgHba emptied, the newest template no longer reads the file, the
-        // ConfigMap still there: kept while the revisions differ.
-        let seen = |current: &str, update: &str| {
+        let seen = |hba_file: &str, current: &str, update: &str| {
             Observed {
             statefulset: Some(
                 fixtures::statefulset("orders")
+                    .containers(json!([{"name": "postgres", "command": ["postgres", "-c", format!("hba_file={hba_file}")]}]))
                     .status(json!({"observedGeneration": 0, "currentRevision": current, "updateRevision": update}))
                     .typed(),
             ),
@@ -1349,14 +1448,27 @@ mod tests {
             ..Observed::default()
         }
         };
-        let kept = hba_config(&db, &seen("orders-a", "orders-b")).expect("kept mid-rollout");
-        assert_eq!(kept.metadata.name.as_deref(), Some("orders-hba"));
-        assert!(hba_config(&db, &seen("orders-b", "orders-b")).is_none());
-        // Never made: not made for a rollout either.
-        let never = Observed {
-            config_maps: BTreeSet::new(),
-            ..seen("orders-a", "orders-b")
+        let keys = |seen: &Observed| -> Vec<String> {
+            hba_config(&db, seen).data.unwrap().into_keys().collect()
         };
-        assert!(hba_config(&db, &never).is_none());
+        let old = "/etc/opshooks/hba/pg_hba.conf";
+        let new = "/etc/opshooks/hba/pg-hba-tls.conf";
+        assert_eq!(
+            keys(&seen(old, "a", "a")),
+            ["pg-hba-tls.conf", "pg_hba.conf"]
+        );
+        assert_eq!(
+            keys(&seen(new, "a", "b")),
+            ["pg-hba-tls.conf", "pg_hba.conf"]
+        );
+        assert_eq!(keys(&seen(new, "b", "b")), ["pg-hba-tls.conf"]);
+        let without = hba_config(&db, &seen(old, "a", "a")).data.unwrap();
+        assert!(
+            !without["pg_hba.conf"].contains("hostssl"),
+            "{}",
+            without["pg_hba.conf"]
+        );
+        assert!(without["pg_hba.conf"].contains("host all all 10.0.0.0/8 scram-sha-256"));
+        assert!(without["pg-hba-tls.conf"].contains("hostnossl all all all reject"));
     }
 }

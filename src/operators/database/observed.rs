@@ -285,6 +285,13 @@ impl Observed {
             .unwrap_or_default()
     }
 
+    /// The value the StatefulSet's template gives the postgres
+    /// container's variable `var`, when it gives one as a value.
+    pub fn postgres_env(&self, var: &str) -> Option<&str> {
+        let env = self.postgres_container()?.env.as_ref()?;
+        env.iter().find(|e| e.name == var)?.value.as_deref()
+    }
+
     /// The instances the StatefulSet is asked to run; 0 without one.
     pub fn statefulset_replicas(&self) -> i32 {
         self.statefulset.as_ref().map_or(0, |s| {

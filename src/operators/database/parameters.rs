@@ -106,11 +106,11 @@ const OWNED: &[(&str, &str)] = &[
     ),
     (
         "ssl",
-        "the instances mount no certificates: the server would not start",
+        "every instance serves TLS; choose its certificate with spec.tls",
     ),
     (
         "ssl_passphrase_command",
-        "the instances mount no certificates: the server would not start",
+        "the instances' keys have no passphrase; choose the certificate with spec.tls",
     ),
     (
         "password_encryption",
@@ -177,7 +177,7 @@ pub(super) fn owned(name: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
         .or_else(|| {
             if (name.starts_with("ssl_") && name.ends_with("_file")) || name == "ssl_crl_dir" {
-                return Some("the instances mount no certificates: the server would not start");
+                return Some("the operator places the certificate; choose it with spec.tls");
             }
             OWNED_PREFIXES
                 .iter()
@@ -243,6 +243,10 @@ pub(super) fn validate(
     Ok(())
 }
 
+/// The oldest TLS version the instances accept when
+/// `ssl_min_protocol_version` is not given (PostgreSQL's own default).
+pub(super) const SSL_MIN_PROTOCOL: &str = "TLSv1.2";
+
 /// What `synchronous_commit` is under synchronous replication when the
 /// spec names none: a commit returns once a standby has flushed it.
 pub(super) const SYNCHRONOUS_COMMIT: &str = "on";
@@ -274,6 +278,11 @@ fn keeps_promises(
             refuse(
                 "acknowledges a commit before a standby has it, which spec.replication synchronous promises; the operator sets on (remote_apply is also kept)",
             )
+        }
+        "ssl_min_protocol_version"
+            if !["tlsv1.2", "tlsv1.3"].contains(&value.to_ascii_lowercase().as_str()) =>
+        {
+            refuse("is not TLSv1.2 or TLSv1.3; older versions are broken and refused")
         }
         _ => Ok(()),
     }
@@ -410,31 +419,62 @@ pub(super) fn hold_decreases(
 }
 
 /// The operator's own pg_hba.conf rules, first: the local socket (the
-/// image's entrypoint and the operator's scripts), the replicator's
-/// streaming and cloning, the superuser the probes and Jobs connect as.
+/// image's entrypoint and the operator's scripts); over TCP, no connection
+/// without TLS; the replicator's streaming and cloning, the superuser the
+/// probes and Jobs connect as.
 const HBA_FIRST: &str = "\
+local all all trust
+local replication all trust
+hostnossl all all all reject
+hostnossl replication all all reject
+hostssl replication replicator all scram-sha-256
+hostssl all postgres all scram-sha-256
+";
+
+/// The rule after the user's lines: any user by password, over TLS.
+const HBA_LAST: &str = "hostssl all all all scram-sha-256\n";
+
+/// The rules of templates from before TLS, kept for their instances until
+/// none can start any more: as [`HBA_FIRST`] and [`HBA_LAST`], without TLS.
+const HBA_FIRST_WITHOUT_TLS: &str = "\
 local all all trust
 local replication all trust
 host replication replicator all scram-sha-256
 host all postgres all scram-sha-256
 ";
-
-/// The rule after the user's lines: any user by password, as the image
-/// writes it.
-const HBA_LAST: &str = "host all all all scram-sha-256\n";
+const HBA_LAST_WITHOUT_TLS: &str = "host all all all scram-sha-256\n";
 
 /// The pg_hba.conf of instances given `lines`: the operator's rules,
 /// the lines, then the last rule.
 pub(super) fn hba_conf(lines: &[String]) -> String {
+    hba_conf_of(
+        HBA_FIRST,
+        lines,
+        "# Everyone else, by password, over TLS.\n",
+        HBA_LAST,
+    )
+}
+
+/// The pg_hba.conf of instances from before TLS given `lines`.
+pub(super) fn hba_conf_without_tls(lines: &[String]) -> String {
+    hba_conf_of(
+        HBA_FIRST_WITHOUT_TLS,
+        lines,
+        "# Everyone else, by password.\n",
+        HBA_LAST_WITHOUT_TLS,
+    )
+}
+
+fn hba_conf_of(first: &str, lines: &[String], last_comment: &str, last: &str) -> String {
     let mut conf = format!(
-        "# Written by opshooks from spec.postgresql.pgHba.\n# The operator's rules.\n{HBA_FIRST}# spec.postgresql.pgHba.\n"
+        "# Written by opshooks.\n# The operator's rules.\n{first}# spec.postgresql.pgHba.\n"
     );
     for line in lines {
         conf.push_str(line.trim());
         conf.push('\n');
     }
-    conf.push_str("# Everyone else, by password.\n");
-    conf.push_str(HBA_LAST);
+    conf.push_str(last_comment);
+    conf.push_str(last);
     conf
 }
 
@@ -481,20 +521,30 @@ pub(super) fn validate_hba(lines: &[String]) -> Result<(), InvalidSpec> {
                 ),
             ));
         }
-        // A rule that can never match would look like a requirement (TLS
-        // only) while the catch-all after it lets the same clients in.
+        // A rule that can never match would look like a requirement (or a
+        // permission) while the catch-all after it decides.
         let never = match first {
-            "hostssl" => Some("the instances run without TLS (no certificates are mounted)"),
-            "hostgssenc" => Some("the instances have no Kerberos keytab for GSSAPI encryption"),
+            "hostgssenc" => Some((
+                "the instances have no Kerberos keytab for GSSAPI encryption",
+                "host (or hostssl)",
+            )),
+            "hostnossl"
+                if !line
+                    .split_whitespace()
+                    .take_while(|f| !f.starts_with('#'))
+                    .any(|f| f == "reject") =>
+            {
+                Some((
+                    "the operator refuses every connection without TLS before it",
+                    "hostssl (or host)",
+                ))
+            }
             _ => None,
         };
-        if let Some(why) = never {
+        if let Some((why, fix)) = never {
             return Err(InvalidSpec::new(
                 field,
-                format!(
-                    "{} can never match: {why}; write host (or hostnossl)",
-                    quote(line)
-                ),
+                format!("{} can never match: {why}; write {fix}", quote(line)),
             ));
         }
         hba_rule(first, line)
@@ -640,7 +690,13 @@ mod tests {
             ("port", "5433", "port 5432"),
             ("archive_command", "cp %p /x", "no WAL archive is managed"),
             ("recovery_target_time", "2026-01-01", "spec.bootstrap"),
-            ("ssl_cert_file", "/x.pem", "mount no certificates"),
+            ("ssl_cert_file", "/x.pem", "spec.tls"),
+            ("ssl", "off", "spec.tls"),
+            (
+                "ssl_min_protocol_version",
+                "TLSv1.1",
+                "not TLSv1.2 or TLSv1.3",
+            ),
             ("synchronous_standby_names", "*", "spec.replication"),
             ("default_transaction_read_only", "on", "switchover"),
             ("Work_Mem", "1MB", "not a PostgreSQL parameter's name"),
@@ -738,6 +794,7 @@ mod tests {
             "host all all .example.com scram-sha-256".to_string(),
             "host all all fd00::/8 scram-sha-256".to_string(),
             "host all all samenet trust".to_string(),
+            "hostssl all all 10.0.0.0/8 scram-sha-256".to_string(),
         ];
         assert_eq!(validate_hba(&ok), Ok(()));
         for (line, words) in [
@@ -752,8 +809,12 @@ mod tests {
             ),
             ("", "does not start with a connection type"),
             (
-                "hostssl all all 0.0.0.0/0 scram-sha-256",
-                "can never match: the instances run without TLS",
+                "hostnossl all all 0.0.0.0/0 scram-sha-256",
+                "can never match: the operator refuses every connection without TLS",
+            ),
+            (
+                "hostgssenc all all 0.0.0.0/0 scram-sha-256",
+                "can never match: the instances have no Kerberos keytab",
             ),
             // Lines PostgreSQL refuses to load: one would stop every
             // instance that restarts.
@@ -780,8 +841,10 @@ mod tests {
     fn the_operators_rules_come_first_and_the_catch_all_last() {
         let conf = hba_conf(&["host all all 10.0.0.0/8 md5".to_string()]);
         let rules: Vec<&str> = conf.lines().filter(|l| !l.starts_with('#')).collect();
-        assert_eq!(rules[2], "host replication replicator all scram-sha-256");
-        assert_eq!(rules[4], "host all all 10.0.0.0/8 md5");
-        assert_eq!(rules.last(), Some(&"host all all all scram-sha-256"));
+        assert_eq!(rules[2], "hostnossl all all all reject");
+        assert_eq!(rules[3], "hostnossl replication all all reject");
+        assert_eq!(rules[4], "hostssl replication replicator all scram-sha-256");
+        assert_eq!(rules[6], "host all all 10.0.0.0/8 md5");
+        assert_eq!(rules.last(), Some(&"hostssl all all all scram-sha-256"));
     }
 }

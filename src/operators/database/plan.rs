@@ -11,6 +11,7 @@ use super::primary::{self, Primary};
 use super::rollout::{self, Rollout, Serving};
 use super::spec::{self, ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
 use super::storage::Growth;
+use super::tls;
 use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, RunStatus};
@@ -284,6 +285,9 @@ pub struct Plan {
     pub held: Vec<Held>,
     /// Where the claims stand against `spec.storage.size`.
     pub growth: Growth,
+    /// How the operator's clients and the applications connect: the
+    /// sslmode, and the CA when there is one.
+    pub tls: tls::Client,
 }
 
 /// The image of each major in play: the spec's image for the spec's
@@ -534,6 +538,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         parameters,
         held,
         growth: Growth::of(db, seen),
+        tls: tls::client(db, seen),
     }
 }
 

@@ -101,6 +101,13 @@ pub struct DatabaseSpec {
     /// PostgreSQL's own settings: server parameters and pg_hba.conf lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgresql: Option<Postgresql>,
+    /// Where the instances' TLS certificate comes from. Every instance
+    /// serves TLS and refuses connections over TCP without it, whatever
+    /// this says; when omitted, each instance makes its own self-signed
+    /// certificate (encrypted, but clients cannot verify the server:
+    /// sslmode=require). Changing it rolls the instances, standbys first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
     /// The volume of each instance. Its size may grow (the claims are
     /// expanded where their StorageClass allows it), never shrink; its
     /// StorageClass is fixed once created.
@@ -187,6 +194,7 @@ pub struct DatabaseSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = parameters::owned_rule(),
+    validation = Rule::new("!has(self.pgHba) || self.pgHba.all(l, !(l.startsWith('hostnossl ') || l.startsWith('hostnossl\\t')) || l.contains('reject'))").message("spec.postgresql.pgHba: a hostnossl line can never match but with reject (the operator refuses every connection without TLS before it); write hostssl (or host)"),
     validation = Rule::new("!has(self.parameters) || !('wal_level' in self.parameters) || self.parameters['wal_level'] in ['replica', 'logical']").message("spec.postgresql.parameters.wal_level must be replica or logical: the standbys stream the primary's WAL")
 )]
 pub struct Postgresql {
@@ -195,7 +203,7 @@ pub struct Postgresql {
     /// instance as `-c name=value`. Those the operator sets or relies on
     /// (listen_addresses, port, wal_level below replica, hot_standby,
     /// synchronous_standby_names, primary_conninfo, archive and recovery
-    /// settings, ssl files, ...) are refused, naming why. A change rolls
+    /// settings, ssl and its files: see spec.tls, ...) are refused, naming why. A change rolls
     /// out with restarts, standbys first. max_connections,
     /// max_prepared_transactions, max_locks_per_transaction,
     /// max_wal_senders and max_worker_processes are not lowered while the
@@ -205,16 +213,34 @@ pub struct Postgresql {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = parameters::MAX_PARAMETERS))]
     pub parameters: BTreeMap<String, String>,
-    /// Lines of pg_hba.conf (`host all all 10.0.0.0/8 scram-sha-256`,
+    /// Lines of pg_hba.conf (`hostssl all all 10.0.0.0/8 scram-sha-256`,
     /// `host all all 0.0.0.0/0 reject`), tried in order after the
-    /// operator's own rules (local connections, the replicator, the
-    /// superuser postgres) and before the last one, `host all all all
-    /// scram-sha-256`. hostssl and hostgssenc are refused: the instances
-    /// have no certificates or keytab, so such a line could never match.
+    /// operator's own rules (local connections; no TCP connection without
+    /// TLS; the replicator, the superuser postgres) and before the last
+    /// one, `hostssl all all all scram-sha-256`: a `host` line matches
+    /// connections over TLS only. hostgssenc, and hostnossl but with
+    /// reject, are refused: such a line could never match.
     /// A change rolls out with restarts, standbys first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = parameters::MAX_HBA_LINES), inner(length(min = 1, max = parameters::MAX_HBA_LINE), pattern(r"^[ \t]*(local|host|hostnossl|hostnogssenc)[ \t]")))]
+    #[schemars(length(max = parameters::MAX_HBA_LINES), inner(length(min = 1, max = parameters::MAX_HBA_LINE), pattern(r"^[ \t]*(local|host|hostssl|hostnossl|hostnogssenc)[ \t]")))]
     pub pg_hba: Vec<String>,
+}
+
+/// Where the instances' TLS certificate comes from.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Tls {
+    /// A Secret in this namespace (type kubernetes.io/tls) holding the
+    /// server's certificate (`tls.crt`), its key (`tls.key`) and the CA
+    /// that signed it (`ca.crt`). The certificate must name the
+    /// read-write and read-only Services (`<name>.<namespace>.svc`,
+    /// `<name>-ro.<namespace>.svc`) and the instances
+    /// (`<name>-<i>.<name>-headless.<namespace>.svc`): clients verify it
+    /// (sslmode=verify-full). A renewed certificate is served from each
+    /// instance's next start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
 }
 
 /// A Secret in the Database's namespace, by name.
@@ -805,6 +831,9 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     }
     if let Some(r) = &db.spec.resources {
         resources::validate("spec.resources", r)?;
+    }
+    if let Some(secret) = db.spec.tls.as_ref().and_then(|t| t.secret_name.as_ref()) {
+        validate::object_name("spec.tls.secretName", secret, "Secret")?;
     }
     if let Some(pg) = &db.spec.postgresql {
         parameters::validate(&pg.parameters, db.spec.size.instances(), is_synchronous(db))?;

@@ -40,7 +40,10 @@
 #
 # Other values: HOSTNAME (the pod's name), PGDATA, REPLICATION_PASSWORD
 # (role replicator), POSTGRES_PASSWORD (the superuser pg_rewind connects
-# as), TERMINATION_LOG (default /dev/termination-log). Every value is data:
+# as), TERMINATION_LOG (default /dev/termination-log), RW_SSLMODE and
+# RW_SSLROOTCERT (libpq's sslmode and sslrootcert for every connection to
+# the read-write Service, primary_conninfo's too; not exported to the
+# server, whose own connections they are not for). Every value is data:
 # connections take them from libpq's environment variables, and the one
 # value written to a file (primary_conninfo) is quoted for both the
 # connection string and the configuration file.
@@ -169,8 +172,13 @@ start_watchdog() {
 # first start is cloned afresh, which is always correct for a standby.)
 holds_cluster() { [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/backup_label" ]; }
 
+# TLS to the read-write Service, for this script's clients.
+if [ -n "${RW_SSLMODE:-}" ]; then export PGSSLMODE="$RW_SSLMODE"; fi
+if [ -n "${RW_SSLROOTCERT:-}" ]; then export PGSSLROOTCERT="$RW_SSLROOTCERT"; fi
+
 # primary_conninfo's line for postgresql.auto.conf, from the environment
-# (CI_HOST, CI_PORT, CI_PASSWORD, CI_NAME): each value quoted for a libpq
+# (CI_HOST, CI_PORT, CI_PASSWORD, CI_NAME, and RW_SSLMODE and
+# RW_SSLROOTCERT when set): each value quoted for a libpq
 # connection string (\ and ' escaped by \), then the whole quoted for the
 # configuration file (\ doubled, ' doubled, a newline as \n, which its
 # parser turns back). awk reads ENVIRON byte by byte: every byte is data.
@@ -180,6 +188,8 @@ conninfo_line() {
         values[1] = ENVIRON["CI_HOST"]; values[2] = ENVIRON["CI_PORT"]
         values[3] = "replicator"; values[4] = ENVIRON["CI_PASSWORD"]; values[5] = ENVIRON["CI_NAME"]
         values[6] = "read-write"
+        if (ENVIRON["RW_SSLMODE"] != "") { n++; keys[n] = "sslmode"; values[n] = ENVIRON["RW_SSLMODE"] }
+        if (ENVIRON["RW_SSLROOTCERT"] != "") { n++; keys[n] = "sslrootcert"; values[n] = ENVIRON["RW_SSLROOTCERT"] }
         out = ""
         for (k = 1; k <= n; k++) {
             v = values[k]; q = "\047"
@@ -460,6 +470,7 @@ if [ "$primary" = "$me" ]; then
     if [ -s "$PGDATA/PG_VERSION" ]; then unfence; fi
     record_epoch
     [ -e "$PGDATA/standby.signal" ] || await_lease
+    unset PGSSLMODE PGSSLROOTCERT
     start_watchdog
     exec "$@"
 fi
@@ -504,5 +515,6 @@ else
 fi
 unfence
 record_epoch
+unset PGSSLMODE PGSSLROOTCERT
 start_watchdog
 exec "$@"

@@ -1,0 +1,213 @@
+//! TLS of a Database's clients: how the operator's own clients (the
+//! standbys, every Job that connects) and the connection details it
+//! publishes say `sslmode`. The server side (the certificate, `ssl=on`,
+//! the pg_hba.conf rules) is built in `children`.
+//!
+//! A certificate with a CA (`spec.tls.secretName`) is verified
+//! (`verify-full` with `sslrootcert`); a self-signed one only encrypts
+//! (`require`). A Database made before TLS runs instances that serve
+//! none until its rollout is done: its clients ask for TLS only once every
+//! instance serves it, and then for good.
+
+use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, PodSpec, SecretVolumeSource, Volume};
+
+use super::observed::Observed;
+use super::spec::Database;
+use crate::operators::backup_job;
+
+/// Where a Job's containers read the CA (`ca.crt` of the TLS Secret).
+const CA_DIR: &str = "/etc/opshooks/tls-ca";
+/// The volume of the CA in a Job's pod.
+const CA_VOLUME: &str = "tls-ca";
+/// The CA's key in the TLS Secret.
+pub(super) const CA_KEY: &str = "ca.crt";
+
+/// How a client of this Database connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Client {
+    /// libpq's sslmode: `verify-full`, `require`, or `prefer` while an
+    /// instance may serve no TLS.
+    pub mode: &'static str,
+    /// The Secret whose `ca.crt` signed the server's certificate, when
+    /// there is one.
+    pub ca_secret: Option<String>,
+}
+
+/// The TLS Secret the instances' certificate comes from, when there is one.
+pub(super) fn secret(db: &Database) -> Option<String> {
+    db.spec.tls.as_ref()?.secret_name.clone()
+}
+
+/// Whether every instance serves TLS: none runs yet, or the StatefulSet's
+/// template starts the server with `ssl=on` and either no instance runs
+/// an older one, or the template's own clients already ask for TLS (which
+/// it only does after that: a later rollout changes nothing of TLS).
+pub(super) fn served_by_every_instance(seen: &Observed) -> bool {
+    if seen.statefulset.is_none() {
+        return true;
+    }
+    let serving = seen.running_parameters().get("ssl").map(String::as_str) == Some("on");
+    let asked = seen
+        .postgres_env("RW_SSLMODE")
+        .is_some_and(|mode| mode != "prefer");
+    serving && (asked || !seen.rollout_in_flight())
+}
+
+/// How the operator's clients and the applications connect.
+pub(super) fn client(db: &Database, seen: &Observed) -> Client {
+    let ca_secret = secret(db);
+    let mode = match (served_by_every_instance(seen), &ca_secret) {
+        (false, _) => "prefer",
+        (true, Some(_)) => "verify-full",
+        (true, None) => "require",
+    };
+    Client { mode, ca_secret }
+}
+
+impl Client {
+    /// Whether the server is verified against a CA.
+    fn verifies(&self) -> bool {
+        self.mode == "verify-full"
+    }
+
+    /// The Secret whose `ca.crt` the server is verified with, when it is.
+    pub fn verified_by(&self) -> Option<&str> {
+        self.ca_secret.as_deref().filter(|_| self.verifies())
+    }
+
+    /// Gives the containers named `containers` of `pod` libpq's
+    /// `PGSSLMODE` and, when verifying, `PGSSLROOTCERT` with the CA
+    /// mounted (only `ca.crt` of the Secret, never its key).
+    pub fn apply(&self, pod: &mut PodSpec, containers: &[&str]) {
+        let verified = self.verified_by();
+        let every = pod
+            .containers
+            .iter_mut()
+            .chain(pod.init_containers.iter_mut().flatten());
+        for container in every.filter(|c| containers.contains(&c.name.as_str())) {
+            let env = container.env.get_or_insert_with(Vec::new);
+            env.push(backup_job::env("PGSSLMODE", self.mode));
+            if verified.is_some() {
+                env.push(backup_job::env(
+                    "PGSSLROOTCERT",
+                    format!("{CA_DIR}/{CA_KEY}"),
+                ));
+                container.volume_mounts.get_or_insert_with(Vec::new).push(
+                    k8s_openapi::api::core::v1::VolumeMount {
+                        name: CA_VOLUME.to_string(),
+                        mount_path: CA_DIR.to_string(),
+                        read_only: Some(true),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        if let Some(secret) = verified {
+            pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+                name: CA_VOLUME.to_string(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.to_string()),
+                    items: Some(vec![KeyToPath {
+                        key: CA_KEY.to_string(),
+                        path: CA_KEY.to_string(),
+                        mode: None,
+                    }]),
+                    default_mode: Some(0o444),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+        }
+    }
+
+    /// The instances' own clients (`start.sh`: the clone, the rewind,
+    /// the standby's `primary_conninfo`) to the read-write Service:
+    /// `RW_SSLMODE`, and `RW_SSLROOTCERT` with the CA `tls.sh` put at
+    /// `ca_file`. Not libpq's own variables, which the server would
+    /// inherit and pass to every connection it makes (dblink,
+    /// postgres_fdw).
+    pub fn instance_env(&self, ca_file: &str) -> Vec<EnvVar> {
+        let mut env = vec![backup_job::env("RW_SSLMODE", self.mode)];
+        if self.verifies() {
+            env.push(backup_job::env("RW_SSLROOTCERT", ca_file));
+        }
+        env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+    use serde_json::json;
+
+    fn db(tls: serde_json::Value) -> Database {
+        serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "prod"},
+            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain", "tls": tls}
+        }))
+        .unwrap()
+    }
+
+    /// A StatefulSet whose template starts the server with `args` and
+    /// gives start.sh `env`, at revisions `current` and `update`.
+    fn seen(args: &[&str], env: serde_json::Value, current: &str, update: &str) -> Observed {
+        let mut command = vec!["postgres"];
+        for a in args {
+            command.extend(["-c", a]);
+        }
+        Observed {
+            statefulset: Some(
+                fixtures::statefulset("orders")
+                    .containers(json!([{"name": "postgres", "command": command, "env": env}]))
+                    .status(json!({"observedGeneration": 0, "currentRevision": current, "updateRevision": update}))
+                    .typed(),
+            ),
+            ..Observed::default()
+        }
+    }
+
+    #[test]
+    fn clients_ask_for_tls_once_every_instance_serves_it_and_then_for_good() {
+        let with_ca = db(json!({"secretName": "orders-tls"}));
+        let mode = |seen: &Observed| client(&with_ca, seen).mode;
+        // A new Database: every instance will serve TLS.
+        assert_eq!(mode(&Observed::default()), "verify-full");
+        assert_eq!(
+            client(&db(json!(null)), &Observed::default()).mode,
+            "require"
+        );
+        // Made before TLS: its instances serve none.
+        assert_eq!(mode(&seen(&[], json!([]), "a", "a")), "prefer");
+        // The TLS template written, rolling: an older instance serves none.
+        assert_eq!(mode(&seen(&["ssl=on"], json!([]), "a", "b")), "prefer");
+        // Rolled out: every instance serves TLS.
+        assert_eq!(mode(&seen(&["ssl=on"], json!([]), "b", "b")), "verify-full");
+        // Asked once, a later rollout keeps it.
+        let asked = json!([{"name": "RW_SSLMODE", "value": "verify-full"}]);
+        assert_eq!(mode(&seen(&["ssl=on"], asked, "b", "c")), "verify-full");
+    }
+
+    #[test]
+    fn a_job_reads_only_the_ca_of_the_secret() {
+        let c = client(
+            &db(json!({"secretName": "orders-tls"})),
+            &Observed::default(),
+        );
+        let mut pod: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "dump"}, {"name": "upload"}]
+        }))
+        .unwrap();
+        c.apply(&mut pod, &["dump"]);
+        let pod = serde_json::to_value(&pod).unwrap();
+        assert_eq!(
+            pod["containers"][0]["env"],
+            json!([{"name": "PGSSLMODE", "value": "verify-full"}, {"name": "PGSSLROOTCERT", "value": "/etc/opshooks/tls-ca/ca.crt"}])
+        );
+        assert_eq!(pod["containers"][1].get("env"), None);
+        assert_eq!(
+            pod["volumes"][0]["secret"]["items"],
+            json!([{"key": "ca.crt", "path": "ca.crt"}])
+        );
+    }
+}
