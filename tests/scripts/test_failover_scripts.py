@@ -815,6 +815,22 @@ def test_failover_promotes_the_most_advanced_standby_and_everyone_follows(databa
     again = promote(b, p, [c], shell="busybox")
     assert_promoted(again, b)
     assert b.sql("SELECT count(*), max(id) FROM t") == "200|200"
+    # Promoted, but the record of the epoch cannot be written (here a
+    # directory where the file goes): the Job still succeeds and says so,
+    # since a failed Job would make the hook designate another standby
+    # while this one serves.
+    record = b.volume / "opshooks-epoch"
+    saved = record.stat() if record.exists() else None
+    kept = record.read_bytes() if saved else b""
+    record.unlink(missing_ok=True)
+    record.mkdir()
+    unrecorded = promote(b, p, [c])
+    assert_promoted(unrecorded, b)
+    assert "could not record epoch" in unrecorded.err, str(unrecorded)
+    record.rmdir()
+    if saved:
+        record.write_bytes(kept)
+        os.chown(record, saved.st_uid, saved.st_gid)
 
     # c follows the new primary through the Service by itself.
     rw_sql(database.proxy, "INSERT INTO t SELECT g, 'after' FROM generate_series(201, 300) g")

@@ -183,11 +183,22 @@ log "candidate $candidate, old primary $old, other standbys '${STANDBYS:-}', syn
 # (`opshooks-epoch`, as start.sh records it at each start): re-created
 # over retained volumes with the role lost, it says it holds the newest
 # data (start.sh).
+# The candidate is promoted by then: a failure here must not fail the Job
+# (the hook would designate another standby while this one serves), so
+# it is tried for some seconds and then only logged; start.sh records the
+# epoch again at the instance's next start.
 record_epoch() {
-    q "$candidate" "SELECT regexp_replace(current_setting('data_directory'), '/[^/]*$', '') || '/opshooks-epoch' AS file,
+    tries=0
+    until q "$candidate" "SELECT regexp_replace(current_setting('data_directory'), '/[^/]*$', '') || '/opshooks-epoch' AS file,
         btrim(coalesce(pg_read_file(:'dir' || '/database', 0, 200, true), ''), E' \\n') AS database \\gset
-COPY (SELECT :'rec' || ' ' || :'database') TO :'file'" -v "rec=$EXPECT_EPOCH $EXPECT_PRIMARY" -v "dir=$role_dir" ||
-        fail "candidate $candidate is promoted, but could not record epoch $EXPECT_EPOCH: $answer"
+COPY (SELECT :'rec' || ' ' || :'database') TO :'file'" -v "rec=$EXPECT_EPOCH $EXPECT_PRIMARY" -v "dir=$role_dir"; do
+        tries=$((tries + 1))
+        if [ "$tries" -ge 10 ]; then
+            log "candidate $candidate is promoted, but could not record epoch $EXPECT_EPOCH (its next start does): $answer"
+            return 0
+        fi
+        sleep 1
+    done
 }
 
 # 1. Promoted already?
@@ -279,6 +290,8 @@ if [ "$mode" = "switchover" ]; then
     if ! q "$old" "COPY (SELECT 1) TO PROGRAM :'stop'" -v "stop=kill -INT $answer"; then
         case "$answer" in
             *"terminating connection"* | *"server closed the connection"* | *"shutting down"* | \
+                *"connection to server was lost"* | *"SSL SYSCALL error"* | \
+                *"SSL connection has been closed"* | *"unexpected eof"* | \
                 *'program "kill -INT'*) ;;
             *) refuse "old primary $old: cannot stop it: $answer" ;;
         esac
