@@ -553,7 +553,9 @@ def test_start_first_start_of_the_primary_execs_at_once(shell):
     assert r.out == "started\n", str(r)
     assert not missing.exists(), "the primary created its PGDATA"
 
-    empty = pg_dir(fresh_path("c0") / "data")
+    # The volume's root is the server's user's, as fsGroup makes it in a
+    # pod: start.sh records the epoch there, beside the data directory.
+    empty = pg_dir(pg_dir(fresh_path("c0")) / "data")
     r = run_start(start_env(empty, "my-db-0", closed_port, primary="my-db-0", initialized="false"),
                   shell=shell, timeout=20)
     assert r.rc == 0, str(r)
@@ -1256,7 +1258,7 @@ def settings_answer() -> tuple[list[str], str, str]:
     command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
     args = command[command.index("postgres") + 1:]
     path = next(a.split("=", 1)[1] for a in args if a.startswith("hba_file="))
-    return args, hba["data"]["pg_hba.conf"], path
+    return args, hba["data"][path.rsplit("/", 1)[1]], path
 
 
 def test_the_servers_arguments_and_pg_hba_as_the_hook_writes_them():
@@ -1266,7 +1268,16 @@ def test_the_servers_arguments_and_pg_hba_as_the_hook_writes_them():
     hba_file = cluster.sock / "pg_hba.conf"
     hba_file.write_text(hba)
     cluster.port = free_port()
-    args = [a.replace(path, str(hba_file)) for a in args]
+    # The server serves TLS (tls.sh puts a certificate beside the data
+    # directories): a self-signed one here, owned by the server's user.
+    tls = pg_dir(cluster.sock / "tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(tls / "server.key"),
+                    "-out", str(tls / "server.crt")], check=True, capture_output=True)
+    for f in ("server.key", "server.crt"):
+        os.chown(tls / f, *postgres_ids())
+        (tls / f).chmod(0o600)
+    args = [a.replace(path, str(hba_file)).replace("/var/lib/postgresql/data/tls", str(tls)) for a in args]
     # pg_ctl hands -o to a shell: each argument quoted, as the image's
     # entrypoint does for its first-start server.
     opts = " ".join(shlex.quote(a) for a in args) + (
