@@ -30,12 +30,17 @@ def deleted(s, name):
     db_gone(s, name)
 
 
+# Why a Database re-created over retained volumes restores nothing.
+NOT_OVER_RETAINED = ("RetainedVolumes", "AlreadyInitialized")
+
+
 def restored_reason(s, name, status, reason, phase, timeout=180):
     def check():
         db = s.parent("Database", name)
         st = s.synced(db)
         c = condition(db, "Restored")
-        need(c and c.get("status") == status and c.get("reason") == reason, f"Restored {c}")
+        reasons = (reason,) if isinstance(reason, str) else reason
+        need(c and c.get("status") == status and c.get("reason") in reasons, f"Restored {c}")
         need(st.get("phase") == phase, f"phase {st.get('phase')}, want {phase}")
         return db
 
@@ -144,7 +149,10 @@ def scenario_restore_over_retained(s):
     # Were a restore Job made, it would succeed at once: only the absence of
     # one tells the Database restored nothing over its data.
     k.apply(bootstrapped(ns, name, name, "medium", policy="Retain"))
-    restored_reason(s, name, "False", "RetainedVolumes", "Running", timeout=180)
+    # The role now counts volumes older than the Database as initialized
+    # (issue 32, re-creation over retained volumes), so the reason may be
+    # AlreadyInitialized: either way nothing is restored over the data.
+    restored_reason(s, name, "False", NOT_OVER_RETAINED, "Running", timeout=180)
     db_running(s, name, 2, "16")
     db_services(s, name, 2)
 
@@ -153,7 +161,7 @@ def scenario_restore_over_retained(s):
         need(s.rec.creations_of("Job", ns, f"{name}-restore") == [], "a restore Job was created")
         db = s.parent("Database", name)
         c = condition(db, "Restored")
-        need(c and c.get("status") == "False" and c.get("reason") == "RetainedVolumes", f"Restored {c}")
+        need(c and c.get("status") == "False" and c.get("reason") in NOT_OVER_RETAINED, f"Restored {c}")
         st = db.get("status") or {}
         need(not st.get("restoredFrom"), f"status.restoredFrom {st.get('restoredFrom')}")
         need(st.get("phase") == "Running", f"phase {st.get('phase')}")
