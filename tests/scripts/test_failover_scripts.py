@@ -174,7 +174,11 @@ class RoleConfigMap:
         if now:
             self._apply(seq, dict(self.published))
         else:
-            threading.Timer(self.delay, self._apply, args=(seq, dict(self.published))).start()
+            # A daemon: a mount held back for an hour must not keep pytest
+            # (and CI) waiting for it after the tests are done.
+            timer = threading.Timer(self.delay, self._apply, args=(seq, dict(self.published)))
+            timer.daemon = True
+            timer.start()
 
     def hold(self, held: bool = True) -> None:
         """A partition of the node: the kubelet cannot read the ConfigMap."""
@@ -187,7 +191,8 @@ class RoleConfigMap:
 
     def _apply(self, seq: int, data: dict[str, str]) -> None:
         with self.lock:
-            if self.held or seq <= self.applied:
+            # The test (and its directory) may be gone before a late mount.
+            if self.held or seq <= self.applied or not self.mount.is_dir():
                 return
             self.applied = seq
             for key, value in data.items():  # the kubelet swaps the whole directory
