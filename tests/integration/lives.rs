@@ -1044,7 +1044,10 @@ fn images_reached(sim: &Simulation<'_>) -> Result<(), String> {
 /// deleted by the StatefulSet controller while the StatefulSet still runs
 /// its ordinal, unless it is the only instance (nothing to switch over
 /// to). Scaled to nothing (a major upgrade), or a StatefulSet deleted and
-/// made again, is not a rollout.
+/// made again, is not a rollout. The controllers act before the hook's
+/// answer is applied, so the StatefulSet they acted on is the one before
+/// the step: a single instance restarted for its new image while the
+/// answer grows it to three is the one-instance rollout.
 fn rollout_rule(seen: &Seen<'_>) -> Result<(), String> {
     let status = &seen.before["status"];
     let (Some(primary), true) = (
@@ -1054,11 +1057,12 @@ fn rollout_rule(seen: &Seen<'_>) -> Result<(), String> {
         return Ok(());
     };
     let key = Key::new("apps/v1", "StatefulSet", "ns", "orders");
-    let sts = seen.sim.cluster.get(&key);
+    let sts = seen.before_cluster.get(&key);
     // A StatefulSet deleted (by a user) takes its pods with it: no rollout.
     let same = sts.and_then(|s| s.pointer("/metadata/uid"))
         == seen
-            .before_cluster
+            .sim
+            .cluster
             .get(&key)
             .and_then(|s| s.pointer("/metadata/uid"));
     let replicas = sts
