@@ -2219,3 +2219,18 @@ fn regression_a_failover_under_way_moves_on_from_a_lost_candidate() {
     ];
     scripted_database_life(orders("14", "large", "Snapshot"), &script);
 }
+
+/// Found by database_lives (random, again after its seed was saved): the
+/// pre-upgrade dump of a major upgrade fails, and the resources change.
+#[test]
+fn regression_a_rollout_while_a_major_upgrade_waits_on_its_dump() {
+    let script = [
+        Scripted::FailJob("orders-pre-upgrade-16".into()),
+        Scripted::Spec("version", json!("16")),
+        Scripted::Spec(
+            "resources",
+            json!({"limits": {"memory": "1Gi"}, "requests": {"cpu": "250m", "memory": "1Gi"}}),
+        ),
+    ];
+    scripted_database_life(orders("14", "medium", "Snapshot"), &script);
+}

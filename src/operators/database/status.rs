@@ -386,9 +386,24 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
 }
 
 /// Where the upgrade stands, in the `Upgrading` condition's words: its
-/// status, reason and message.
-// Long because it is a flat table: one arm of words per upgrade step.
+/// status, reason and message. A major upgrade that does not hold the
+/// instances (its backup failed, no destination) lets a new template roll
+/// out: the condition says so, with the upgrade's words after it, since a
+/// rollout's switchover is what a reader of the status must be told.
 fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
+    let major = major_words(db, plan);
+    match (plan.upgrade, rollout_words(db, plan)) {
+        (Upgrade::None, _) | (_, None) => major,
+        (upgrade, Some(rolling)) if !upgrade.in_progress() => {
+            (true, "RollingUpdate", format!("{rolling}; {}", major.2))
+        }
+        _ => major,
+    }
+}
+
+/// The major upgrade's words, or the rollout's when none is asked.
+// Long because it is a flat table: one arm of words per upgrade step.
+fn major_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     match plan.upgrade {
         Upgrade::None => rollout_words(db, plan).map_or_else(
             || {
