@@ -595,14 +595,18 @@ fn restore_step(db: &Database, seen: &Observed) -> Restore {
     if let Some(holds @ Restore::NotOver(_)) = recorded {
         return holds;
     }
-    if seen.jobs.contains_key(&jobs::init(db)) || was_initialized(db, seen) {
+    if seen.jobs.contains_key(&jobs::init(db)) {
         return Restore::NotOver(Holds::Initialized);
     }
+    // Volumes older than the Database come first: the role this Database
+    // wrote counts them as initialized, and a second call made before the
+    // first answer's status was stored would otherwise give the general
+    // reason instead of the specific one.
+    let retained = seen.claims(db).any(|(_, c)| is_older(c, db));
     match recorded {
+        None if retained => Restore::NotOver(Holds::RetainedVolumes),
+        _ if was_initialized(db, seen) => Restore::NotOver(Holds::Initialized),
         Some(step) => step,
-        None if seen.claims(db).any(|(_, c)| is_older(c, db)) => {
-            Restore::NotOver(Holds::RetainedVolumes)
-        }
         None => Restore::Running,
     }
 }
@@ -979,6 +983,14 @@ mod tests {
         retained
             .volumes
             .push(serde_json::from_value(json!({"metadata": {"name": "data-orders-0"}})).unwrap());
+        // The second call, before the first answer's status is stored: the
+        // role it wrote counts the old volumes as initialized.
+        let mut retained_role = retained.clone();
+        retained_role.role = Some(crate::operators::database::observed::Role {
+            primary: "orders-0".into(),
+            epoch: 0,
+            initialized: true,
+        });
         let initialized = bootstrapped(&[("Initialized", "True", "Initialized")]);
         let failed_before = bootstrapped(&[("Restored", "False", "RestoreFailed")]);
         let adopted_before = bootstrapped(&[("Restored", "False", "RetainedVolumes")]);
@@ -1025,6 +1037,12 @@ mod tests {
                 "created over retained volumes",
                 &fresh,
                 retained,
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+            (
+                "created over retained volumes, the role written before the status",
+                &fresh,
+                retained_role,
                 Restore::NotOver(Holds::RetainedVolumes),
             ),
             (

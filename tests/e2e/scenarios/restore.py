@@ -31,7 +31,7 @@ def deleted(s, name):
 
 
 # Why a Database re-created over retained volumes restores nothing.
-NOT_OVER_RETAINED = ("RetainedVolumes", "AlreadyInitialized")
+NOT_OVER_RETAINED = ("RetainedVolumes",)
 
 
 def restored_reason(s, name, status, reason, phase, timeout=180):
@@ -149,9 +149,8 @@ def scenario_restore_over_retained(s):
     # Were a restore Job made, it would succeed at once: only the absence of
     # one tells the Database restored nothing over its data.
     k.apply(bootstrapped(ns, name, name, "medium", policy="Retain"))
-    # The role now counts volumes older than the Database as initialized
-    # (issue 32, re-creation over retained volumes), so the reason may be
-    # AlreadyInitialized: either way nothing is restored over the data.
+    # The role counts volumes older than the Database as initialized; the
+    # specific reason still comes first.
     restored_reason(s, name, "False", NOT_OVER_RETAINED, "Running", timeout=180)
     db_running(s, name, 2, "16")
     db_services(s, name, 2)
