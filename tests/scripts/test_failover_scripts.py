@@ -1578,26 +1578,45 @@ def test_a_switchover_stops_the_old_primary_and_no_standby_is_stranded(template)
         db.stop()
 
 
-def test_a_standby_that_replayed_past_the_fork_is_rewound_when_it_restarts(database: Database):
+@pytest.mark.parametrize("checkpointed", [True, False], ids=["checkpointed", "no-checkpoint-yet"])
+def test_a_standby_that_replayed_past_the_fork_is_rewound_when_it_restarts(database: Database, checkpointed):
     """Issue 32, item 2: b was promoted while c still streamed from p over
     its open connection (a Service change does not cut it), and p wrote on:
     c replayed WAL past the point where b's timeline forked. Restarted as
-    it is, c would never follow b; start.sh rewinds it onto b's timeline."""
+    it is, c would never follow b; start.sh rewinds it onto b's timeline.
+    no-checkpoint-yet: b's checkpointer is paused from before the promotion
+    until c has restarted, so b's control file still names the old
+    timeline (start.sh once read the primary's timeline from there, found
+    it equal to c's and rewound nothing: c never followed b)."""
     p, b, c = database.instances
     rw_sql(database.proxy, "CREATE TABLE t (id int)")
     wait_for("c has t", lambda: c.sql("SELECT count(*) FROM pg_class WHERE relname = 't'") == "1")
     database.designate(b)
     database.route(p)
     wait_for("the mount names b", database.configmap.settled)
-    assert b.sql("SELECT pg_promote(true, 60)") == "t"
-    b.sql("CHECKPOINT")
-    p.sql("INSERT INTO t SELECT generate_series(1, 1000)")  # only p and c have these
-    wait_for("c has p's last rows", lambda: has_rows(c, "t", 1000))
-    p.stop("fast")
-    database.route(b)
-    rw_sql(database.proxy, "INSERT INTO t VALUES (-1)")
-    c.stop("fast")
-    c.start()
+    checkpointer = int(b.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'"))
+    if not checkpointed:
+        os.kill(checkpointer, signal.SIGSTOP)
+    try:
+        assert b.sql("SELECT pg_promote(true, 60)") == "t"
+        if checkpointed:
+            b.sql("CHECKPOINT")
+        p.sql("INSERT INTO t SELECT generate_series(1, 1000)")  # only p and c have these
+        wait_for("c has p's last rows", lambda: has_rows(c, "t", 1000))
+        p.stop("fast")
+        database.route(b)
+        rw_sql(database.proxy, "INSERT INTO t VALUES (-1)")
+        c.stop("fast")
+        if not checkpointed:
+            assert b.sql("SELECT timeline_id FROM pg_control_checkpoint()") == "1"
+            # The rewind asks b for a checkpoint: the checkpointer resumes
+            # once start.sh has read b's timeline.
+            timer = threading.Timer(8, os.kill, args=(checkpointer, signal.SIGCONT))
+            timer.daemon = True
+            timer.start()
+        c.start()
+    finally:
+        os.kill(checkpointer, signal.SIGCONT)
     wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t") == "1", timeout=45)
     assert c.sql("SELECT max(id) FROM t") == "-1"
     assert "rewinding it onto the primary's" in c.output(), c.output()

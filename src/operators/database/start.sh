@@ -297,12 +297,14 @@ rewind() {
         --progress >&2
 }
 
-# The primary's timeline (by its latest checkpoint; empty when no primary
-# answers at the read-write Service).
+# The primary's timeline, by the WAL it writes now (its latest checkpoint
+# still names the old timeline until the first checkpoint after a
+# promotion); empty when no primary answers at the read-write Service.
 primary_timeline() {
     PGHOST="$rw_host" PGPORT="$rw_port" PGUSER=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
         PGDATABASE=postgres PGCONNECT_TIMEOUT=5 psql -X -q -A -t --no-password \
-        -c "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE timeline_id::text END FROM pg_control_checkpoint()" \
+        -c "SELECT CASE WHEN pg_is_in_recovery() THEN '' ELSE
+            (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int)::text END" \
         2>/dev/null
 }
 # Refuses to be rewound onto a primary on an older timeline ($1) than this
