@@ -317,6 +317,25 @@ newer_than() {
     refuse "$(holdings): this data is on timeline $tli, newer than the primary's $1: never rewound onto older data; designate the newest data or re-clone this instance"
 }
 
+# pg_rewind finishes an unclean shutdown itself, in single-user mode with
+# postgresql.conf's settings only: not the server's `-c` options, so
+# wal_log_hints (which pg_rewind then checks) goes off, and the checkpoints
+# of that recovery recycle the WAL before it (wal_keep_size 0), where
+# pg_rewind looks for the last checkpoint the two timelines share; and a
+# single-user server refuses standby mode, so a standby killed mid-stream
+# could never be rewound. Crash recovery runs here first, keeping both,
+# without standby.signal (a plain crash recovery: no new timeline), which
+# follow_rw writes again once rewound.
+finish_unclean_shutdown() {
+    state="$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p')" || state=""
+    case "$state" in
+        "shut down" | "shut down in recovery") return 0 ;;
+    esac
+    say "finishing the unclean shutdown ($state) in single-user mode"
+    rm -f "$PGDATA/standby.signal"
+    postgres --single -D "$PGDATA" -c wal_log_hints=on -c wal_keep_size=1000000 template1 </dev/null >&2 || true
+}
+
 # A standby that replayed WAL past the point where the primary's timeline
 # forked from its own (an old primary's last records, streamed after
 # another standby was promoted) would start as it is and never follow the
@@ -332,6 +351,7 @@ rejoin_timeline() {
     newer_than "$theirs"
     [ "$ours" != "$theirs" ] || return 0
     say "the primary is on timeline $theirs, this standby's last checkpoint on timeline ${ours:-?}: rewinding it onto the primary's"
+    finish_unclean_shutdown
     rewind ||
         refuse "this standby is on timeline ${ours:-?} and the primary on $theirs, and pg_rewind could not bring it over: it may hold WAL past the fork; re-clone it (delete its claim and pod, never the primary's)"
     say "on the primary's timeline $theirs"
@@ -491,20 +511,7 @@ else
     say "a former primary: rewinding it onto the primary at $rw_host:$rw_port"
     wait_for_primary postgres "${POSTGRES_PASSWORD:-}"
     newer_than "$(primary_timeline)"
-    # pg_rewind finishes an unclean shutdown itself, in single-user mode
-    # with postgresql.conf's settings only: not the server's `-c` options,
-    # so wal_log_hints (which pg_rewind then checks) goes off, and the
-    # checkpoints of that recovery recycle the WAL before it (wal_keep_size
-    # 0), where pg_rewind looks for the last checkpoint the two timelines
-    # share. Crash recovery runs here first, keeping both.
-    state="$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p')" || state=""
-    case "$state" in
-        "shut down" | "shut down in recovery") ;;
-        *)
-            say "finishing the unclean shutdown ($state) in single-user mode"
-            postgres --single -D "$PGDATA" -c wal_log_hints=on -c wal_keep_size=1000000 template1 </dev/null >&2 || true
-            ;;
-    esac
+    finish_unclean_shutdown
     if rewind; then
         say "rewound $PGDATA onto the primary's timeline"
         follow_rw
