@@ -1128,8 +1128,10 @@ class AckWriter:
     names the instance that acknowledged it (inet_server_port()) and when
     (clock_timestamp(), this machine's clock)."""
 
-    def __init__(self, proxy: Proxy, table: str, clients: int = 2, first_id: int = 0):
+    def __init__(self, proxy: Proxy, table: str, clients: int = 2, first_id: int = 0,
+                 reconnect_on_error: bool = False):
         self.proxy = proxy
+        self.reconnect_on_error = reconnect_on_error
         self.table = table
         self.work = pg_dir(fresh_path("ackwriter"))
         self.lock = threading.Lock()
@@ -1164,7 +1166,14 @@ class AckWriter:
             with self.lock:
                 self.outputs.append(out)
             with open(out, "wb") as o, open(self.work / f"client-{n}-{session}.err", "wb") as e:
-                proc = subprocess.Popen([str(BIN / "psql"), "-X", "-q", "-A", "-t", "--no-password"],
+                # reconnect_on_error: a session that lands on a standby (the
+                # Service selected a candidate not yet promoted, then
+                # refused) ends at its first error and reconnects, as an
+                # application does; left open it wrote into read-only
+                # errors for ever while the Service had moved on.
+                stop_on_error = ["-v", "ON_ERROR_STOP=1"] if self.reconnect_on_error else []
+                proc = subprocess.Popen([str(BIN / "psql"), "-X", "-q", "-A", "-t", "--no-password",
+                                         *stop_on_error],
                                         env=env, stdin=subprocess.PIPE, stdout=o, stderr=e,
                                         start_new_session=True)
                 with self.lock:
@@ -1625,6 +1634,39 @@ def test_a_standby_that_replayed_past_the_fork_is_rewound_when_it_restarts(datab
     assert "rewinding it onto the primary's" in c.output(), c.output()
 
 
+def test_an_old_primary_reached_but_not_understood_is_not_taken_for_lost(database: Database):
+    """Issue 32, item 5: promote.sh took any failed connection to the old
+    primary as its loss. Here what answers at the old primary's address
+    takes the connection and cuts it (as a TLS or authentication refusal
+    would): a server that may still take writes, so nothing is promoted.
+    Nothing listening there is a loss, as before."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int)")
+    wait_for("b has t", lambda: b.sql("SELECT count(*) FROM pg_class WHERE relname = 't'") == "1")
+    database.designate(b)
+    wait_for("the mount names b", database.configmap.settled)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def cut() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = listener.accept()
+                conn.sendall(b"X")  # neither 'S' nor 'N' to the SSL request, then closed
+                conn.close()
+
+    threading.Thread(target=cut, daemon=True).start()
+    try:
+        refused = promote(b, p, [c], OLD_PRIMARY=f"127.0.0.1:{listener.getsockname()[1]}")
+    finally:
+        stop.set()
+        listener.close()
+    assert_refused(refused, "answers but could not be asked whether it is a primary")
+    assert b.in_recovery() == "t"
+
+
 # --------------------------------------------------------------------------
 # Issue 32, item 3: re-created over retained volumes after a failover
 
@@ -1684,7 +1726,7 @@ def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
     try:
         p = db.instances[0]
         rw_sql(db.proxy, "CREATE TABLE w (id int PRIMARY KEY)")
-        writer = AckWriter(db.proxy, "w")
+        writer = AckWriter(db.proxy, "w", reconnect_on_error=True)
         time.sleep(1.5)
         p.stop("kill")
         db.designate(None)

@@ -118,6 +118,17 @@ q() {
     return "$status"
 }
 
+# True when the last q's error ($answer) says no server was reached: no
+# address, nothing listening, no route, or no answer in time.
+unreached() {
+    case "$answer" in
+        *"Connection refused"* | *"timeout expired"* | *"could not translate host name"* | \
+            *"No route to host"* | *"Network is unreachable"* | *"Connection timed out"* | \
+            *"Host is unreachable"*) return 0 ;;
+    esac
+    return 1
+}
+
 # await CHECK REASON: runs the function CHECK once a second until it
 # succeeds; refused with REASON after ROLE_WAIT seconds.
 await() {
@@ -328,6 +339,10 @@ elif [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
     [ "$answer" = "t" ] || refuse "old primary $old still answers as a primary"
     log "old primary $old answers, in recovery"
 elif [ -n "$old" ]; then
+    # Only a connection that never reached a server counts as lost: one
+    # refused by TLS, by authentication, or cut by what answered is a
+    # server that may still take writes.
+    unreached || refuse "old primary $old answers but could not be asked whether it is a primary ($answer): it may still take writes; nothing was promoted"
     log "old primary $old does not answer: $answer"
 fi
 
