@@ -391,29 +391,29 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
 /// out: the condition says so, with the upgrade's words after it, since a
 /// rollout's switchover is what a reader of the status must be told.
 fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
-    let major = major_words(db, plan);
-    match (plan.upgrade, rollout_words(db, plan)) {
-        (Upgrade::None, _) | (_, None) => major,
-        (upgrade, Some(rolling)) if !upgrade.in_progress() => {
-            (true, "RollingUpdate", format!("{rolling}; {}", major.2))
+    // Only what does not hold the instances lets a template roll.
+    let rolling = match plan.upgrade.in_progress() {
+        true => None,
+        false => rollout_words(db, plan),
+    };
+    match (plan.upgrade, rolling) {
+        (_, None) => major_words(db, plan),
+        (Upgrade::None, Some(rolling)) => (true, "RollingUpdate", rolling),
+        (_, Some(rolling)) => {
+            let (_, _, major) = major_words(db, plan);
+            (true, "RollingUpdate", format!("{rolling}; {major}"))
         }
-        _ => major,
     }
 }
 
-/// The major upgrade's words, or the rollout's when none is asked.
+/// The major upgrade's words; [`upgrade_words`] adds a rollout's.
 // Long because it is a flat table: one arm of words per upgrade step.
 fn major_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     match plan.upgrade {
-        Upgrade::None => rollout_words(db, plan).map_or_else(
-            || {
-                (
-                    false,
-                    "UpToDate",
-                    format!("running PostgreSQL {}", plan.version.as_str()),
-                )
-            },
-            |message| (true, "RollingUpdate", message),
+        Upgrade::None => (
+            false,
+            "UpToDate",
+            format!("running PostgreSQL {}", plan.version.as_str()),
         ),
         Upgrade::NoDestination { to } => (
             false,
