@@ -85,6 +85,11 @@ loop_down() {
   local rc=$?
   [[ $(type -t on_loop_down) != function ]] || on_loop_down
   ((rc == 0 || up_done == 0)) || "$HERE/cluster.sh" logs "$dir" || true
+  # OPSHOOKS_E2E_KEEP_LOGS=DIR: every log of the run (the process node's
+  # containers too) copied there before the cluster is removed.
+  if [[ -n ${OPSHOOKS_E2E_KEEP_LOGS:-} ]]; then
+    mkdir -p "$OPSHOOKS_E2E_KEEP_LOGS" && (cd "$dir" && find . -name '*log' -type f -exec cp --parents {} "$OPSHOOKS_E2E_KEEP_LOGS" \;) || true
+  fi
   "$HERE/cluster.sh" down "$dir" || true
   exit "$rc"
 }

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -1320,3 +1321,25 @@ def test_shellcheck(script):
         pytest.skip("shellcheck is not installed (tests/scripts/setup.sh installs it)")
     r = run(["shellcheck", "-s", "sh", str(SCRIPTS / script)], {"PATH": SYSTEM_PATH}, timeout=60)
     assert r.rc == 0, str(r)
+
+
+def test_the_switchovers_stop_writes_nothing_to_its_program(primary):
+    """promote.sh stops the old primary with `COPY (...) TO PROGRAM 'kill
+    -INT <postmaster>'`. A COPY that writes a row to a program that has
+    already exited fails with "Broken pipe" (the write comes at the
+    pipe's close). Under load, or once the shutdown it asked for signals
+    the session's process group, the program is gone first: the switchover
+    was refused ("cannot stop it: ... Broken pipe") while the old primary
+    was stopping, and a failover followed (the real loop, in CI). The
+    script's query yields no row, so nothing is written, whenever the
+    program ends: run here with a row that comes late, after the program
+    (`exit 0`) is gone."""
+    script = (SCRIPTS / "promote.sh").read_text()
+    stops = re.findall(r'"COPY \((SELECT[^"]*)\) TO PROGRAM', script)
+    assert len(stops) == 1, stops
+    late = "COPY (SELECT * FROM ({}) q, pg_sleep(0.5)) TO PROGRAM 'exit 0'"
+    # The failure it guards against: a row written after the program exited.
+    broken = primary.cluster.psql(late.format("SELECT 1"))
+    assert broken.rc != 0 and "Broken pipe" in broken.err, str(broken)
+    ok = primary.cluster.psql(late.format(stops[0]))
+    assert ok.rc == 0, f"promote.sh's stop, {stops[0]!r}, writes to its program: {ok}"

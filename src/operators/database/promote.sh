@@ -297,8 +297,11 @@ if [ "$mode" = "switchover" ]; then
     case "$answer" in '' | *[!0-9]*) refuse "old primary $old: cannot read its postmaster's pid from '$answer'" ;; esac
     # The session that asks may be ended by the shutdown before it returns,
     # and its program with it (the postmaster signals each session's
-    # process group): whether the server stops is what await sees.
-    if ! q "$old" "COPY (SELECT 1) TO PROGRAM :'stop'" -v "stop=kill -INT $answer"; then
+    # process group): whether the server stops is what await sees. The
+    # query yields no row: a row written to a program that has already
+    # exited fails the COPY with "Broken pipe", though the shutdown was
+    # asked.
+    if ! q "$old" "COPY (SELECT 1 WHERE false) TO PROGRAM :'stop'" -v "stop=kill -INT $answer"; then
         case "$answer" in
             *"terminating connection"* | *"server closed the connection"* | *"shutting down"* | \
                 *"connection to server was lost"* | *"SSL SYSCALL error"* | \

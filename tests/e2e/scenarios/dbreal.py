@@ -176,7 +176,11 @@ def scenario_real_database(s):
 
     s.step("medium: the standby clones the primary through the read-write Service (DNS, kube-proxy) and streams")
     k.patch("Database", ns, name, {"spec": {"size": "medium"}})
-    db_running(s, name, 2, "15", timeout=300)
+    grown = db_running(s, name, 2, "15", timeout=300)
+    # One planned switchover (epoch 0 to 1): a refused one is followed by a
+    # re-designation and a failover, which the final state alone hides.
+    st = grown.get("status") or {}
+    s.expect(st.get("primaryEpoch") == 1, f"primaryEpoch {st.get('primaryEpoch')}, want 1 (one switchover); lastFailover {st.get('lastFailover')}")
     ro = k.get("Service", ns, f"{name}-ro")["spec"]["clusterIP"]
 
     def replicated():
