@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::http::reload::Refresh;
 use crate::http::tls::{self, TlsFiles};
-use crate::http::{Limits, ServeOptions, auth};
+use crate::http::{DEFAULT_MIN_BODY_RATE, Limits, ServeOptions, auth};
 
 /// opshooks: Kubernetes operators as pure Metacontroller hooks.
 #[derive(Debug, Parser)]
@@ -229,6 +229,11 @@ pub struct ServerArgs {
     /// --max-body-bytes.
     #[arg(long, env = "OPSHOOKS_MAX_BUFFERED_BYTES", default_value_t = 0)]
     pub max_buffered_bytes: usize,
+    /// The slowest a request body may arrive: bytes a second on average
+    /// from 2 s after the call began, with no pause over 2 s; a slower one
+    /// is answered 408 and frees its place. 0 turns the check off.
+    #[arg(long, env = "OPSHOOKS_MIN_BODY_BYTES_PER_SECOND", default_value_t = DEFAULT_MIN_BODY_RATE)]
+    pub min_body_bytes_per_second: u64,
     /// Most connections open at once; more wait to be accepted.
     #[arg(long, env = "OPSHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
@@ -353,6 +358,7 @@ impl ServerArgs {
             self.max_concurrent_hooks,
             self.max_queued_hooks,
             self.max_buffered_bytes,
+            self.min_body_bytes_per_second,
         );
         let tls = match (&self.tls_cert_file, &self.tls_key_file) {
             (Some(cert), Some(key)) => Some(Arc::new(tls::load(&TlsFiles {

@@ -35,7 +35,7 @@ pub mod tls;
 
 pub use error::RETRY_AFTER_SECONDS;
 pub use error::{Problem, Refusal};
-pub use limits::{DEFAULT_QUEUED, Limits};
+pub use limits::{BODY_GRACE, DEFAULT_MIN_BODY_RATE, DEFAULT_QUEUED, Limits};
 pub use redact::redacted;
 pub use server::{ServeOptions, serve, shutdown_signal};
 

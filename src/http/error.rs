@@ -6,7 +6,7 @@
 //! one line naming what to fix: Metacontroller copies our body into a
 //! Warning event on the parent, so this text is what users read.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::hook::DecodeError;
 use crate::hook::quote::{cut, cut_quoted};
 use crate::operator::HookError;
+
+use super::limits::BODY_GRACE;
 
 /// Seconds a refused caller is asked to wait before trying again (429).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
@@ -293,10 +295,11 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
 pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
-    max: usize,
-    deadline: Duration,
+    limits: &super::Limits,
     mut hold: impl FnMut(usize) -> Result<(), Problem>,
 ) -> Result<Bytes, Problem> {
+    let (max, deadline) = (limits.max_body_bytes, limits.request_timeout);
+    let started = Instant::now();
     let too_large = |size: Option<u64>| {
         let size = size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
         Problem::from(Refusal::TooLarge(format!(
@@ -320,7 +323,20 @@ pub(super) async fn read_body(
         use http_body_util::BodyExt;
         let mut body = body;
         let mut buffer = Vec::with_capacity(capacity);
-        while let Some(frame) = body.frame().await {
+        let mut last = started;
+        loop {
+            let frame = match next_part_due(started, last, buffer.len(), limits.min_body_rate) {
+                None => body.frame().await,
+                Some((due, why)) => match tokio::time::timeout_at(due.into(), body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_) => {
+                        refused = Some(too_slow(buffer.len(), started, why, limits.min_body_rate));
+                        return Ok(None);
+                    }
+                },
+            };
+            let Some(frame) = frame else { break };
+            last = Instant::now();
             if let Some(data) = frame?.data_ref() {
                 let received = buffer.len() + data.len();
                 if received > max {
@@ -351,6 +367,51 @@ pub(super) async fn read_body(
         super::memory::release_memory();
     }
     result
+}
+
+/// Why a body's next part is due when it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pace {
+    /// It may pause for at most [`BODY_GRACE`].
+    Pause,
+    /// It must arrive at the minimum rate on average.
+    Rate,
+}
+
+/// When the next part of a body that began at `started`, last sent a part
+/// at `last` and holds `received` bytes must arrive, and why: a pause of
+/// at most [`BODY_GRACE`], and on average `min_rate` bytes a second from
+/// [`BODY_GRACE`] after it began. `None` when `min_rate` is 0.
+pub(super) fn next_part_due(
+    started: Instant,
+    last: Instant,
+    received: usize,
+    min_rate: u64,
+) -> Option<(Instant, Pace)> {
+    if min_rate == 0 {
+        return None;
+    }
+    let owed = Duration::from_secs_f64(received as f64 / min_rate as f64);
+    let by_rate = started + BODY_GRACE + owed;
+    let by_pause = last + BODY_GRACE;
+    Some(if by_pause <= by_rate {
+        (by_pause, Pace::Pause)
+    } else {
+        (by_rate, Pace::Rate)
+    })
+}
+
+/// The refusal of a body that arrived too slowly.
+fn too_slow(received: usize, started: Instant, why: Pace, min_rate: u64) -> Problem {
+    let grace = BODY_GRACE.as_secs();
+    let what = match why {
+        Pace::Pause => format!("paused for more than {grace} s"),
+        Pace::Rate => format!("averaged under {min_rate} bytes/s after its first {grace} s"),
+    };
+    Problem::from(Refusal::BodyTimeout(format!(
+        "the request body {what} ({received} bytes in {:.1} s); send it at once, or lower --min-body-bytes-per-second (OPSHOOKS_MIN_BODY_BYTES_PER_SECOND, 0 turns the check off)",
+        started.elapsed().as_secs_f64()
+    )))
 }
 
 /// What reading a body came to: the body, or why it is refused.
@@ -481,7 +542,12 @@ mod tests {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(length));
         }
         let body = Body::from(body.to_string());
-        read_body(body, &headers, max, Duration::from_secs(1), |_| Ok(())).await
+        let limits = super::super::Limits {
+            max_body_bytes: max,
+            request_timeout: Duration::from_secs(1),
+            ..super::super::Limits::default()
+        };
+        read_body(body, &headers, &limits, |_| Ok(())).await
     }
 
     #[tokio::test]
@@ -503,5 +569,27 @@ mod tests {
         assert_eq!(cut.status, StatusCode::BAD_REQUEST);
         let detail = &cut.detail;
         assert!(detail.contains("after 2 of the 12 bytes"), "{detail}");
+    }
+
+    /// A body's next part is due by the sooner of a 2 s pause and its
+    /// average rate counted from 2 s after it began; no minimum, no due time.
+    #[test]
+    fn a_bodys_next_part_is_due_by_its_pause_or_its_rate() {
+        let t0 = Instant::now();
+        let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
+        // Nothing yet: 2 s of grace.
+        assert_eq!(next_part_due(t0, t0, 0, 1000), Some((s(2.0), Pace::Pause)));
+        // 500 bytes at 1000 B/s owe 0.5 s past the grace; the last part
+        // came at 1 s, so the pause ends at 3 s and the rate first.
+        assert_eq!(
+            next_part_due(t0, s(1.0), 500, 1000),
+            Some((s(2.5), Pace::Rate))
+        );
+        // Far ahead of the rate: only the pause counts.
+        assert_eq!(
+            next_part_due(t0, s(1.0), 10_000, 1000),
+            Some((s(3.0), Pace::Pause))
+        );
+        assert_eq!(next_part_due(t0, t0, 0, 0), None);
     }
 }

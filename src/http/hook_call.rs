@@ -123,14 +123,7 @@ async fn admit(
         }
     };
     error::check_content_type(headers)?;
-    let bytes = error::read_body(
-        body,
-        headers,
-        limits.max_body_bytes,
-        limits.request_timeout,
-        |received| ticket.hold(received),
-    )
-    .await?;
+    let bytes = error::read_body(body, headers, limits, |received| ticket.hold(received)).await?;
     if tracing::enabled!(Level::DEBUG) {
         debug!(body = %redacted(&bytes), "hook request");
     }

@@ -16,7 +16,20 @@ pub struct Limits {
     pub max_queued: usize,
     /// Most bytes of bodies held by all calls in progress.
     pub max_buffered_bytes: usize,
+    /// The slowest a body may arrive, in bytes a second on average from
+    /// [`BODY_GRACE`] after its call began (0: no minimum); nor may it
+    /// pause for longer than [`BODY_GRACE`].
+    pub min_body_rate: u64,
 }
+
+/// How long a body may pause between two of its parts, and from when its
+/// average rate counts.
+pub const BODY_GRACE: Duration = Duration::from_secs(2);
+
+/// The default of --min-body-bytes-per-second: Metacontroller sends a
+/// whole body at once, so only a client that holds a place on purpose is
+/// this slow.
+pub const DEFAULT_MIN_BODY_RATE: u64 = 8 * 1024;
 
 impl Limits {
     /// Limits from the flags, where 0 means the default: one computation
@@ -27,6 +40,7 @@ impl Limits {
         max_concurrent: usize,
         max_queued: usize,
         max_buffered_bytes: usize,
+        min_body_rate: u64,
     ) -> Self {
         let or = |value: usize, default: fn() -> usize| if value == 0 { default() } else { value };
         Limits {
@@ -41,13 +55,21 @@ impl Limits {
             } else {
                 max_buffered_bytes
             },
+            min_body_rate,
         }
     }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits::new(32 * 1024 * 1024, Duration::from_secs(9), 0, 0, 0)
+        Limits::new(
+            32 * 1024 * 1024,
+            Duration::from_secs(9),
+            0,
+            0,
+            0,
+            DEFAULT_MIN_BODY_RATE,
+        )
     }
 }
 

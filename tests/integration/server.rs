@@ -620,3 +620,48 @@ async fn regression_two_trickled_huge_bodies_do_not_starve_a_small_call() {
     }
     server.stop().await;
 }
+
+/// Issue 31: a body trickled a byte every 100 ms held its call place until
+/// the 9 s deadline, so some 260 such connections took every place. A
+/// body now arrives at --min-body-bytes-per-second on average after its
+/// first 2 s, and never pauses longer than 2 s: both tricklers here, the
+/// slow one and one that sends 64 KiB and stalls, are answered 408 in
+/// about 2 s, naming the flag.
+#[tokio::test]
+async fn regression_a_trickled_or_stalled_body_is_408_long_before_the_deadline() {
+    let server = Server::start(quick()).await;
+    for (first, every) in [(1, Some(Duration::from_millis(100))), (64 * 1024, None)] {
+        let stream = TcpStream::connect(server.address).await.unwrap();
+        let (mut read, mut write) = tokio::io::split(stream);
+        let head = "POST /webserver/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n";
+        write.write_all(head.as_bytes()).await.unwrap();
+        write.write_all(&vec![b' '; first]).await.unwrap();
+        let started = Instant::now();
+        let sender = tokio::spawn(async move {
+            let Some(every) = every else {
+                return std::future::pending::<()>().await;
+            };
+            loop {
+                tokio::time::sleep(every).await;
+                if write.write_all(b" ").await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut reply = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(12), read.read_to_end(&mut reply)).await;
+        let took = started.elapsed();
+        sender.abort();
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(
+            reply.starts_with("HTTP/1.1 408"),
+            "{first} bytes first: {reply}"
+        );
+        assert!(reply.contains("--min-body-bytes-per-second"), "{reply}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{first} bytes first: answered after {took:?}"
+        );
+    }
+    server.stop().await;
+}
