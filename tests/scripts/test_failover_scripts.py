@@ -163,12 +163,15 @@ class RoleConfigMap:
         self.applied = 0
         self.held = False
         self.database: str | None = None  # the Database's uid, when the test gives one
+        self.hosts: dict[str, str] = {}  # where each pod answers (`host`, as the hook writes it)
 
     def publish(self, primary: str, epoch: int, initialized: str = "true", *, now: bool = False) -> None:
         with self.lock:
             self.seq += 1
             seq = self.seq
             self.published = {"primary": primary, "epoch": str(epoch), "initialized": initialized}
+            if primary in self.hosts:
+                self.published["host"] = self.hosts[primary]
             if self.database is not None:
                 self.published["database"] = self.database
         if now:
@@ -503,6 +506,7 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
             pg_dir(volume / "lease")
             instance.lease = LeaseSidecar(configmap, volume / "lease" / "role")
         instances.append(instance)
+    configmap.hosts = {i.name: f"127.0.0.1:{i.port}" for i in instances}
     primary = instances[0]
     r = run(["cp", "-a", str(template), str(primary.data)], {"PATH": PG_PATH}, timeout=60)
     assert r.rc == 0, str(r)
@@ -1053,12 +1057,27 @@ def test_probes(database: Database):
     b.sql("SELECT pg_wal_replay_resume()")
     wait_for("b caught up", lambda: probe(b, "ready", MAX_LAG_BYTES="1000000").rc == 0)
 
-    # A primary that is not the designated one: fenced, neither live nor ready.
+    # A primary that is not the designated one, while the designated one
+    # answers in recovery (a switchover under way, or refused): still the
+    # only primary, live and ready, so a refused switchover leaves it
+    # serving instead of failing over. Fenced once the designated one does
+    # not answer (or the mount gives no address for it).
+    database.configmap.publish(b.name, 2, now=True)
+    for what in ("live", "ready"):
+        r = probe(p, what)
+        assert r.rc == 0 and "not promoted yet" in r.out, str(r)
+    assert probe(b, "live").rc == 0  # a designated standby waiting for its promotion
+    database.configmap.hosts[b.name] = "127.0.0.1:1"
     database.configmap.publish(b.name, 2, now=True)
     for what in ("live", "ready"):
         r = probe(p, what)
         assert r.rc != 0 and "fenced" in r.out, str(r)
-    assert probe(b, "live").rc == 0  # a designated standby waiting for its promotion
+    del database.configmap.hosts[b.name]
+    (database.roles / "host").unlink()
+    database.configmap.publish(b.name, 2, now=True)
+    r = probe(p, "live")
+    assert r.rc != 0 and "fenced" in r.out, str(r)
+    database.configmap.hosts[b.name] = f"127.0.0.1:{b.port}"
     database.configmap.publish(p.name, 3, now=True)
     assert probe(p, "live").rc == 0
 
@@ -1067,6 +1086,15 @@ def test_probes(database: Database):
     for what in ("live", "ready"):
         r = probe(c, what)
         assert r.rc != 0 and "does not accept connections" in r.out, str(r)
+
+    # The designated one promoted: the other primary is fenced.
+    database.configmap.publish(b.name, 4, now=True)
+    assert b.sql("SELECT pg_promote()") == "t"
+    wait_for("b promoted", lambda: b.in_recovery() == "f")
+    for what in ("live", "ready"):
+        r = probe(p, what)
+        assert r.rc != 0 and "fenced" in r.out, str(r)
+    assert probe(b, "live").rc == 0
 
 
 # --------------------------------------------------------------------------

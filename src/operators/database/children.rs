@@ -266,13 +266,19 @@ pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
 
 /// Who the primary is, for every instance to read when it starts
 /// (`start.sh` reads it mounted at [`ROLE_DIR`]): the designated primary's
-/// pod, the epoch, whether the Database was ever initialized (an
-/// instance with an empty volume then never initializes a new cluster),
-/// and the Database's uid (`database`: an instance whose volume recorded
-/// another Database's tells a re-creation over retained volumes).
+/// pod and where it answers (`host`: `probe.sh` asks it whether it is
+/// promoted yet before it fences the primary it replaces), the epoch,
+/// whether the Database was ever initialized (an instance with an empty
+/// volume then never initializes a new cluster), and the Database's uid
+/// (`database`: an instance whose volume recorded another Database's tells
+/// a re-creation over retained volumes).
 pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
     let mut data = BTreeMap::from([
         ("primary".to_string(), pod_name(db, plan.primary.designated)),
+        (
+            "host".to_string(),
+            instance_host(db, plan.primary.designated),
+        ),
         ("epoch".to_string(), plan.primary.epoch.to_string()),
         ("initialized".to_string(), plan.initialized.to_string()),
     ]);

@@ -6,7 +6,15 @@
 #        a fenced former primary: a server that answers as a primary while
 #        the role ConfigMap ($ROLE_DIR/primary, or the lease when it is
 #        newer) names another pod fails, so the kubelet restarts the
-#        container and start.sh rejoins it as a standby. A standby whose WAL
+#        container and start.sh rejoins it as a standby. Unless the pod the
+#        mount names answers, at its address ($ROLE_DIR/host, host[:port]),
+#        in recovery: it is not promoted yet, so this server is still the
+#        only primary (a switchover under way, which the promote Job ends
+#        by stopping this server, or refuses with nothing stopped; a
+#        failover whose old primary came back, which the promote Job
+#        refuses). Fencing it then would only turn a refused switchover
+#        into a failover. One that does not answer, or answers as a
+#        primary, fences it. A standby whose WAL
 #        receiver does not stream while the primary (at the read-write
 #        Service) is on a newer timeline than its last checkpoint fails too:
 #        it may have replayed past the fork, and its restart rewinds it onto
@@ -43,6 +51,7 @@ esac
 # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
 me="${HOSTNAME:-}"
 primary="$(cat "${ROLE_DIR:-/etc/opshooks/role}/primary" 2>/dev/null)" || primary=""
+mounted="$primary"
 epoch="$(cat "${ROLE_DIR:-/etc/opshooks/role}/epoch" 2>/dev/null)" || epoch=""
 # The lease (LEASE_FILE, `<seconds since boot> <epoch> <primary>`, see
 # start.sh) names the primary at a newer epoch than the mount, which the
@@ -72,8 +81,25 @@ if ! recovery="$(local_sql 'SELECT pg_is_in_recovery()')"; then
     exit 1
 fi
 if [ "$recovery" = "f" ] && [ "$primary" != "$me" ]; then
-    echo "probe: answers as a primary, but the designated primary is '$primary', not $me: fenced"
-    exit 1
+    # Whether the designated primary is promoted yet, at the address the
+    # mount gives for it (only when the lease names the same pod).
+    host="$(cat "${ROLE_DIR:-/etc/opshooks/role}/host" 2>/dev/null)" || host=""
+    designated=""
+    if [ -n "$primary" ] && [ "$primary" = "$mounted" ] && [ -n "$host" ]; then
+        case "$host" in
+            *:*) port="${host##*:}" host="${host%:*}" ;;
+            *) port=5432 ;;
+        esac
+        designated="$(printf '%s\n' "SELECT pg_is_in_recovery()" | PGHOST="$host" PGPORT="$port" PGUSER=postgres \
+            PGDATABASE=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" PGCONNECT_TIMEOUT=2 \
+            psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password 2>/dev/null)" || designated=""
+    fi
+    if [ "$designated" != "t" ]; then
+        echo "probe: answers as a primary, but the designated primary is '$primary', not $me: fenced"
+        exit 1
+    fi
+    echo "probe: answers as a primary; the designated primary '$primary' answers in recovery (not promoted yet): still the only primary"
+    exit 0
 fi
 [ "$recovery" = "t" ] || exit 0
 

@@ -17,6 +17,10 @@ which rows are there, which timeline each instance is on.
 - dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
   under load; the figure is the longest gap between two acknowledged
   commits from the request on.
+- dbrealrefused: a planned switchover to a standby that does not stream
+  (its primary_conninfo pointed nowhere by hand): the promote Job refuses
+  it after its 150 s with nothing stopped, and the old primary must serve
+  on at the next epoch: never restarted, no failover, writes never stop.
 
 Whatever follows must end with:
 
@@ -32,7 +36,7 @@ Whatever follows must end with:
 It prints the RTO: from the fault to the first commit acknowledged after
 it (the client's clock_timestamp() and the fault's time are this machine's
 clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
-dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealswitch."""
+dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealswitch,dbrealrefused."""
 
 import base64
 import contextlib
@@ -140,6 +144,12 @@ def acks(text):
     return out
 
 
+def restart_count(s, pod):
+    """The postgres container's restarts, as the process node reports them."""
+    statuses = ((s.k.get("Pod", s.ns, pod) or {}).get("status") or {}).get("containerStatuses") or []
+    return sum(c.get("restartCount", 0) for c in statuses if c.get("name") == "postgres")
+
+
 def superuser(s, name):
     secret = s.k.get("Secret", s.ns, f"{name}-superuser")
     need(secret is not None, f"Secret {name}-superuser missing")
@@ -188,6 +198,14 @@ def scenario_real_pause(s):
 def scenario_real_switchover(s):
     """A planned switchover (opshooks.io/switchover) under load."""
     kill_the_primary(s, delay=None, fault="switchover")
+
+
+def scenario_real_switchover_refused(s):
+    """A planned switchover to a standby that does not stream (its
+    primary_conninfo broken by hand): the promote Job refuses it with
+    nothing stopped, and the old primary serves on, at the next epoch:
+    never restarted, no failover, writes never stop."""
+    kill_the_primary(s, delay=None, fault="refused")
 
 
 def scenario_real_pause_async(s):
@@ -254,6 +272,21 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     else:
         target = sorted(p for p in before if p != primary)[-1]
         epoch = (s.k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
+        if fault == "refused":
+            s.step(f"{target} stops streaming (its primary_conninfo points nowhere)")
+            code, conninfo = psql(s, before[target][0], su, "SELECT current_setting('primary_conninfo')")
+            s.expect(code == 0 and conninfo, f"{target}: {conninfo}")
+            code, out = psql(s, before[target][0], su, "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1 connect_timeout=1'")
+            s.expect(code == 0, f"{target}: {out}")
+            code, out = psql(s, before[target][0], su, "SELECT pg_reload_conf()")
+            s.expect(code == 0, f"{target}: {out}")
+
+            def not_streaming():
+                code, out = psql(s, before[target][0], su, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'")
+                need(code == 0 and out == "0", f"{target} streaming: {out}")
+
+            s.wait(f"{target} not streaming", not_streaming, 60, every=1)
+            restarts = {p: restart_count(s, p) for p in before}
         s.step(f"a planned switchover to {target} at epoch {epoch}, under load")
         at = time.time()
         k.patch("Database", ns, name, {"metadata": {"annotations": {"opshooks.io/switchover": f"{target}@{epoch}"}}})
@@ -264,8 +297,30 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
     rto_figure = f"RTO {first - at:.2f}s"
-    if fault != "switchover":  # writes go on until the old primary stops
+    if fault not in ("switchover", "refused"):  # writes go on until the old primary stops
         say(f"{rto_figure} ({fault} to the first acknowledged commit)")
+
+    if fault == "refused":
+        s.step(f"the switchover refused, nothing stopped: {primary} serves on at epoch {epoch + 2}, never restarted, no failover")
+
+        def served_on():
+            st = s.k.get("Database", ns, name).get("status") or {}
+            need(st.get("primaryEpoch") == epoch + 2, f"primaryEpoch {st.get('primaryEpoch')}, want {epoch + 2} (the switchover at {epoch + 1}, refused)")
+            return st
+
+        st = s.wait(f"{primary} designated again", served_on, 420, every=2)
+        s.expect(st.get("currentPrimary") == primary, f"status.currentPrimary {st.get('currentPrimary')}, want {primary}")
+        s.expect(st.get("lastFailover") is None, f"a failover followed the refused switchover: {st.get('lastFailover')}")
+        again = {p: restart_count(s, p) for p in before}
+        s.expect(again == restarts, f"containers restarted during the refused switchover: before {restarts}, after {again}")
+        refused_at = time.time()
+        s.wait("commits acknowledged after the refusal", lambda: writing(after=refused_at, least=50), 60, every=0.5)
+        s.step(f"{target} streams again")
+        quoted = conninfo.replace("'", "''")
+        code, out = psql(s, before[target][0], su, f"ALTER SYSTEM SET primary_conninfo = '{quoted}'")
+        s.expect(code == 0, f"{target}: {out}")
+        code, out = psql(s, before[target][0], su, "SELECT pg_reload_conf()")
+        s.expect(code == 0, f"{target}: {out}")
 
     s.step("writes go on; the Database Running with three ready instances")
     if fault == "switchover":
@@ -278,7 +333,7 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     db_running(s, name, 3, "15", timeout=300)
     running = time.time()
     s.wait("200 more commits", lambda: writing(after=running, least=200), 120, every=0.5)
-    if fault == "switchover":
+    if fault in ("switchover", "refused"):
         # The time a switchover stops writes: the longest gap between two
         # acknowledged commits from the request on (the RTO above means
         # nothing here: writes go on until the old primary stops).
