@@ -93,7 +93,8 @@ impl Admission {
     }
 
     /// A place for a new call whose body declares `declared` bytes (`None`
-    /// when it does not say), holding its first KiB, or 429.
+    /// when it does not say), holding its first KiB, or the whole declared
+    /// length for a large body, or 429.
     pub(super) fn enter(&self, declared: Option<u64>) -> Result<Ticket, Problem> {
         let place = Arc::clone(&self.places).try_acquire_owned().map_err(|_| {
             overloaded(format!(
@@ -103,15 +104,6 @@ impl Admission {
         })?;
         let large = declared.is_some_and(|n| n >= LARGE_BODY as u64);
         let budget = &self.budget;
-        // A large body that would not fit what is free now is refused
-        // before it is read, rather than after a part of it: nothing is
-        // held for it, so a client that declares much and sends little
-        // takes nothing.
-        if let Some(length) = declared.filter(|_| large)
-            && kib(length).min(budget.shared_kib) as usize > budget.shared.available_permits()
-        {
-            return Err(budget.full(length, "this one's"));
-        }
         let mut body = Held {
             budget: Arc::clone(budget),
             shared: None,
@@ -119,10 +111,15 @@ impl Admission {
             large,
         };
         // A large body holds its whole length from the start, so the
-        // bodies admitted can all finish: bodies that grew together found
-        // the budget full before any ended.
-        let length = declared.filter(|_| large).unwrap_or(0);
-        body.grow(usize::try_from(length).unwrap_or(usize::MAX))?;
+        // bodies admitted can all finish (bodies that grew together found
+        // the budget full before any ended); one whose length is not free
+        // is refused before it is read.
+        match declared.filter(|_| large) {
+            Some(length) => body
+                .grow(usize::try_from(length).unwrap_or(usize::MAX))
+                .map_err(|_| budget.full(length, "this one's"))?,
+            None => body.grow(0)?,
+        }
         Ok(Ticket {
             _place: place,
             body,
