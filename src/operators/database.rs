@@ -20,6 +20,7 @@
 
 pub mod children;
 mod foreign;
+mod lease;
 mod observed;
 mod parameters;
 mod placement;
@@ -114,19 +115,19 @@ pub fn operator() -> Operator {
                 "v1",
                 "serviceaccounts",
                 "InPlace",
-                "the grow Job's identity, while claims grow",
+                "the instances' lease sidecar's identity, with standbys; the grow Job's, while claims grow",
             ),
             ChildResource::new(
                 "rbac.authorization.k8s.io/v1",
                 "roles",
                 "InPlace",
-                "the grow Job may patch the claims it grows, no others",
+                "the lease sidecar may get the role ConfigMap; the grow Job may patch the claims it grows; no more",
             ),
             ChildResource::new(
                 "rbac.authorization.k8s.io/v1",
                 "rolebindings",
                 "InPlace",
-                "binds the grow Job's Role to its ServiceAccount",
+                "binds each Role to its ServiceAccount",
             ),
         ],
         generate_selector: true,

@@ -300,7 +300,7 @@ fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("+Job/orders-backup-22(cronjob)"), "{text}");
+    assert!(text.contains("+Job/orders-backup-25(cronjob)"), "{text}");
     assert!(text.contains("-CronJob/orders-backup(gc)"), "{text}");
     for (event, why) in [
         ("not-ready nosuch-0", "no Pod/nosuch-0 in the cluster"),

@@ -52,7 +52,7 @@ SCRIPTS = REPO / "src" / "operators" / "database"
 # start.sh, promote.sh and probe.sh run in test_failover_scripts.py too; tls.sh in
 # test_tls_scripts.py.
 SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "probe.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
-                "restore.sh", "tls.sh"]
+                "restore.sh", "tls.sh", "lease.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /bin/sh of the images the scripts run in: dash (Debian-based postgres

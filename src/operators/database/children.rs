@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::lease;
 use super::observed::Observed;
 use super::parameters;
 use super::placement;
@@ -118,6 +119,12 @@ pub fn build(
     }
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, seen, plan)));
+    }
+    if lease::enabled(db) {
+        let (account, role, binding) = lease::children(db);
+        out.push(Child::new(&account));
+        out.push(Child::new(&role));
+        out.push(Child::new(&binding));
     }
     out.extend(disruption_budget(db).as_ref().map(Child::new));
     if plan.init_job {
@@ -482,7 +489,7 @@ pub fn pgdata(version: Major) -> String {
     version.data_dir(DATA_DIR)
 }
 
-fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+pub(super) fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: volume.to_string(),
         mount_path: path.to_string(),
@@ -611,19 +618,34 @@ fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
             )])),
             ..ObjectMeta::default()
         }),
-        spec: Some(PodSpec {
-            security_context: Some(restricted_pod(POSTGRES_UID)),
-            init_containers: Some(vec![tls_container(db, plan)]),
-            containers: vec![postgres_container(db, plan)],
-            volumes: Some(volumes),
-            image_pull_secrets: pull_secrets(db),
-            affinity: placed.affinity,
-            node_selector: placed.node_selector,
-            tolerations: placed.tolerations,
-            topology_spread_constraints: placed.topology_spread_constraints,
-            ..PodSpec::default()
-        }),
+        spec: Some(instance_pod(db, plan, placed, volumes)),
     }
+}
+
+/// The instances' pod: the server, its TLS init container and, with
+/// standbys, the lease sidecar.
+fn instance_pod(
+    db: &Database,
+    plan: &Plan,
+    placed: placement::PodPlacement,
+    volumes: Vec<Volume>,
+) -> PodSpec {
+    let mut pod = PodSpec {
+        security_context: Some(restricted_pod(POSTGRES_UID)),
+        init_containers: Some(vec![tls_container(db, plan)]),
+        containers: vec![postgres_container(db, plan)],
+        volumes: Some(volumes),
+        image_pull_secrets: pull_secrets(db),
+        affinity: placed.affinity,
+        node_selector: placed.node_selector,
+        tolerations: placed.tolerations,
+        topology_spread_constraints: placed.topology_spread_constraints,
+        ..PodSpec::default()
+    };
+    if lease::enabled(db) {
+        lease::apply(db, plan.images.image(plan.version), &mut pod, "postgres");
+    }
+    pod
 }
 
 /// The PodDisruptionBudget of the instances (`spec.enablePDB`): one
@@ -1388,6 +1410,9 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
     ];
     if let Some(bytes) = max_standby_lag(db) {
         env.push(value_env("MAX_LAG_BYTES", bytes.to_string()));
+    }
+    if lease::enabled(db) {
+        env.extend(lease::script_env());
     }
     let container = script_container(
         ("promote", plan.images.image(plan.version)),

@@ -21,6 +21,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::children::{hba_name, headless_name, kept_job, read_only_name};
+use super::lease;
 use super::plan::{generated_credentials_name, jobs, superuser_secret_name};
 use super::primary::is_promote_job;
 use super::spec::{Database, Major, backup_cron_name, name, role_name, verify_name};
@@ -111,7 +112,7 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             || g == group_key::<Role>()
             || g == group_key::<RoleBinding>() =>
         {
-            vec![grow_name(db)]
+            vec![grow_name(db), lease::account_name(db)]
         }
         g if g == group_key::<Job>() => {
             let mut names = jobs::dump_names(own);

@@ -85,7 +85,7 @@ case "$lease_seconds" in '' | *[!0-9]*) refuse "LEASE_SECONDS is '$lease_seconds
 now_s() { read -r up _ </proc/uptime && printf '%s\n' "${up%.*}"; }
 # read_lease: $lease_at $lease_epoch $lease_primary, or false.
 read_lease() {
-    [ -n "$lease_file" ] && read -r lease_at lease_epoch lease_primary <"$lease_file" 2>/dev/null || return 1
+    [ -n "$lease_file" ] && read -r lease_at lease_epoch lease_primary 2>/dev/null <"$lease_file" || return 1
     case "$lease_at$lease_epoch" in '' | *[!0-9]*) return 1 ;; esac
     [ -n "$lease_primary" ]
 }

@@ -29,11 +29,34 @@ def database(ns, name, version, size="small", policy="Snapshot", backups=False):
     }
 
 
+def why_not_running(s, name, st):
+    """What a Database that is not Running reports, and its StatefulSet and
+    pods as observed: so a wait that times out in CI says why."""
+    conds = [
+        f"{c.get('type')}={c.get('status')} ({c.get('reason')}: {str(c.get('message', ''))[:160]})"
+        for c in st.get("conditions") or []
+        if c.get("status") != "True" or c.get("type") in ("Failover", "Switchover", "Rollout", "PrimaryChange")
+    ]
+    sts = s.k.get("StatefulSet", s.ns, name) or {}
+    sts_st = sts.get("status") or {}
+    rollout = (sts.get("spec") or {}).get("updateStrategy", {}).get("rollingUpdate", {})
+    pods = [
+        f"{p['metadata']['name']}:{'ready' if pod_ready(p) else 'unready'}:{p['metadata'].get('labels', {}).get('controller-revision-hash', '?')}"
+        for p in s.k.list("Pod", s.ns)
+        if p["metadata"]["name"].rsplit("-", 1)[0] == name
+    ]
+    return (
+        f"primary {st.get('currentPrimary')} epoch {st.get('primaryEpoch')}; conditions: {'; '.join(conds) or 'none'}; "
+        f"StatefulSet replicas {sts_st.get('replicas')} ready {sts_st.get('readyReplicas')} "
+        f"updateRevision {sts_st.get('updateRevision')} partition {rollout.get('partition')}; pods {' '.join(pods) or 'none'}"
+    )
+
+
 def db_running(s, name, n, version, timeout=180):
     def check():
         db = s.parent("Database", name)
         st = s.synced(db)
-        need(st.get("phase") == "Running" and st.get("ready") is True, f"phase {st.get('phase')} ready {st.get('ready')}")
+        need(st.get("phase") == "Running" and st.get("ready") is True, f"phase {st.get('phase')} ready {st.get('ready')}; {why_not_running(s, name, st)}")
         need(st.get("version") == version, f"status.version {st.get('version')}, want {version}")
         need(st.get("replicas") == n and st.get("readyReplicas") == n, f"replicas {st.get('replicas')}/{st.get('readyReplicas')}, want {n}")
         sts = s.k.get("StatefulSet", s.ns, name)

@@ -1,0 +1,220 @@
+//! The lease (issue 32, fencing): each instance of a Database that can
+//! fail over runs a sidecar, `lease.sh`, that reads the role ConfigMap from
+//! the API server every [`RENEW_SECONDS`] and rewrites [`FILE`] with when
+//! it asked and what the role said. The kubelet's mount of the same
+//! ConfigMap lags a minute and never changes on a node cut off from the
+//! control plane; the lease does, and its age counts the cut.
+//!
+//! - `start.sh` starts a primary only on a fresh lease naming it, and its
+//!   watchdog stops the primary once its lease is older than
+//!   [`SECONDS`] or names another pod.
+//! - `promote.sh` (a failover) promotes only [`SECONDS`] plus the
+//!   watchdog's period and a margin after the hook saw the role name the
+//!   candidate: by then an old primary that still runs, partitioned or
+//!   paused, has stopped.
+//! - `probe.sh` and `start.sh` take a lease at a newer epoch than the mount
+//!   over the mount.
+//!
+//! The sidecar runs the instances' own image (its `openssl` and `perl` are
+//! dependencies of Debian's PostgreSQL packages) as the server's user, with
+//! a ServiceAccount `<name>-lease` whose Role may `get` the one ConfigMap.
+//! Its token is projected into the sidecar only: the pod mounts no token
+//! otherwise, so the server's sessions (`COPY TO PROGRAM` as a superuser)
+//! cannot read it.
+//!
+//! The cost, stated in the README: a primary whose node cannot reach the
+//! API server for [`SECONDS`] stops taking writes until it can. A single
+//! instance cannot fail over, so it gets no lease and keeps serving.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapProjection, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSpec,
+    ProjectedVolumeSource, ResourceRequirements, ServiceAccount, ServiceAccountTokenProjection,
+    Volume, VolumeProjection,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::children::{meta, mount};
+use super::spec::{Database, name, namespace, role_name};
+use crate::operators::common::restricted_container;
+use crate::operators::expansion::env;
+
+/// The sidecar's script.
+const SCRIPT: &str = include_str!("lease.sh");
+/// Where both containers see the lease: an emptyDir in memory.
+const DIR: &str = "/var/run/opshooks/lease";
+/// The lease file, in [`DIR`].
+const FILE: &str = "/var/run/opshooks/lease/lease";
+/// Where the sidecar reads its token and the cluster's CA.
+const CREDENTIALS: &str = "/var/run/secrets/opshooks/lease";
+/// A primary serves while its lease is at most this old. Patroni's leader
+/// TTL is 30 s; this is shorter so that a failover fits in the RTO the
+/// README states, and still outlasts a few failed renewals (each gives up
+/// after 5 s) and an API server's restart of some seconds.
+const SECONDS: u32 = 15;
+/// How often the sidecar renews.
+const RENEW_SECONDS: u32 = 2;
+/// How often the watchdog checks.
+const CHECK_SECONDS: u32 = 1;
+/// The volumes.
+const VOLUME: &str = "lease";
+const CREDENTIALS_VOLUME: &str = "lease-credentials";
+/// How long a projected token lives; the kubelet renews it at 80%.
+const TOKEN_SECONDS: i64 = 3600;
+
+/// Whether this Database's instances hold a lease: when it has standbys,
+/// which a failover promotes.
+pub(super) fn enabled(db: &Database) -> bool {
+    db.spec.size.instances() > 1
+}
+
+/// `<name>-lease`: the ServiceAccount, Role and RoleBinding.
+pub(super) fn account_name(db: &Database) -> String {
+    format!("{}-lease", name(db))
+}
+
+/// The ServiceAccount, its Role (`get` on the role ConfigMap, nothing
+/// else) and their binding.
+pub(super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
+    let account = account_name(db);
+    (
+        ServiceAccount {
+            metadata: meta(db, account.clone()),
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        },
+        Role {
+            metadata: meta(db, account.clone()),
+            rules: Some(vec![PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["configmaps".to_string()]),
+                verbs: vec!["get".to_string()],
+                resource_names: Some(vec![role_name(db)]),
+                ..PolicyRule::default()
+            }]),
+        },
+        RoleBinding {
+            metadata: meta(db, account.clone()),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_string(),
+                kind: "Role".to_string(),
+                name: account.clone(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_string(),
+                name: account,
+                namespace: Some(namespace(db).to_string()),
+                ..Subject::default()
+            }]),
+        },
+    )
+}
+
+/// The values `start.sh`, `probe.sh` and `promote.sh` read the lease by.
+pub(super) fn script_env() -> Vec<EnvVar> {
+    vec![
+        env("LEASE_FILE", FILE),
+        env("LEASE_SECONDS", SECONDS.to_string()),
+        env("LEASE_CHECK_SECONDS", CHECK_SECONDS.to_string()),
+    ]
+}
+
+/// Adds the lease to an instance's pod: the sidecar, its volumes and
+/// ServiceAccount, and the lease's values and mount to `server`, the
+/// container that runs `start.sh`.
+pub(super) fn apply(db: &Database, image: String, pod: &mut PodSpec, server: &str) {
+    for container in pod.containers.iter_mut().filter(|c| c.name == server) {
+        container
+            .env
+            .get_or_insert_with(Vec::new)
+            .extend(script_env());
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(mount(VOLUME, DIR, true));
+    }
+    pod.containers.push(sidecar(db, image));
+    pod.volumes.get_or_insert_with(Vec::new).extend([
+        Volume {
+            name: VOLUME.to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                size_limit: Some(Quantity("1Mi".to_string())),
+            }),
+            ..Volume::default()
+        },
+        credentials_volume(),
+    ]);
+    pod.service_account_name = Some(account_name(db));
+    pod.automount_service_account_token = Some(false);
+}
+
+/// The sidecar: `lease.sh` in the instances' image.
+fn sidecar(db: &Database, image: String) -> Container {
+    let small = BTreeMap::from([
+        ("cpu".to_string(), Quantity("20m".to_string())),
+        ("memory".to_string(), Quantity("32Mi".to_string())),
+    ]);
+    Container {
+        name: "lease".to_string(),
+        image: Some(image),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()]),
+        env: Some(vec![
+            env("NAMESPACE", namespace(db)),
+            env("CONFIGMAP", role_name(db)),
+            env("LEASE_FILE", FILE),
+            env("LEASE_CREDENTIALS", CREDENTIALS),
+            env("LEASE_RENEW_SECONDS", RENEW_SECONDS.to_string()),
+        ]),
+        volume_mounts: Some(vec![
+            mount(VOLUME, DIR, false),
+            mount(CREDENTIALS_VOLUME, CREDENTIALS, true),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(small),
+            limits: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("100m".to_string())),
+                ("memory".to_string(), Quantity("64Mi".to_string())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(restricted_container()),
+        ..Container::default()
+    }
+}
+
+/// The sidecar's token (bound to the pod, for the API server) and the
+/// cluster's CA, from the ConfigMap every namespace has.
+fn credentials_volume() -> Volume {
+    Volume {
+        name: CREDENTIALS_VOLUME.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_string(),
+                        expiration_seconds: Some(TOKEN_SECONDS),
+                        audience: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_string(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            default_mode: Some(0o440),
+        }),
+        ..Volume::default()
+    }
+}
