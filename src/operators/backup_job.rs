@@ -167,7 +167,7 @@ fn script_container(
     Container {
         name: name.to_string(),
         image: Some(image.to_string()),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), script.to_string()]),
+        command: Some(crate::operators::expansion::shell_command(script)),
         env: Some(env),
         volume_mounts: Some(vec![VolumeMount {
             name: "work".to_string(),

@@ -50,6 +50,18 @@ pub fn literals<S: AsRef<str>>(values: impl IntoIterator<Item = S>) -> Vec<Strin
         .collect()
 }
 
+/// `/bin/sh -c <script>`, written so that the shell gets the script as it
+/// is: the kubelet's expansion applies to the command of a container and of
+/// an exec probe, and would turn a script's `$$` (the shell's own pid)
+/// into `$`.
+pub fn shell_command(script: &str) -> Vec<String> {
+    vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        literal(script).into_owned(),
+    ]
+}
+
 /// An environment variable whose program sees `value` as written.
 pub fn env(name: &str, value: impl AsRef<str>) -> EnvVar {
     EnvVar {

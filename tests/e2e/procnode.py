@@ -684,12 +684,17 @@ class Container:
             return False, "the process node runs exec probes only"
         if not os.path.exists(self.ready_file):
             return False, "container not set up yet"
+        # The kubelet expands an exec probe's command too, with the
+        # container's variables that have a value written in the spec
+        # (ExpandContainerCommandOnlyStatic): `$$` is `$` there as well.
+        static = {e["name"]: e["value"] for e in self.spec.get("env") or [] if "value" in e}
+        command = [expand(a, static) for a in probe["exec"]["command"]]
         argv = ["/usr/bin/nsenter", "-t", str(self.proc.pid), "-m", "-n", "-u", "--wd=/", "--",
                 "/usr/bin/setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
                 *([f"--groups={self.groups}"] if self.groups else ["--clear-groups"]), "--",
-                *probe["exec"]["command"]]  # fmt: skip
+                *command]  # fmt: skip
         if self.uid == 0:
-            argv = argv[: argv.index("/usr/bin/setpriv")] + probe["exec"]["command"]
+            argv = argv[: argv.index("/usr/bin/setpriv")] + command
         try:
             p = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             out, _ = p.communicate(timeout=timeout)

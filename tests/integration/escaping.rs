@@ -13,7 +13,7 @@ use opshooks::operators::expansion::expand;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::support::{cases, ctx};
+use super::support::{cases, ctx, root};
 
 /// An answered fixture, swept: each string of its spec followed with
 /// `$(PGPASSWORD)`.
@@ -352,4 +352,68 @@ fn every_spec_string_of_every_fixture_passes_as_written() {
     // some string and are answered.
     let open = cases.iter().filter(|case| !case.open.is_empty()).count();
     assert!(open * 2 > cases.len(), "{open} of {} fixtures", cases.len());
+}
+
+/// Every script a committed answer runs (`/bin/sh -c <script>` in a
+/// container's command or an exec probe's) reaches the shell as written in
+/// `src/`, after the kubelet's expansion (which applies to both). Found in
+/// the real loop: `start.sh`'s `server=$$` reached the shell as
+/// `server=$`, so the lease's watchdog never watched a server.
+#[test]
+fn every_script_reaches_its_shell_as_written() {
+    let mut sources = BTreeSet::new();
+    let mut dirs = vec![root().join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "sh") {
+                sources.insert(std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let mut scripts = Vec::new();
+    for op in operators::all() {
+        for case in cases(op.name) {
+            let Ok(text) = std::fs::read_to_string(case.join("response.json")) else {
+                continue;
+            };
+            let response: Value = serde_json::from_str(&text).unwrap();
+            shell_scripts(&response, &mut scripts);
+        }
+    }
+    assert!(scripts.len() > 100, "only {} scripts found", scripts.len());
+    let changed: Vec<&str> = scripts
+        .iter()
+        .filter(|text| !sources.contains(&expand(text, |_| None)))
+        .map(|text| text.get(..120).unwrap_or(text))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "{} scripts the kubelet changes: {changed:#?}",
+        changed.len()
+    );
+}
+
+/// The `<script>` of every `["/bin/sh", "-c", <script>, ...]` under `value`.
+fn shell_scripts(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Array(items) => {
+            if let [
+                Value::String(sh),
+                Value::String(c),
+                Value::String(script),
+                ..,
+            ] = items.as_slice()
+                && sh == "/bin/sh"
+                && c == "-c"
+            {
+                out.push(script.clone());
+            }
+            items.iter().for_each(|item| shell_scripts(item, out));
+        }
+        Value::Object(fields) => fields.values().for_each(|item| shell_scripts(item, out)),
+        _ => {}
+    }
 }

@@ -47,6 +47,7 @@ use crate::operators::backup_job::{self, Choice, Credential, Schedule, Source};
 use crate::operators::common::{
     restricted_container, restricted_pod, selector_labels, standard_labels,
 };
+use crate::operators::expansion::shell_command;
 use crate::operators::resources;
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
@@ -503,9 +504,11 @@ fn script_probe(what: &str) -> Probe {
     Probe {
         exec: Some(ExecAction {
             command: Some(
-                ["/bin/sh", "-c", PROBE_SCRIPT, "probe", what]
-                    .map(String::from)
-                    .to_vec(),
+                [
+                    shell_command(PROBE_SCRIPT),
+                    vec!["probe".into(), what.into()],
+                ]
+                .concat(),
             ),
         }),
         ..Probe::default()
@@ -771,13 +774,8 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         mount("role", ROLE_DIR, true),
         mount("hba", HBA_DIR, true),
     ];
-    let mut command = vec![
-        "/bin/sh".to_string(),
-        "-c".to_string(),
-        START_SCRIPT.to_string(),
-        "start".to_string(),
-        "docker-entrypoint.sh".to_string(),
-    ];
+    let mut command = shell_command(START_SCRIPT);
+    command.extend(["start".to_string(), "docker-entrypoint.sh".to_string()]);
     command.extend(postgres_args(db, plan));
     Container {
         name: "postgres".to_string(),
@@ -1241,7 +1239,7 @@ fn script_container(
     Container {
         name: name.to_string(),
         image: Some(image),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        command: Some(shell_command(script)),
         env: Some(env),
         volume_mounts: mounts,
         security_context: Some(restricted_container()),

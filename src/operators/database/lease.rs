@@ -39,7 +39,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::children::{meta, mount};
 use super::spec::{Database, name, namespace, role_name};
 use crate::operators::common::restricted_container;
-use crate::operators::expansion::env;
+use crate::operators::expansion::{env, shell_command};
 
 /// The sidecar's script.
 const SCRIPT: &str = include_str!("lease.sh");
@@ -160,7 +160,7 @@ fn sidecar(db: &Database, image: String) -> Container {
     Container {
         name: "lease".to_string(),
         image: Some(image),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()]),
+        command: Some(shell_command(SCRIPT)),
         env: Some(vec![
             env("NAMESPACE", namespace(db)),
             env("CONFIGMAP", role_name(db)),

@@ -135,13 +135,14 @@ start_watchdog() {
     (
         trap '' INT TERM HUP QUIT
         last="$(now_s)"
+        say "watchdog: watching the lease of server $server every ${every}s"
         while kill -0 "$server" 2>/dev/null; do
             sleep "$every"
             now="$(now_s)"
             [ $((now - last)) -le $((every + 2)) ] || say "watchdog: $((now - last))s since the last check (paused?)"
             last="$now"
             [ ! -e "$PGDATA/standby.signal" ] || continue
-            read -r pid <"$PGDATA/postmaster.pid" 2>/dev/null || continue
+            read -r pid 2>/dev/null <"$PGDATA/postmaster.pid" || continue
             [ "$pid" = "$server" ] || continue
             if ! read_lease; then
                 why="no readable lease in $lease_file"
@@ -161,6 +162,7 @@ start_watchdog() {
             fi
             exit 0
         done
+        say "watchdog: server $server gone"
         exit 0
     ) &
 }
