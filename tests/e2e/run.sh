@@ -18,8 +18,9 @@
 #      real Metacontroller, kube-scheduler and kwok drive every operator's
 #      whole life on a fresh cluster, with invariants checked throughout;
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
-#      dbreal,dbrealrestart,dbrealswitch)
-#      on a fresh cluster with the process node (procnode.py), under
+#      dbreal,dbrealrestart,dbrealswitch,dbrealrefused, then
+#      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition)
+#      on a fresh cluster each with the process node (procnode.py), under
 #      dynamic-apply only;
 #   9. runs secure.sh: the hooks over TLS with a bearer token, then mutual
 #      TLS, through the real Metacontroller, and strangers refused.
@@ -179,10 +180,19 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,d
 # by side: about 7 minutes for the step here, most of it dbrealrefused. One apply strategy, Metacontroller's default (dynamic-apply):
 # the strategy decides how Metacontroller writes the children, which the
 # played scenarios above check under both; a second pass would cost about
-# 2.5 more minutes. Not here yet: the faults where a standby takes over
-# (dbrealkill, dbrealpause, dbrealpauseasync), which fail or may fail on
-# two defects they found (README, End-to-end suite).
+# 2.5 more minutes.
 OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused --strategies dynamic-apply
+
+step "real PostgreSQL, a standby takes over (loop.sh --only dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition)"
+# The faults where a standby takes over, each a large Database of its own:
+# the primary's postmaster killed; every process of the primary's pod
+# paused past failover.delay (synchronous and asynchronous replication),
+# the paused primary stopped by its lease's watchdog once it runs again;
+# the primary's pod cut off from the network with a client inside it
+# writing on, stopped by its watchdog before the new primary's first
+# commit. A pass of their own (four large Databases beside the four above
+# would crowd two cores): about 3 minutes.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition --strategies dynamic-apply
 
 step "secured hooks (secure.sh)"
 "$HERE/secure.sh"

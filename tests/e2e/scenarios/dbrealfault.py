@@ -14,6 +14,15 @@ which rows are there, which timeline each instance is on.
   each session after 5 s (a client's timeout: a paused server's kernel
   still acknowledges its packets).
 - dbrealpauseasync: dbrealpause under asynchronous replication.
+- dbrealpartition: the primary's pod cut off from the network (its eth0
+  down) under asynchronous replication, failover.delay 10 s, with a second
+  client inside the pod's network namespace writing to it through
+  127.0.0.1 (as clients on a partitioned node do); both clients end each
+  session after 5 s (a cut connection hangs, no reset). The kubelet still
+  sees the primary answer: only its lease's watchdog stops it. Its local
+  client's last commit must come before the new primary's first, and
+  within 20 s of the cut; the pod's network comes back once the new
+  primary writes, and the old primary must rejoin as a standby.
 - dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
   under load; the figure is the longest gap between two acknowledged
   commits from the request on.
@@ -36,7 +45,7 @@ Whatever follows must end with:
 It prints the RTO: from the fault to the first commit acknowledged after
 it (the client's clock_timestamp() and the fault's time are this machine's
 clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
-dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealswitch,dbrealrefused."""
+dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealpartition,dbrealswitch,dbrealrefused."""
 
 import base64
 import contextlib
@@ -47,7 +56,7 @@ import subprocess
 import time
 
 from harness import need, say
-from procnet import FIRST_POD
+from procnet import FIRST_POD, NODE_IP
 from scenarios.database import database, db_gone, db_running
 from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, container_log, on_proc_node, psql
 
@@ -138,6 +147,38 @@ def postmaster(s, pod_ip):
     return int(found[0])
 
 
+class LocalWriter:
+    """WRITER run by the test inside a pod's network namespace against
+    127.0.0.1: a client beside the server, as one on its node would be. Its
+    sessions' ids start at 900 so they never meet the writer pod's."""
+
+    def __init__(self, s, netns, login):
+        self.path = f"{s.suite.dir}/local-writer-{netns}.log"
+        user, password, dbname = login
+        env = {"PATH": "/usr/bin:/bin", "PGHOST": "127.0.0.1", "PGUSER": user, "PGPASSWORD": password, "PGDATABASE": dbname,
+               "PGCONNECT_TIMEOUT": "2", "SESSION_SECONDS": "5"}
+        with open(self.path, "w") as out:
+            self.proc = subprocess.Popen(["ip", "netns", "exec", netns, "sh", "-c", WRITER.replace("n=0", "n=900", 1)],
+                                         env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self):
+        with open(self.path, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def heal(netns):
+    """eth0 up again, with the routes procnet.py gave it (a link set down
+    loses them)."""
+    subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
+    subprocess.run(["ip", "-n", netns, "route", "replace", NODE_IP, "dev", "eth0", "scope", "link"], check=True)
+    subprocess.run(["ip", "-n", netns, "route", "replace", "default", "via", NODE_IP, "dev", "eth0"], check=True)
+
+
 def acks(text):
     """id -> (address of the instance that acknowledged it, when)."""
     out = {}
@@ -212,6 +253,17 @@ def scenario_real_switchover_refused(s):
     kill_the_primary(s, delay=None, fault="refused")
 
 
+def scenario_real_partition(s):
+    """The primary's pod cut off from the network (its eth0 down: the API
+    server, the standbys and the Service's clients all unreachable, its
+    kubelet and probes not) under asynchronous replication, with a client
+    inside the pod's network namespace writing to it the whole time, as
+    clients on a partitioned node do. The kubelet sees a primary that
+    answers; only the lease stops it. Its local client's last commit must
+    come before the new primary's first: never two writable primaries."""
+    kill_the_primary(s, delay=10, fault="partition", replication="asynchronous")
+
+
 def scenario_real_pause_async(s):
     """dbrealpause under asynchronous replication: what the paused primary
     acknowledged and had not sent is lost, and counted."""
@@ -250,7 +302,7 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     rw = k.get("Service", ns, name)["spec"]["clusterIP"]
     code, out = psql(s, rw, login, "CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)")
     s.expect(code == 0, f"create table through {rw}: {out}")
-    writer = k.create(writer_pod(ns, name, session_seconds=5 if fault == "pause" else 0))
+    writer = k.create(writer_pod(ns, name, session_seconds=5 if fault in ("pause", "partition") else 0))
     uid = writer["metadata"]["uid"]
 
     def writing(after=0.0, least=1):
@@ -274,6 +326,13 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
         for pid in paused:
             with contextlib.suppress(ProcessLookupError):  # ended since listed
                 os.kill(pid, signal.SIGSTOP)
+    elif fault == "partition":
+        netns = pod_netns(s, before[primary][0])
+        local = LocalWriter(s, netns, login)
+        s.wait(f"commits acknowledged by {primary}'s local client", lambda: need(len(acks(local.output())) >= 100, "not yet"), 60, every=0.5)
+        s.step(f"{primary}'s pod cut off from the network (eth0 down), its local client writing on")
+        at = time.time()
+        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
     else:
         target = sorted(p for p in before if p != primary)[-1]
         epoch = (s.k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
@@ -329,6 +388,19 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
 
         said = s.wait(f"{primary}'s watchdog stops it once resumed", fenced, 30, every=0.5)
         say(f"[{s.title}] {' | '.join(said)[-400:]}")
+    if fault == "partition":
+        local_acks = acks(local.output())
+        last_local = max(a[1] for a in local_acks.values())
+        after_cut = [a for a in local_acks.values() if a[1] > at]
+        say(
+            f"[{s.title}] {primary}'s local client: {len(after_cut)} commits acknowledged after the cut, "
+            f"the last {last_local - at:.2f}s after it; the new primary's first {first - at:.2f}s after it"
+        )
+        s.expect(last_local < first, f"{primary} acknowledged a commit {last_local - first:.2f}s after the new primary's first: two writable primaries")
+        s.expect(last_local - at <= 20, f"{primary} took commits {last_local - at:.1f}s after the cut, more than its lease (15 s) allows")
+        local.stop()
+        s.step(f"{primary}'s pod back on the network")
+        heal(netns)
     rto_figure = f"RTO {first - at:.2f}s"
     if fault not in ("switchover", "refused"):  # writes go on until the old primary stops
         say(f"{rto_figure} ({fault} to the first acknowledged commit)")
@@ -402,6 +474,9 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
         f"{ {names.get(ip, ip): n for ip, (_, _, n) in by_ip.items()} }; "
         f"lost {len(lost)}; primary {primary} before, {primary_after} after"
     )
+    if fault == "partition":
+        local_lost = len(set(local_acks) - present)
+        rto_figure += f"; {primary}'s local client: {len(local_acks)} acknowledged, {local_lost} lost (asynchronous: what it took after its standbys were cut off)"
     s.suite.figures.append(f"{s.title} ({s.strategy}): {rto_figure}, {len(acked)} commits acknowledged, {len(lost)} lost")
     # Asynchronous: what the old primary acknowledged and had not sent may be lost (counted above).
     s.expect(replication == "asynchronous" or not lost, f"{len(lost)} acknowledged rows missing on the primary {primary_after} (synchronous): {lost[:10]}")
