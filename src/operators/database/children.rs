@@ -121,7 +121,7 @@ pub fn build(
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, seen, plan)));
     }
-    if lease::enabled(db) {
+    if lease::kept(db, seen) {
         let (account, role, binding) = lease::children(db);
         out.push(Child::new(&account));
         out.push(Child::new(&role));

@@ -37,6 +37,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::children::{meta, mount};
+use super::observed::Observed;
 use super::spec::{Database, name, namespace, role_name};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::{env, shell_command};
@@ -68,6 +69,29 @@ const TOKEN_SECONDS: i64 = 3600;
 /// which a failover promotes.
 pub(super) fn enabled(db: &Database) -> bool {
     db.spec.size.instances() > 1
+}
+
+/// Whether the lease's ServiceAccount, Role and RoleBinding are kept:
+/// while it is [`enabled`], and while the observed StatefulSet's pods still
+/// run as that ServiceAccount (a `size` made `small`): deleted under them,
+/// the sidecar's token stops working, its lease ages, and the watchdog
+/// stops the primary before the rollout replaces it.
+pub(super) fn kept(db: &Database, seen: &Observed) -> bool {
+    let account = account_name(db);
+    enabled(db)
+        || seen
+            .statefulset
+            .as_ref()
+            .and_then(|sts| {
+                sts.spec
+                    .as_ref()?
+                    .template
+                    .spec
+                    .as_ref()?
+                    .service_account_name
+                    .as_ref()
+            })
+            .is_some_and(|used| *used == account)
 }
 
 /// `<name>-lease`: the ServiceAccount, Role and RoleBinding.
@@ -216,5 +240,83 @@ fn credentials_volume() -> Volume {
             default_mode: Some(0o440),
         }),
         ..Volume::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::fixtures;
+
+    fn db(size: &str) -> Database {
+        serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "prod"},
+            "spec": {"version": "16", "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": "Retain"}
+        }))
+        .unwrap()
+    }
+
+    /// With standbys the pods hold a lease, through a token only the
+    /// sidecar mounts; a single instance holds none, but the lease's
+    /// ServiceAccount, Role and RoleBinding stay while the observed pods
+    /// still run as it (deleted under them, the sidecar's token stops
+    /// working and the watchdog stops the primary).
+    #[test]
+    fn the_lease_is_the_sidecars_alone_and_outlives_the_pods_that_use_it() {
+        let medium = db("medium");
+        assert!(enabled(&medium) && !enabled(&db("small")));
+        let mut pod = PodSpec {
+            containers: vec![Container {
+                name: "postgres".into(),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        };
+        apply(&medium, "postgres:16".into(), &mut pod, "postgres");
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(pod.service_account_name.as_deref(), Some("orders-lease"));
+        let mounts = |c: &Container| -> Vec<String> {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| m.name.clone())
+                .collect()
+        };
+        assert_eq!(mounts(&pod.containers[0]), [VOLUME]);
+        assert_eq!(mounts(&pod.containers[1]), [VOLUME, CREDENTIALS_VOLUME]);
+        let server_env: Vec<&str> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(
+            server_env,
+            ["LEASE_FILE", "LEASE_SECONDS", "LEASE_CHECK_SECONDS"]
+        );
+        let (_, role, _) = children(&medium);
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["get"]);
+        assert_eq!(
+            rules[0].resource_names.as_deref(),
+            Some(&["orders-role".to_string()][..])
+        );
+
+        let small = db("small");
+        let running = |account: &str| Observed {
+            statefulset: Some(
+                fixtures::statefulset("orders")
+                    .set("/spec/template/spec/serviceAccountName", json!(account))
+                    .typed(),
+            ),
+            ..Observed::default()
+        };
+        assert!(kept(&small, &running("orders-lease")));
+        assert!(!kept(&small, &running("default")));
+        assert!(!kept(&small, &Observed::default()));
+        assert!(kept(&medium, &Observed::default()));
     }
 }
