@@ -36,6 +36,9 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 # kwok plays the kubelet for fake nodes (see ../shared/kwok/README.md).
 KWOK_VERSION=v0.8.0
+# Prometheus 3.x's Go module is tagged v0.3xx; promtool checks and
+# unit-tests the chart's alerts (tests/alerts/run.sh).
+PROMETHEUS_VERSION=v0.316.0
 # Metacontroller is built from the source shared beside the project; its
 # stamp is the release it is, plus a hash of the source so an edit rebuilds.
 METACONTROLLER_SRC=${OPSHOOKS_METACONTROLLER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/shared/metacontroller/src}
@@ -273,6 +276,15 @@ build_kwok() {
   build_one kwok "$KWOK_VERSION" -- go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "-s -w"
 }
 
+# ---- promtool -------------------------------------------------------------
+# Prometheus' go.mod has no replace directives: `go install` like helm. It
+# pulls in every service discovery's SDK: the slowest tool to build after
+# kube-apiserver, once; cached like the others.
+build_promtool() {
+  build_one promtool "$PROMETHEUS_VERSION" -- go_install promtool \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "-s -w"
+}
+
 # ---- Metacontroller -------------------------------------------------------
 build_metacontroller() {
   [[ -f $METACONTROLLER_SRC/go.mod ]] || {
@@ -293,5 +305,6 @@ build_helm
 build_kubernetes
 build_metacontroller
 build_kwok
+build_promtool
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"

@@ -42,6 +42,9 @@ step "build opshooks"
 (cd "$REPO" && cargo build --locked --quiet --bin opshooks)
 OPSHOOKS=$REPO/target/debug/opshooks
 
+step "the chart's alerts (helm, promtool: tests/alerts/run.sh)"
+"$REPO/tests/alerts/run.sh" "$("$HERE/build-tools.sh" | tail -n 1)" "$OPSHOOKS"
+
 dir=$(mktemp -d "${TMPDIR:-/tmp}/opshooks-e2e.XXXXXX")
 server_pid=""
 cleanup() {
@@ -84,6 +87,7 @@ helm lint "$CHART" --strict
 
 rendered=0
 monitors=0
+rules=0
 for values in "$CHART"/ci/*.yaml; do
   step "helm lint and template -f ci/$(basename "$values"), every object dry-run on the API server"
   helm lint "$CHART" --strict -f "$values" >/dev/null || fail "helm lint --strict -f ci/$(basename "$values") failed"
@@ -94,12 +98,14 @@ for values in "$CHART"/ci/*.yaml; do
     apply --dry-run=server -n opshooks -f "$file" >/dev/null || fail "rendered $(basename "$file") with ci/$(basename "$values") was refused"
     rendered=$((rendered + 1))
     if grep -q '^kind: ServiceMonitor' "$file"; then monitors=$((monitors + 1)); fi
+    if grep -q '^kind: PrometheusRule' "$file"; then rules=$((rules + 1)); fi
   done < <(find "$out" -name '*.yaml' -print0 | sort -z)
   rm -rf "$out"
 done
-echo "rendered files accepted: $rendered, of them ServiceMonitors: $monitors"
+echo "rendered files accepted: $rendered, of them with a ServiceMonitor: $monitors, with a PrometheusRule: $rules"
 # The ServiceMonitor was once skipped here for want of its CRD: prove it is checked.
 ((monitors > 0)) || fail "no values file under ci/ renders a ServiceMonitor"
+((rules > 0)) || fail "no values file under ci/ renders a PrometheusRule"
 
 step "the README's cluster commands, as written"
 # Every kubectl and helm command of the README's sh blocks, run from the
