@@ -7,7 +7,8 @@
 //!
 //! - `start.sh` starts a primary only on a fresh lease naming it, and its
 //!   watchdog stops the primary once its lease is older than
-//!   [`SECONDS`] or names another pod.
+//!   [`SECONDS`] (not when a fresh one names another pod: a planned
+//!   switchover's promote Job stops the old primary itself).
 //! - `promote.sh` (a failover) promotes only [`SECONDS`] plus the
 //!   watchdog's period and a margin after the hook saw the role name the
 //!   candidate: by then an old primary that still runs, partitioned or

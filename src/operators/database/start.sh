@@ -122,7 +122,8 @@ await_lease() {
 # LEASE_CHECK_SECONDS (default 1), when the server runs as a primary (no
 # standby.signal, its postmaster.pid names $$), it stops the server
 # (SIGINT, a fast shutdown; SIGQUIT, immediate, 5 s later) once the lease
-# is older than LEASE_SECONDS or names another pod. A pause shows as a
+# is older than LEASE_SECONDS (not when a fresh one names another pod:
+# see below). A pause shows as a
 # loop that took longer than it slept (logged); the lease's age, in
 # seconds since boot, counts the pause. It exits 0 (the postmaster reaps
 # it like a backend: another status would restart every session) and
@@ -144,12 +145,15 @@ start_watchdog() {
             [ ! -e "$PGDATA/standby.signal" ] || continue
             read -r pid 2>/dev/null <"$PGDATA/postmaster.pid" || continue
             [ "$pid" = "$server" ] || continue
+            # A fresh lease that names another pod does not stop it: a
+            # planned switchover names the candidate before the promote Job
+            # checks it and stops this server itself (or refuses, nothing
+            # stopped), and a failover's Job refuses while this server
+            # answers as a primary. What stops it is a lease it cannot renew.
             if ! read_lease; then
                 why="no readable lease in $lease_file"
-            elif [ "$lease_primary" != "$me" ]; then
-                why="the lease (epoch $lease_epoch) names $lease_primary"
             elif [ $((now - lease_at)) -gt "$lease_seconds" ]; then
-                why="the lease naming $me is $((now - lease_at))s old, more than LEASE_SECONDS=$lease_seconds"
+                why="the lease is $((now - lease_at))s old, more than LEASE_SECONDS=$lease_seconds"
             else
                 continue
             fi
