@@ -34,12 +34,13 @@ use k8s_openapi::api::core::v1::{
     ProjectedVolumeSource, ResourceRequirements, ServiceAccount, ServiceAccountTokenProjection,
     Volume, VolumeProjection,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::children::{meta, mount};
+use super::children::mount;
 use super::observed::Observed;
 use super::spec::{Database, name, namespace, role_name};
+use super::storage::identity;
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::{env, shell_command};
 
@@ -103,38 +104,14 @@ pub(super) fn account_name(db: &Database) -> String {
 /// The ServiceAccount, its Role (`get` on the role ConfigMap, nothing
 /// else) and their binding.
 pub(super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
-    let account = account_name(db);
-    (
-        ServiceAccount {
-            metadata: meta(db, account.clone()),
-            automount_service_account_token: Some(false),
-            ..ServiceAccount::default()
-        },
-        Role {
-            metadata: meta(db, account.clone()),
-            rules: Some(vec![PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["configmaps".to_string()]),
-                verbs: vec!["get".to_string()],
-                resource_names: Some(vec![role_name(db)]),
-                ..PolicyRule::default()
-            }]),
-        },
-        RoleBinding {
-            metadata: meta(db, account.clone()),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_string(),
-                kind: "Role".to_string(),
-                name: account.clone(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_string(),
-                name: account,
-                namespace: Some(namespace(db).to_string()),
-                ..Subject::default()
-            }]),
-        },
-    )
+    let rule = PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".to_string()]),
+        verbs: vec!["get".to_string()],
+        resource_names: Some(vec![role_name(db)]),
+        ..PolicyRule::default()
+    };
+    identity(db, account_name(db), rule, false)
 }
 
 /// The values `start.sh`, `probe.sh` and `promote.sh` read the lease by.

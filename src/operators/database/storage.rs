@@ -158,38 +158,15 @@ impl Growth {
                 .then(|| self.job(db, job_name)),
         };
         let claims: Vec<String> = claims.into_iter().collect();
-        (
-            ServiceAccount {
-                metadata: super::children::meta(db, grow_name(db)),
-                automount_service_account_token: Some(true),
-                ..ServiceAccount::default()
-            },
-            Role {
-                metadata: super::children::meta(db, grow_name(db)),
-                rules: Some(vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["persistentvolumeclaims".to_string()]),
-                    verbs: vec!["get".to_string(), "patch".to_string()],
-                    resource_names: Some(claims),
-                    ..PolicyRule::default()
-                }]),
-            },
-            RoleBinding {
-                metadata: super::children::meta(db, grow_name(db)),
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".to_string(),
-                    kind: "Role".to_string(),
-                    name: grow_name(db),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".to_string(),
-                    name: grow_name(db),
-                    namespace: Some(namespace(db).to_string()),
-                    ..Subject::default()
-                }]),
-            },
-            job,
-        )
+        let rule = PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["persistentvolumeclaims".to_string()]),
+            verbs: vec!["get".to_string(), "patch".to_string()],
+            resource_names: Some(claims),
+            ..PolicyRule::default()
+        };
+        let (account, role, binding) = identity(db, grow_name(db), rule, true);
+        (account, role, binding, job)
     }
 
     /// Whether anything is to grow (and so the grow children exist).
@@ -548,4 +525,41 @@ fn resizing(name: &str, c: &PersistentVolumeClaim) -> Option<(&'static str, Stri
             ),
         )
     })
+}
+
+/// A ServiceAccount `name` (its token mounted by default when `automount`),
+/// a Role `name` of the one `rule`, and the RoleBinding between them: the
+/// identity of the grow Job and of the instances' lease sidecar.
+pub(super) fn identity(
+    db: &Database,
+    name: String,
+    rule: PolicyRule,
+    automount: bool,
+) -> (ServiceAccount, Role, RoleBinding) {
+    let meta = || super::children::meta(db, name.clone());
+    (
+        ServiceAccount {
+            metadata: meta(),
+            automount_service_account_token: Some(automount),
+            ..ServiceAccount::default()
+        },
+        Role {
+            metadata: meta(),
+            rules: Some(vec![rule]),
+        },
+        RoleBinding {
+            metadata: meta(),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_string(),
+                kind: "Role".to_string(),
+                name: name.clone(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_string(),
+                name: name.clone(),
+                namespace: Some(namespace(db).to_string()),
+                ..Subject::default()
+            }]),
+        },
+    )
 }
