@@ -217,6 +217,11 @@ impl Object {
         self.set("/spec/template/spec/containers", containers)
     }
 
+    /// A workload whose pod template carries these annotations.
+    pub fn template_annotations(self, annotations: Value) -> Self {
+        self.set("/spec/template/metadata/annotations", annotations)
+    }
+
     /// A StatefulSet of `replicas`, all ready, its controller caught up.
     pub fn serving(self, replicas: i32) -> Self {
         let generation = self.0["metadata"]["generation"].clone();

@@ -123,6 +123,12 @@ pub struct ChildResource {
     /// Why this update method, for the manifest's reader.
     #[serde(skip)]
     pub why: &'static str,
+    /// The chart value (under `operators.<name>`) that declares this type,
+    /// for a type whose CRD may not be installed: Metacontroller's
+    /// controller stops when one of its child types is unknown. Such a type
+    /// is left out of the plain manifests.
+    #[serde(skip)]
+    pub only_with: Option<&'static str>,
 }
 
 impl ChildResource {
@@ -140,6 +146,16 @@ impl ChildResource {
             update_method,
             status_checks: Vec::new(),
             why,
+            only_with: None,
+        }
+    }
+
+    /// Declared only where the chart value `operators.<name>.<value>` is
+    /// true.
+    pub fn only_with(self, value: &'static str) -> Self {
+        ChildResource {
+            only_with: Some(value),
+            ..self
         }
     }
 }

@@ -158,6 +158,12 @@ impl ObjectGroups {
         Ok(group.keys().map(|path| name_in(path)).collect())
     }
 
+    /// Whether the group of type `K` is in the request (a child type the
+    /// controller may or may not declare).
+    pub fn has<K: k8s_openapi::Resource>(&self) -> bool {
+        self.0.contains_key(&group_key::<K>())
+    }
+
     /// How many objects there are across all groups.
     pub fn len(&self) -> usize {
         self.0.values().map(BTreeMap::len).sum()

@@ -18,6 +18,7 @@
 //! The decisions live in [`plan`]: a pure function from the observed state
 //! to what to build; [`children`] turns that into objects.
 
+mod certificate;
 pub mod children;
 mod foreign;
 mod lease;
@@ -129,6 +130,13 @@ pub fn operator() -> Operator {
                 "InPlace",
                 "binds each Role to its ServiceAccount",
             ),
+            ChildResource::new(
+                "cert-manager.io/v1",
+                "certificates",
+                "InPlace",
+                "the instances' certificate under spec.tls.issuerRef follows the issuer and the names; cert-manager reissues it",
+            )
+            .only_with("certManager"),
         ],
         generate_selector: true,
         resync_period_seconds: Some(60),
@@ -181,6 +189,7 @@ pub fn sync(
 ) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let db = &req.parent;
     validate(db)?;
+    certificate::require_group(req)?;
     let seen = Observed::from_request(req)?.at(ctx.now);
     check_volumes(db, &seen)?;
     let plan = plan(db, &seen)?;

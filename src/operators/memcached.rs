@@ -121,20 +121,18 @@ pub struct MemcachedStatus {
 pub fn operator() -> Operator {
     let controller = ControllerSpec {
         children: vec![
-            ChildResource {
-                api_version: "apps/v1",
-                resource: "deployments",
-                update_method: "InPlace",
-                status_checks: vec![],
-                why: "a size or image change updates the existing Deployment, which rolls its pods itself",
-            },
-            ChildResource {
-                api_version: "v1",
-                resource: "services",
-                update_method: "InPlace",
-                status_checks: vec![],
-                why: "a port change updates the Service in place; its clusterIP None never changes",
-            },
+            ChildResource::new(
+                "apps/v1",
+                "deployments",
+                "InPlace",
+                "a size or image change updates the existing Deployment, which rolls its pods itself",
+            ),
+            ChildResource::new(
+                "v1",
+                "services",
+                "InPlace",
+                "a port change updates the Service in place; its clusterIP None never changes",
+            ),
         ],
         generate_selector: true,
         resync_period_seconds: None,

@@ -115,13 +115,12 @@ pub struct WebServerStatus {
 /// The WebServer operator and its routes.
 pub fn operator() -> Operator {
     let controller = ControllerSpec {
-        children: vec![ChildResource {
-            api_version: "v1",
-            resource: "pods",
-            update_method: "OnDelete",
-            status_checks: vec![],
-            why: "the hook rolls pods itself, one at a time: Metacontroller v4.17.2's rolling updates look pods up by name where they are keyed by namespace/name, and never get past the first",
-        }],
+        children: vec![ChildResource::new(
+            "v1",
+            "pods",
+            "OnDelete",
+            "the hook rolls pods itself, one at a time: Metacontroller v4.17.2's rolling updates look pods up by name where they are keyed by namespace/name, and never get past the first",
+        )],
         generate_selector: true,
         resync_period_seconds: None,
     };

@@ -41,6 +41,7 @@ KWOK_VERSION=v0.8.0
 PROMETHEUS_VERSION=v0.316.0
 # Metacontroller is built from the source shared beside the project; its
 # stamp is the release it is, plus a hash of the source so an edit rebuilds.
+REPO_E2E=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 METACONTROLLER_SRC=${OPSHOOKS_METACONTROLLER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/shared/metacontroller/src}
 
 # kube-proxy only for the process node (`proc-node`): the default suite has no use for it.
@@ -285,6 +286,19 @@ build_promtool() {
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "-s -w"
 }
 
+# ---- cert-manager ---------------------------------------------------------
+# cert-manager's own controllers from its main module's packages, started by
+# tests/e2e/certmanager/main.go: its controller binary (the module
+# cmd/controller) is not served by the module proxy. Rebuilt when that
+# directory changes.
+build_cert_manager() {
+  local src=$REPO_E2E/certmanager hash
+  hash=$(cd "$src" && sha256sum go.mod go.sum main.go | sha256sum | cut -c1-16)
+  build_one cert-manager "v1.21.2-$hash" -- \
+    bash -c 'cd "$1" && go build -trimpath -ldflags "-s -w" -o "$2" .' _ \
+    "$src" "$BIN/.cert-manager.tmp"
+}
+
 # ---- Metacontroller -------------------------------------------------------
 build_metacontroller() {
   [[ -f $METACONTROLLER_SRC/go.mod ]] || {
@@ -306,5 +320,6 @@ build_kubernetes
 build_metacontroller
 build_kwok
 build_promtool
+build_cert_manager
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"

@@ -1065,10 +1065,13 @@ fn rollout_rule(seen: &Seen<'_>) -> Result<(), String> {
             .cluster
             .get(&key)
             .and_then(|s| s.pointer("/metadata/uid"));
-    let replicas = sts
-        .filter(|_| same)
-        .and_then(|s| s.pointer("/spec/replicas")?.as_u64())
-        .unwrap_or(0);
+    // A pod above the replicas the step left is scaled away, not
+    // restarted (a major upgrade stops every instance on purpose, from the
+    // highest ordinal, which after a failover is the primary).
+    let replicas_of = |s: Option<&Value>| s.and_then(|s| s.pointer("/spec/replicas")?.as_u64());
+    let replicas = replicas_of(sts.filter(|_| same))
+        .unwrap_or(0)
+        .min(replicas_of(seen.sim.cluster.get(&key)).unwrap_or(0));
     let restarted = deleted_by_the_loop(seen.step, "Pod")
         .filter(|k| k.name == primary)
         .any(|k| instance_ordinal(&k.name).is_some_and(|o| u64::from(o) < replicas));

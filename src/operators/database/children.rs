@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::certificate;
 use super::lease;
 use super::observed::Observed;
 use super::parameters;
@@ -120,6 +121,11 @@ pub fn build(
     }
     if plan.keep_statefulset {
         out.push(Child::new(&statefulset(db, seen, plan)));
+    }
+    // The chart declares Certificates only where cert-manager runs; sync
+    // refuses an issuer without them, so only a deletion gets here then.
+    if let (Some(cert), Some(_)) = (certificate::certificate(db), &seen.certificates) {
+        out.push(Child::new(&cert));
     }
     if lease::kept(db, seen) {
         let (account, role, binding) = lease::children(db);
@@ -612,13 +618,24 @@ fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
         db.spec.topology_spread_constraints.as_deref(),
         &selector_labels(APP, name(db)),
     );
+    let mut annotations = BTreeMap::from([(
+        HBA_HASH.to_string(),
+        digest::of_json(&BTreeMap::from([(HBA_KEY, hba)])),
+    )]);
+    // A renewed certificate is a new template: the rollout restarts every
+    // instance on it, standbys first (the kubelet's copy of the Secret
+    // would reach a running pod a minute or more late, and the server
+    // reads it only at start).
+    if let Some(revision) = plan.certificate_renewal {
+        annotations.insert(
+            certificate::REVISION_ANNOTATION.to_string(),
+            revision.to_string(),
+        );
+    }
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
-            annotations: Some(BTreeMap::from([(
-                HBA_HASH.to_string(),
-                digest::of_json(&BTreeMap::from([(HBA_KEY, hba)])),
-            )])),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         }),
         spec: Some(instance_pod(db, plan, placed, volumes)),
@@ -822,7 +839,7 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
 fn tls_container(db: &Database, plan: &Plan) -> Container {
     let mut env = vec![value_env("TLS_DIR", TLS_DIR)];
     let mut mounts = vec![mount(VOLUME, DATA_DIR, false)];
-    if tls_secret(db).is_some() {
+    if certificate::secret(db).is_some() {
         env.push(value_env("TLS_SOURCE", TLS_SOURCE));
         mounts.push(mount("tls", TLS_SOURCE, true));
     }
@@ -837,11 +854,6 @@ fn tls_container(db: &Database, plan: &Plan) -> Container {
     }
 }
 
-/// The Secret the instances' certificate comes from, when there is one.
-fn tls_secret(db: &Database) -> Option<String> {
-    db.spec.tls.as_ref()?.secret_name.clone()
-}
-
 /// `spec.tls`'s Secret, read by `tls.sh` (which copies the key with the
 /// mode PostgreSQL demands, so the volume's mode only needs to let the
 /// server's group read it).
@@ -849,7 +861,7 @@ fn tls_volume(db: &Database) -> Option<Volume> {
     Some(Volume {
         name: "tls".to_string(),
         secret: Some(SecretVolumeSource {
-            secret_name: Some(tls_secret(db)?),
+            secret_name: Some(certificate::secret(db)?),
             default_mode: Some(0o440),
             ..SecretVolumeSource::default()
         }),

@@ -20,6 +20,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use super::certificate::{Certificate, certificate_name};
 use super::children::{hba_name, headless_name, kept_job, read_only_name};
 use super::lease;
 use super::plan::{generated_credentials_name, jobs, superuser_secret_name};
@@ -58,6 +59,10 @@ pub(super) fn keep_or_refuse(
         names::<ServiceAccount>(children)?,
         names::<Role>(children)?,
         names::<RoleBinding>(children)?,
+        match children.has::<Certificate>() {
+            true => names::<Certificate>(children)?,
+            false => Vec::new(),
+        },
     ];
     if deleting {
         return Ok(());
@@ -108,6 +113,7 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             vec![superuser_secret_name(db), generated_credentials_name(db)]
         }
         g if g == group_key::<CronJob>() => vec![backup_cron_name(db), verify_name(db)],
+        g if g == group_key::<Certificate>() => vec![certificate_name(db)],
         g if g == group_key::<ServiceAccount>()
             || g == group_key::<Role>()
             || g == group_key::<RoleBinding>() =>

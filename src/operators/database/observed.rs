@@ -16,6 +16,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
+use super::certificate::Certificate;
 use super::parameters;
 use super::spec::{
     ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
@@ -171,6 +172,9 @@ pub struct Observed {
     /// The claims the grow Job's Role lets patch, once that Role, its
     /// RoleBinding and ServiceAccount are all observed.
     pub grow_access: Option<BTreeSet<String>>,
+    /// cert-manager's Certificates, when the controller manages them
+    /// (`None`: the chart does not declare the type).
+    pub certificates: Option<Vec<Certificate>>,
     /// When this was observed: the call's time ([`Observed::at`]).
     pub now: Timestamp,
 }
@@ -216,6 +220,11 @@ impl Observed {
                 .collect(),
             storage_classes: by_name(req.related.of::<StorageClass>()?),
             grow_access: grow_access(req)?,
+            certificates: req
+                .children
+                .has::<Certificate>()
+                .then(|| req.children.of::<Certificate>())
+                .transpose()?,
             now: Timestamp::UNIX_EPOCH,
         })
     }

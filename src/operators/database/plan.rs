@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::certificate;
 use super::observed::Observed;
 use super::parameters::{self, Held};
 use super::primary::{self, Primary};
@@ -288,6 +289,9 @@ pub struct Plan {
     /// How the operator's clients and the applications connect: the
     /// sslmode, and the CA when there is one.
     pub tls: tls::Client,
+    /// The issue of cert-manager's certificate the instances must serve,
+    /// from its second (see [`certificate::renewal`]).
+    pub certificate_renewal: Option<i64>,
 }
 
 /// The image of each major in play: the spec's image for the spec's
@@ -539,6 +543,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         held,
         growth: Growth::of(db, seen),
         tls: tls::client(db, seen),
+        certificate_renewal: certificate::renewal(db, seen),
     }
 }
 

@@ -227,8 +227,9 @@ pub struct Postgresql {
 }
 
 /// Where the instances' TLS certificate comes from.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.secretName) && has(self.issuerRef))").message("spec.tls: give secretName or issuerRef, not both: the instances serve one certificate"))]
 pub struct Tls {
     /// A Secret in this namespace (type kubernetes.io/tls) holding the
     /// server's certificate (`tls.crt`), its key (`tls.key`) and the CA
@@ -241,6 +242,33 @@ pub struct Tls {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
+    /// A cert-manager issuer: the operator makes a `Certificate`
+    /// `<name>-tls` (its Secret of the same name) for the Services and
+    /// every instance, and the instances serve it as they serve
+    /// `secretName`'s. The issuer must fill `ca.crt` (CA, SelfSigned and
+    /// Vault issuers do). Needs the chart's
+    /// `operators.database.certManager`. Instances start once cert-manager
+    /// has written the Secret; each later issue (a renewal) rolls them,
+    /// standbys first, as any template change does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer_ref: Option<IssuerRef>,
+}
+
+/// A cert-manager issuer, as a `Certificate`'s `issuerRef` names it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct IssuerRef {
+    /// The issuer's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// `Issuer` (in this namespace; when omitted) or `ClusterIssuer`, or an
+    /// external issuer's kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: Option<String>,
+    /// The issuer's API group; cert-manager.io when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub group: Option<String>,
 }
 
 /// A Secret in the Database's namespace, by name.
@@ -832,8 +860,8 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     if let Some(r) = &db.spec.resources {
         resources::validate("spec.resources", r)?;
     }
-    if let Some(secret) = db.spec.tls.as_ref().and_then(|t| t.secret_name.as_ref()) {
-        validate::object_name("spec.tls.secretName", secret, "Secret")?;
+    if let Some(tls) = &db.spec.tls {
+        validate_tls(tls)?;
     }
     if let Some(pg) = &db.spec.postgresql {
         parameters::validate(&pg.parameters, db.spec.size.instances(), is_synchronous(db))?;
@@ -852,6 +880,59 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
 
 /// `spec.imageName`: an image reference whose tag, when it names a major,
 /// names `spec.version`'s.
+/// `spec.tls`: one source, each named as Kubernetes names it.
+fn validate_tls(tls: &Tls) -> Result<(), InvalidSpec> {
+    if tls.secret_name.is_some() && tls.issuer_ref.is_some() {
+        return Err(InvalidSpec::new(
+            "spec.tls",
+            "give secretName or issuerRef, not both: the instances serve one certificate",
+        ));
+    }
+    if let Some(secret) = &tls.secret_name {
+        validate::object_name("spec.tls.secretName", secret, "Secret")?;
+    }
+    let Some(issuer) = &tls.issuer_ref else {
+        return Ok(());
+    };
+    if !validate::is_dns_subdomain(&issuer.name) {
+        return Err(InvalidSpec::new(
+            "spec.tls.issuerRef.name",
+            format!(
+                "{} is not an issuer's name (lower-case letters, digits, '-' and '.', at most 253)",
+                validate::quote(&issuer.name)
+            ),
+        ));
+    }
+    let kind_ok = |k: &str| {
+        (1..=63).contains(&k.len())
+            && k.starts_with(|c: char| c.is_ascii_uppercase())
+            && k.chars().all(|c| c.is_ascii_alphanumeric())
+    };
+    if let Some(kind) = issuer.kind.as_deref().filter(|k| !kind_ok(k)) {
+        return Err(InvalidSpec::new(
+            "spec.tls.issuerRef.kind",
+            format!(
+                "{} is not a kind; write Issuer, ClusterIssuer or an external issuer's kind (letters and digits, a capital first)",
+                validate::quote(kind)
+            ),
+        ));
+    }
+    if let Some(group) = issuer
+        .group
+        .as_deref()
+        .filter(|g| !validate::is_dns_subdomain(g))
+    {
+        return Err(InvalidSpec::new(
+            "spec.tls.issuerRef.group",
+            format!(
+                "{} is not an API group; omit it for cert-manager.io, or write the external issuer's group",
+                validate::quote(group)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_image(version: Major, image: &str) -> Result<(), InvalidSpec> {
     validate::image("spec.imageName", image)?;
     match Major::of_image(image) {

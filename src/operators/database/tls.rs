@@ -11,6 +11,7 @@
 
 use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, PodSpec, SecretVolumeSource, Volume};
 
+use super::certificate;
 use super::observed::Observed;
 use super::spec::Database;
 use crate::operators::backup_job;
@@ -33,11 +34,6 @@ pub struct Client {
     pub ca_secret: Option<String>,
 }
 
-/// The TLS Secret the instances' certificate comes from, when there is one.
-pub(super) fn secret(db: &Database) -> Option<String> {
-    db.spec.tls.as_ref()?.secret_name.clone()
-}
-
 /// Whether every instance serves TLS: none runs yet, or the StatefulSet's
 /// template starts the server with `ssl=on` and either no instance runs
 /// an older one, or the template's own clients already ask for TLS (which
@@ -55,7 +51,7 @@ pub(super) fn served_by_every_instance(seen: &Observed) -> bool {
 
 /// How the operator's clients and the applications connect.
 pub(super) fn client(db: &Database, seen: &Observed) -> Client {
-    let ca_secret = secret(db);
+    let ca_secret = certificate::secret(db);
     let mode = match (served_by_every_instance(seen), &ca_secret) {
         (false, _) => "prefer",
         (true, Some(_)) => "verify-full",
@@ -136,12 +132,13 @@ impl Client {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::fixtures;
     use serde_json::json;
 
-    fn db(tls: serde_json::Value) -> Database {
+    /// Database `orders` (medium) with `spec.tls` as given.
+    pub(in crate::operators::database) fn db(tls: serde_json::Value) -> Database {
         serde_json::from_value(json!({
             "metadata": {"name": "orders", "namespace": "prod"},
             "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain", "tls": tls}

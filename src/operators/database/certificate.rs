@@ -1,0 +1,424 @@
+//! The instances' certificate from cert-manager (`spec.tls.issuerRef`): a
+//! `Certificate` child whose Secret the instances serve, exactly as they
+//! serve a Secret named by `spec.tls.secretName`.
+//!
+//! cert-manager's Certificate is a child type only where the chart says
+//! cert-manager is installed (`operators.database.certManager`):
+//! Metacontroller watches every child type of a controller, and a type
+//! whose CRD is missing stops the whole Database controller. So the group
+//! may be absent from a request; a Database that asks for an issuer then is
+//! refused, naming the chart value, and any other goes on without it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::children::{headless_name, meta, read_only_name};
+use super::observed::Observed;
+use super::spec::{Database, IssuerRef, name, namespace};
+use crate::hook::SyncRequest;
+use crate::hook::conditions::Observation;
+use crate::operator::{HookError, InvalidSpec};
+
+/// The chart value that adds the Certificate child type.
+pub(super) const CHART_VALUE: &str = "operators.database.certManager";
+
+/// cert-manager's `Certificate` (cert-manager.io/v1), the fields the hook
+/// writes and reads.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Certificate {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// What to issue.
+    #[serde(default)]
+    pub spec: CertificateSpec,
+    /// What cert-manager observed; read, never written.
+    #[serde(default)]
+    pub status: Option<CertificateStatus>,
+}
+
+impl Serialize for Certificate {
+    /// As the API takes it: with its type, without the status.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            api_version: &'static str,
+            kind: &'static str,
+            metadata: &'a ObjectMeta,
+            spec: &'a CertificateSpec,
+        }
+        use k8s_openapi::Resource;
+        Wire {
+            api_version: Self::API_VERSION,
+            kind: Self::KIND,
+            metadata: &self.metadata,
+            spec: &self.spec,
+        }
+        .serialize(s)
+    }
+}
+
+/// The desired certificate.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateSpec {
+    /// The Secret cert-manager writes `tls.crt`, `tls.key` and `ca.crt` to.
+    pub secret_name: String,
+    /// The names the certificate is valid for.
+    pub dns_names: Vec<String>,
+    /// Who signs it.
+    pub issuer_ref: IssuerRef,
+    /// The key: EC P-256, a new one at every renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<BTreeMap<String, serde_json::Value>>,
+    /// Server authentication only: the instances present it, never use it
+    /// as a client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usages: Vec<String>,
+}
+
+/// cert-manager's view of a Certificate.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateStatus {
+    /// `Ready` and `Issuing`, as cert-manager writes them.
+    #[serde(default)]
+    pub conditions: Vec<CertificateCondition>,
+    /// How many times it was issued.
+    #[serde(default)]
+    pub revision: Option<i64>,
+}
+
+/// One condition of a Certificate.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct CertificateCondition {
+    /// `Ready` or `Issuing`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// cert-manager's reason.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// cert-manager's message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl k8s_openapi::Resource for Certificate {
+    const API_VERSION: &'static str = "cert-manager.io/v1";
+    const GROUP: &'static str = "cert-manager.io";
+    const KIND: &'static str = "Certificate";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "certificates";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for Certificate {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The instances' template annotation that names the certificate's issue.
+pub(super) const REVISION_ANNOTATION: &str = "opshooks.io/certificate-revision";
+
+/// The issue of the Certificate the instances must serve, once it was
+/// issued again (renewed, or reissued for a changed issuer): `None` for
+/// its first issue, which every instance starts with (none starts before
+/// cert-manager has written the Secret), so a new Database does not roll.
+///
+/// Never lower than the running template's: a Certificate not observed
+/// for a moment, or made again (its count starts over), is no new
+/// certificate to restart the instances for.
+pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<i64> {
+    issuer(db)?;
+    let wanted = certificate_name(db);
+    let issued = seen
+        .certificates
+        .iter()
+        .flatten()
+        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))
+        .and_then(|c| c.status.as_ref()?.revision)
+        .filter(|r| *r >= 2);
+    let running = seen
+        .statefulset
+        .as_ref()
+        .and_then(|s| {
+            s.spec
+                .as_ref()?
+                .template
+                .metadata
+                .as_ref()?
+                .annotations
+                .as_ref()
+        })
+        .and_then(|a| a.get(REVISION_ANNOTATION)?.parse::<i64>().ok());
+    issued.max(running)
+}
+
+/// The issuer of `spec.tls`, when the certificate comes from cert-manager.
+pub(super) fn issuer(db: &Database) -> Option<&IssuerRef> {
+    db.spec.tls.as_ref()?.issuer_ref.as_ref()
+}
+
+/// The Certificate's name, and its Secret's.
+pub(super) fn certificate_name(db: &Database) -> String {
+    format!("{}-tls", name(db))
+}
+
+/// The Secret the instances' certificate comes from, when there is one:
+/// `spec.tls.secretName`, or the Certificate's under `spec.tls.issuerRef`.
+pub(super) fn secret(db: &Database) -> Option<String> {
+    let tls = db.spec.tls.as_ref()?;
+    tls.secret_name
+        .clone()
+        .or_else(|| tls.issuer_ref.as_ref().map(|_| certificate_name(db)))
+}
+
+/// Every name a client reaches an instance by: the read-write and
+/// read-only Services as a client in the namespace, in another namespace
+/// and fully qualified writes them (the connection ConfigMap publishes
+/// the last), and each instance under the headless Service (the promote
+/// and restore Jobs) as one wildcard, so an added instance is named
+/// without a new certificate.
+pub(super) fn dns_names(db: &Database) -> Vec<String> {
+    let ns = namespace(db);
+    let mut names = Vec::new();
+    for service in [name(db).to_string(), read_only_name(db)] {
+        names.push(service.clone());
+        names.push(format!("{service}.{ns}"));
+        names.push(format!("{service}.{ns}.svc"));
+        names.push(format!("{service}.{ns}.svc.cluster.local"));
+    }
+    let headless = headless_name(db);
+    names.push(format!("*.{headless}.{ns}.svc"));
+    names.push(format!("*.{headless}.{ns}.svc.cluster.local"));
+    names
+}
+
+/// The Certificate child under `spec.tls.issuerRef`. Metacontroller's
+/// selector labels are on the Certificate only, never on its Secret
+/// (cert-manager's, not a child: were it labelled, Metacontroller would
+/// take it for one the answer leaves out and delete it).
+pub(super) fn certificate(db: &Database) -> Option<Certificate> {
+    let issuer = issuer(db)?.clone();
+    let private_key = BTreeMap::from([
+        ("algorithm".to_string(), "ECDSA".into()),
+        ("size".to_string(), 256.into()),
+        ("rotationPolicy".to_string(), "Always".into()),
+    ]);
+    Some(Certificate {
+        metadata: meta(db, certificate_name(db)),
+        spec: CertificateSpec {
+            secret_name: certificate_name(db),
+            dns_names: dns_names(db),
+            issuer_ref: issuer,
+            private_key: Some(private_key),
+            usages: vec!["digital signature".into(), "server auth".into()],
+        },
+        status: None,
+    })
+}
+
+/// Refuses a Database that asks for an issuer when this controller does
+/// not watch Certificates: its answer could not carry one.
+pub(super) fn require_group(req: &SyncRequest<Database>) -> Result<(), HookError> {
+    if issuer(&req.parent).is_none() || req.children.has::<Certificate>() {
+        return Ok(());
+    }
+    Err(InvalidSpec::new(
+        "spec.tls.issuerRef",
+        format!(
+            "this Database controller does not manage cert-manager Certificates (no Certificate.cert-manager.io/v1 group in the request); install the opshooks chart with {CHART_VALUE}=true where cert-manager's CRDs are installed, or give spec.tls.secretName instead"
+        ),
+    )
+    .into())
+}
+
+/// `CertificateReady`, under `spec.tls.issuerRef` (and after it, so the
+/// condition does not stay as last written): what cert-manager says of the
+/// Certificate, which the instances wait for. Only cert-manager's own
+/// status counts; the Secret's presence is the kubelet's to wait for.
+pub(super) fn condition(db: &Database, seen: &Observed) -> Option<Observation> {
+    const TYPE: &str = "CertificateReady";
+    let shown = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == TYPE));
+    let wanted = certificate_name(db);
+    if issuer(db).is_none() {
+        return shown.then(|| {
+            Observation::new(
+                TYPE,
+                true,
+                "NotAsked",
+                "spec.tls names no cert-manager issuer",
+            )
+        });
+    }
+    let cert = seen
+        .certificates
+        .iter()
+        .flatten()
+        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()));
+    let Some(cert) = cert else {
+        return Some(Observation::new(
+            TYPE,
+            false,
+            "Creating",
+            format!(
+                "Certificate {wanted} is not observed yet; the instances start once cert-manager has written Secret {wanted}"
+            ),
+        ));
+    };
+    let status = cert.status.as_ref();
+    let ready = status
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Ready");
+    Some(match ready {
+        Some(c) if c.status == "True" => Observation::new(
+            TYPE,
+            true,
+            "Issued",
+            format!(
+                "Certificate {wanted} is Ready (revision {}); the instances serve it",
+                status.and_then(|s| s.revision).unwrap_or_default()
+            ),
+        ),
+        Some(c) => Observation::new(
+            TYPE,
+            false,
+            "NotReady",
+            format!(
+                "Certificate {wanted} is not Ready: {}: {}",
+                c.reason.as_deref().unwrap_or("no reason"),
+                c.message.as_deref().unwrap_or("no message")
+            ),
+        ),
+        None => Observation::new(
+            TYPE,
+            false,
+            "NotIssued",
+            format!(
+                "Certificate {wanted} has no Ready condition yet: cert-manager has not issued it"
+            ),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tls::tests::db;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_certificate_names_every_address_a_client_or_job_dials() {
+        let db = db(json!({"issuerRef": {"name": "internal-ca", "kind": "ClusterIssuer"}}));
+        let cert = serde_json::to_value(certificate(&db).unwrap()).unwrap();
+        assert_eq!(cert["spec"]["secretName"], "orders-tls");
+        assert_eq!(
+            cert["spec"]["issuerRef"],
+            json!({"name": "internal-ca", "kind": "ClusterIssuer"})
+        );
+        let names: Vec<String> = serde_json::from_value(cert["spec"]["dnsNames"].clone()).unwrap();
+        for dialled in [
+            "orders.prod.svc",
+            "orders-ro.prod.svc",
+            "orders.prod.svc.cluster.local",
+            "orders-ro.prod.svc.cluster.local",
+        ] {
+            assert!(names.iter().any(|n| n == dialled), "{dialled} in {names:?}");
+        }
+        // An instance's address matches the wildcard in its first label only.
+        assert!(names.iter().any(|n| n == "*.orders-headless.prod.svc"));
+        assert_eq!(cert.get("status"), None);
+        // The Secret is cert-manager's: no labels of ours reach it.
+        assert_eq!(cert["spec"].get("secretTemplate"), None);
+        assert_eq!(secret(&db).as_deref(), Some("orders-tls"));
+    }
+
+    #[test]
+    fn a_secret_name_or_no_tls_makes_no_certificate() {
+        assert!(certificate(&db(json!({"secretName": "mine"}))).is_none());
+        assert_eq!(
+            secret(&db(json!({"secretName": "mine"}))).as_deref(),
+            Some("mine")
+        );
+        assert!(certificate(&db(json!(null))).is_none());
+        assert_eq!(secret(&db(json!(null))), None);
+    }
+
+    #[test]
+    fn a_renewal_rolls_the_instances_once_and_never_back() {
+        let db = db(json!({"issuerRef": {"name": "ca"}}));
+        let seen = |revision: Option<i64>, running: Option<&str>| {
+            let certs = revision.map(|r| {
+                vec![
+                    serde_json::from_value::<Certificate>(
+                        json!({"metadata": {"name": "orders-tls"}, "status": {"revision": r}}),
+                    )
+                    .unwrap(),
+                ]
+            });
+            let annotations = running.map_or(json!({}), |r| json!({REVISION_ANNOTATION: r}));
+            Observed {
+                certificates: Some(certs.unwrap_or_default()),
+                statefulset: Some(
+                    crate::fixtures::statefulset("orders")
+                        .template_annotations(annotations)
+                        .typed(),
+                ),
+                ..Observed::default()
+            }
+        };
+        // The first issue: the instances started with it.
+        assert_eq!(renewal(&db, &seen(Some(1), None)), None);
+        assert_eq!(renewal(&db, &seen(Some(2), None)), Some(2));
+        assert_eq!(renewal(&db, &seen(Some(3), Some("2"))), Some(3));
+        // Not observed, or made again: the running template's stays.
+        assert_eq!(renewal(&db, &seen(None, Some("3"))), Some(3));
+        assert_eq!(renewal(&db, &seen(Some(1), Some("3"))), Some(3));
+    }
+
+    #[test]
+    fn the_condition_says_what_cert_manager_said() {
+        let with = db(json!({"issuerRef": {"name": "ca"}}));
+        let cert = |status: serde_json::Value| -> Certificate {
+            serde_json::from_value(json!({"metadata": {"name": "orders-tls"}, "spec": {"secretName": "orders-tls", "dnsNames": [], "issuerRef": {"name": "ca"}}, "status": status})).unwrap()
+        };
+        let said = |certs: Vec<Certificate>| {
+            let seen = Observed {
+                certificates: Some(certs),
+                ..Observed::default()
+            };
+            let o = condition(&with, &seen).unwrap();
+            (o.status == true.into(), o.reason.to_string(), o.message)
+        };
+        assert_eq!(said(vec![]).1, "Creating");
+        assert_eq!(said(vec![cert(json!({}))]).1, "NotIssued");
+        let failed = cert(
+            json!({"conditions": [{"type": "Ready", "status": "False", "reason": "DoesNotExist", "message": "Issuer ca not found"}]}),
+        );
+        let (ok, reason, message) = said(vec![failed]);
+        assert!(
+            !ok && reason == "NotReady" && message.contains("Issuer ca not found"),
+            "{message}"
+        );
+        let ready =
+            cert(json!({"conditions": [{"type": "Ready", "status": "True"}], "revision": 3}));
+        let (ok, _, message) = said(vec![ready]);
+        assert!(ok && message.contains("revision 3"), "{message}");
+        // No issuer and never shown: no condition.
+        assert!(condition(&db(json!(null)), &Observed::default()).is_none());
+    }
+}
