@@ -15,6 +15,7 @@
 #   tests/e2e/cluster.sh down DIR   # stop it and delete DIR; idempotent, safe on a half-started DIR
 #   tests/e2e/cluster.sh logs DIR   # print the tail of every process log (for failure reports)
 #   tests/e2e/cluster.sh chart-crds DIR  # install the CRDs of the chart's optional objects (no controllers)
+#   tests/e2e/cluster.sh certmanager DIR  # those CRDs and cert-manager's own controllers (certmanager/)
 #
 # Typical caller:
 #
@@ -181,7 +182,7 @@ ours() { # name -> pid on stdout
 stop_all() {
   local name pid i
   # Reverse start order: clients before the servers they talk to.
-  for name in procnode kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in cert-manager procnode kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     pid=$(ours "$name") || continue
     kill -TERM "$pid" 2>/dev/null || true
     # Graceful first (etcd syncs, the apiserver drains); killed after 15s.
@@ -395,6 +396,18 @@ cmd_chart_crds() {
   log "cert-manager $CERT_MANAGER_VERSION, ServiceMonitor and PrometheusRule ($PROMETHEUS_OPERATOR_VERSION) CRDs installed"
 }
 
+# cert-manager's own controllers (tests/e2e/certmanager: Certificates, the
+# approver, CA and SelfSigned issuers), after its CRDs: what issues the
+# certificates a Database's spec.tls.issuerRef asks for.
+cmd_certmanager() {
+  cmd_chart_crds
+  DIR=$(cd "$DIR" && pwd -P)
+  BIN=$("$HERE/build-tools.sh" | tail -n 1)
+  [[ -x $BIN/cert-manager ]] || die "build-tools.sh did not build cert-manager"
+  start cert-manager "$BIN/cert-manager" --kubeconfig="$DIR/kubeconfig" --cluster-resource-namespace=kube-system
+  log "cert-manager's controllers started"
+}
+
 # Nodes without a kubelet (../shared/kwok/README.md): the real kube-scheduler
 # binds pods to one fake node that kwok plays the kubelet of. kwok runs with
 # --enable-crds=Stage, so its stages are objects: the shared stage file is
@@ -503,7 +516,7 @@ cmd_logs() {
   print_logs
 }
 
-usage() { sed -n '12,17p' "${BASH_SOURCE[0]}" >&2; }
+usage() { sed -n '12,18p' "${BASH_SOURCE[0]}" >&2; }
 
 [[ $# -eq 2 ]] || {
   usage
@@ -518,6 +531,7 @@ procnode) cmd_procnode ;;
 down) cmd_down ;;
 logs) cmd_logs ;;
 chart-crds) cmd_chart_crds ;;
+certmanager) cmd_certmanager ;;
 *)
   usage
   exit 2

@@ -42,6 +42,8 @@ RESOURCES = {
     "Backup": ("apis/opshooks.io/v1alpha1", "backups", True),
     "Database": ("apis/opshooks.io/v1alpha1", "databases", True),
     "Stage": ("apis/kwok.x-k8s.io/v1alpha1", "stages", False),
+    "Certificate": ("apis/cert-manager.io/v1", "certificates", True),
+    "Issuer": ("apis/cert-manager.io/v1", "issuers", True),
     "ControllerRevision": ("apis/metacontroller.k8s.io/v1alpha1", "controllerrevisions", True),
     "CompositeController": ("apis/metacontroller.k8s.io/v1alpha1", "compositecontrollers", False),
 }

@@ -10,13 +10,16 @@
 #                         names), a fresh control plane with
 #                         the scheduler, kwok's fake node and Metacontroller's
 #                         CRDs (and, under OPSHOOKS_E2E_PROC_NODE=1, the
-#                         process node: cluster.sh procnode); torn down on exit (after on_loop_down, when the
+#                         process node: cluster.sh procnode, and cert-manager:
+#                         cluster.sh certmanager); torn down on exit (after on_loop_down, when the
 #                         caller defines it). Sets BIN, OPSHOOKS, dir (the
 #                         cluster's DIR, see cluster.sh) and three free loopback
 #                         ports: port (opshooks), metrics and health (Metacontroller).
 #   loop_chart SCHEME [helm args...]
 #                         installs or upgrades the chart, its CompositeControllers
-#                         pointing at SCHEME://127.0.0.1:$port, resync 10 s.
+#                         pointing at SCHEME://127.0.0.1:$port, resync 10 s
+#                         (with the process node, the Database controller also
+#                         manages cert-manager's Certificates).
 #   loop_run [options...] runs loop.py (or the program LOOP_PY names, e.g.
 #                         bench/loop.py) against all of it.
 
@@ -69,6 +72,8 @@ loop_up() {
   if [[ ${OPSHOOKS_E2E_PROC_NODE:-} == 1 ]]; then
     step "the process node (proc-node-0, kube-proxy)"
     "$HERE/cluster.sh" procnode "$dir"
+    step "cert-manager (its CRDs and controllers)"
+    "$HERE/cluster.sh" certmanager "$dir"
   fi
 
   step "Metacontroller CRDs"
@@ -98,8 +103,10 @@ loop_chart() {
   local scheme=$1
   shift
   # A short resync, so a step that waits on time (not on an event) is quick.
+  local cert_manager=()
+  [[ ${OPSHOOKS_E2E_PROC_NODE:-} != 1 ]] || cert_manager=(--set operators.database.certManager=true)
   helm upgrade --install opshooks "$CHART" --namespace opshooks --create-namespace \
-    --set "controllers.baseUrl=$scheme://127.0.0.1:$port" \
+    --set "controllers.baseUrl=$scheme://127.0.0.1:$port" "${cert_manager[@]}" \
     --set controllers.resyncPeriodSeconds=10 --wait=false "$@" >/dev/null
   kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
   kubectl get compositecontrollers

@@ -26,7 +26,7 @@ from harness import main
 from scenarios.autoscale import scenario_autoscale
 from scenarios.backup import scenario_backup
 from scenarios.database import scenario_database, scenario_delete, scenario_retain, scenario_snapshot_fails
-from scenarios.dbreal import scenario_real_database
+from scenarios.dbreal import scenario_real_database, scenario_real_tls_cert_manager
 from scenarios.dbrealfault import scenario_real_kill, scenario_real_kill_restart, scenario_real_partition, scenario_real_pause, scenario_real_pause_async, scenario_real_switchover, scenario_real_switchover_refused
 from scenarios.failover import scenario_failover
 from scenarios.faults import scenario_hook_outage, scenario_invalid_spec, scenario_metacontroller_restarts
@@ -74,6 +74,7 @@ ON_REQUEST = [
     ("Real PostgreSQL, partitioned", "dbrealpartition", scenario_real_partition),
     ("Real PostgreSQL, switchover", "dbrealswitch", scenario_real_switchover),
     ("Real PostgreSQL, switchover refused", "dbrealrefused", scenario_real_switchover_refused),
+    ("Real PostgreSQL, TLS from cert-manager", "dbrealtls", scenario_real_tls_cert_manager),
 ]
 
 

@@ -193,3 +193,110 @@ def scenario_real_database(s):
     s.step("delete it (policy Delete): the instances stopped, the volumes gone")
     k.delete("Database", ns, name)
     db_gone(s, name, timeout=180)
+
+
+def served_serial(s, ip):
+    """The serial of the certificate the server at ip:5432 presents."""
+    code, out = on_the_node(s, ["sh", "-c", f"openssl s_client -starttls postgres -connect {ip}:5432 </dev/null 2>/dev/null | openssl x509 -noout -serial"])
+    need(code == 0 and out.startswith("serial="), f"the certificate served at {ip}: {out}")
+    return out
+
+
+def secret_serial(s, name):
+    secret = s.k.get("Secret", s.ns, name)
+    need(secret is not None, f"Secret {name} not written yet")
+    pem = base64.b64decode(secret["data"]["tls.crt"])
+    proc = subprocess.run(["openssl", "x509", "-noout", "-serial"], input=pem, capture_output=True, timeout=10)
+    need(proc.returncode == 0, f"Secret {name}'s tls.crt: {proc.stderr.decode()}")
+    return proc.stdout.decode().strip(), base64.b64decode(secret["data"]["ca.crt"])
+
+
+def scenario_real_tls_cert_manager(s):
+    """spec.tls.issuerRef with cert-manager's own controllers: a CA Issuer
+    (its CA certificate self-signed by cert-manager), a medium Database
+    whose Certificate it issues. The init Job and the standby's clone and
+    streaming verify the instances' certificate (verify-full) by the
+    Services' names; a client on the node does too, and one that dials a
+    name the certificate does not carry is refused. A renewal (cert-manager
+    issues again, as `cmctl renew` asks) rolls both instances onto the new
+    certificate: each serves the Secret's new serial."""
+    k, ns, name = s.k, s.ns, "certs"
+    on_proc_node(s)
+
+    s.step("a CA Issuer: cert-manager self-signs a CA certificate, an Issuer signs with it")
+    k.apply({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "selfsigned", "namespace": ns}, "spec": {"selfSigned": {}}})
+    k.apply({
+        "apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "ca", "namespace": ns},
+        "spec": {"isCA": True, "commonName": "opshooks e2e CA", "secretName": "ca", "privateKey": {"algorithm": "ECDSA", "size": 256}, "issuerRef": {"name": "selfsigned", "kind": "Issuer"}},
+    })
+    k.apply({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "ca", "namespace": ns}, "spec": {"ca": {"secretName": "ca"}}})
+
+    def issuer_ready():
+        issuer = k.get("Issuer", ns, "ca")
+        need(issuer and (condition(issuer, "Ready") or {}).get("status") == "True", f"Issuer ca: {issuer and issuer.get('status')}")
+
+    s.wait("the CA Issuer Ready", issuer_ready, 90, every=1)
+
+    s.step("a medium Database (15) whose certificate the CA Issuer issues")
+    db = database(ns, name, "15", "medium", policy="Delete")
+    db["spec"]["affinity"] = {"nodeSelector": {POOL_KEY: POOL}, "tolerations": [TOLERATION]}
+    db["spec"]["tls"] = {"issuerRef": {"name": "ca", "kind": "Issuer"}}
+    k.apply(db)
+    running = db_running(s, name, 2, "15", timeout=420)
+    conds = {c["type"]: c for c in (running.get("status") or {}).get("conditions") or []}
+    ready = conds.get("CertificateReady") or {}
+    s.expect(ready.get("status") == "True", f"CertificateReady {ready}")
+    conn = k.get("ConfigMap", ns, f"{name}-connection")["data"]
+    s.expect(conn.get("sslmode") == "verify-full", f"the connection ConfigMap says sslmode {conn.get('sslmode')}")
+    first, ca = secret_serial(s, f"{name}-tls")
+    pods = [k.get("Pod", ns, f"{name}-{i}") for i in range(2)]
+    for pod in pods:
+        s.expect(served_serial(s, pod["status"]["podIP"]) == first, f"{pod['metadata']['name']} serves another certificate than Secret {name}-tls")
+
+    s.step("a client verifies the server by the Service's name (verify-full); a name the certificate lacks is refused")
+    with open(f"{s.suite.dir}/{ns}-ca.crt", "wb") as f:
+        f.write(ca)
+    user, password, dbname = s.wait("the application login", lambda: app_login(s, name), 30)
+    cip = k.get("Service", ns, name)["spec"]["clusterIP"]
+
+    def connect(host):
+        conninfo = f"host={host} hostaddr={cip} sslmode=verify-full sslrootcert={s.suite.dir}/{ns}-ca.crt user={user} dbname={dbname} connect_timeout=5"
+        env = {"PATH": "/usr/bin:/bin", "PGPASSWORD": password}
+        return on_the_node(s, ["psql", "-X", "-A", "-t", "-d", conninfo, "-c", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"], env)
+
+    code, out = connect(f"{name}.{ns}.svc")
+    s.expect(code == 0 and out == "t", f"verify-full by {name}.{ns}.svc: {out}")
+    code, out = connect(f"{name}.elsewhere.svc")
+    s.expect(code != 0 and "does not match" in out, f"a name the certificate lacks was not refused: {code} {out}")
+
+    s.step("a renewal (cert-manager issues again) rolls both instances onto the new certificate")
+    epoch = (running.get("status") or {}).get("primaryEpoch")
+    k.patch("Certificate", ns, f"{name}-tls", {"status": {"conditions": [{"type": "Issuing", "status": "True", "reason": "ManuallyTriggered", "message": "renewal asked by the e2e suite", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, sub="status")
+
+    def renewed():
+        cert = k.get("Certificate", ns, f"{name}-tls")
+        need((cert.get("status") or {}).get("revision", 0) >= 2, f"Certificate revision {(cert.get('status') or {}).get('revision')}")
+        serial, _ = secret_serial(s, f"{name}-tls")
+        need(serial != first, "the Secret holds the first certificate still")
+        return serial
+
+    second = s.wait("cert-manager issues the certificate again", renewed, 120, every=1)
+
+    def rolled():
+        db_now = k.get("Database", ns, name)
+        st = db_now.get("status") or {}
+        need(st.get("phase") == "Running" and st.get("targetPrimary") is None, f"phase {st.get('phase')}, target {st.get('targetPrimary')}")
+        for i in range(2):
+            pod = k.get("Pod", ns, f"{name}-{i}")
+            need(pod and pod["status"].get("podIP"), f"{name}-{i} has no IP")
+            need(served_serial(s, pod["status"]["podIP"]) == second, f"{name}-{i} serves the old certificate")
+        return st
+
+    st = s.wait("both instances serve the renewed certificate, one switchover", rolled, 420, every=5)
+    s.expect(st.get("primaryEpoch") == (epoch or 0) + 1, f"primaryEpoch {st.get('primaryEpoch')}, want {(epoch or 0) + 1}: one switchover for the roll")
+    code, out = connect(f"{name}.{ns}.svc")
+    s.expect(code == 0 and out == "t", f"verify-full after the renewal: {out}")
+
+    s.step("delete it (policy Delete)")
+    k.delete("Database", ns, name)
+    db_gone(s, name, timeout=180)
