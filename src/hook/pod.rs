@@ -116,9 +116,30 @@ pub struct ObservedTermination {
     /// Why it stopped, when the kubelet says: `OOMKilled`, `Error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 impl ObservedPod {
+    /// When the init container `name` of this pod last finished, as its
+    /// status says.
+    pub fn init_finished_at(&self, name: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+        self.status
+            .as_ref()?
+            .init_container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == name)?
+            .state
+            .as_ref()?
+            .terminated
+            .as_ref()?
+            .finished_at
+            .as_ref()
+            .map(|t| t.0)
+    }
+
     /// True when the pod is not being deleted and its Ready condition is
     /// True.
     pub fn is_ready(&self) -> bool {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use super::children::{headless_name, meta, read_only_name};
+use super::children::{TLS_CONTAINER, headless_name, meta, read_only_name};
 use super::observed::Observed;
 use super::spec::{Database, IssuerRef, name, namespace};
 use crate::hook::SyncRequest;
@@ -65,10 +65,13 @@ impl Serialize for Certificate {
 #[serde(rename_all = "camelCase")]
 pub struct CertificateSpec {
     /// The Secret cert-manager writes `tls.crt`, `tls.key` and `ca.crt` to.
+    #[serde(default)]
     pub secret_name: String,
     /// The names the certificate is valid for.
+    #[serde(default)]
     pub dns_names: Vec<String>,
     /// Who signs it.
+    #[serde(default)]
     pub issuer_ref: IssuerRef,
     /// The key: EC P-256, a new one at every renewal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +92,10 @@ pub struct CertificateStatus {
     /// How many times it was issued.
     #[serde(default)]
     pub revision: Option<i64>,
+    /// When the certificate in its Secret begins to be valid: when it was
+    /// issued.
+    #[serde(default)]
+    pub not_before: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// One condition of a Certificate.
@@ -126,18 +133,21 @@ impl k8s_openapi::Metadata for Certificate {
     }
 }
 
-/// The instances' template annotation that names the certificate's issue.
-pub(super) const REVISION_ANNOTATION: &str = "opshooks.io/certificate-revision";
+/// The instances' template annotation that names the certificate's issue
+/// they must serve (its `notBefore`).
+pub(super) const ISSUE_ANNOTATION: &str = "opshooks.io/certificate-not-before";
 
-/// The issue of the Certificate the instances must serve, once it was
-/// issued again (renewed, or reissued for a changed issuer): `None` for
-/// its first issue, which every instance starts with (none starts before
-/// cert-manager has written the Secret), so a new Database does not roll.
+/// The issue of the Certificate the instances must serve, once an
+/// instance runs an older one: its `notBefore`, when some instance's `tls`
+/// init container (which copies the Secret, at each start) finished before
+/// it. An instance that started after the issue serves it: a new Database's
+/// instances wait for the Secret, so they do not roll; nor does a Database
+/// made again over a Secret that is still valid, or a Certificate made
+/// again (its revision count starts over, its notBefore does not).
 ///
-/// Never lower than the running template's: a Certificate not observed
-/// for a moment, or made again (its count starts over), is no new
-/// certificate to restart the instances for.
-pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<i64> {
+/// Never earlier than the running template's: a Certificate not observed
+/// for a moment is no new certificate to restart the instances for.
+pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
     issuer(db)?;
     let wanted = certificate_name(db);
     let issued = seen
@@ -145,8 +155,14 @@ pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<i64> {
         .iter()
         .flatten()
         .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))
-        .and_then(|c| c.status.as_ref()?.revision)
-        .filter(|r| *r >= 2);
+        .and_then(|c| c.status.as_ref()?.not_before.as_ref())
+        .map(|t| t.0);
+    let stale = issued.filter(|at| {
+        seen.pods
+            .iter()
+            .filter_map(|p| p.init_finished_at(TLS_CONTAINER))
+            .any(|copied| copied < *at)
+    });
     let running = seen
         .statefulset
         .as_ref()
@@ -159,8 +175,12 @@ pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<i64> {
                 .annotations
                 .as_ref()
         })
-        .and_then(|a| a.get(REVISION_ANNOTATION)?.parse::<i64>().ok());
-    issued.max(running)
+        .and_then(|a| {
+            a.get(ISSUE_ANNOTATION)?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+        });
+    stale.max(running).map(|t| t.to_string())
 }
 
 /// The issuer of `spec.tls`, when the certificate comes from cert-manager.
@@ -223,6 +243,37 @@ pub(super) fn certificate(db: &Database) -> Option<Certificate> {
             private_key: Some(private_key),
             usages: vec!["digital signature".into(), "server auth".into()],
         },
+        status: None,
+    })
+}
+
+/// The observed Certificate, as it is, after `spec.tls.issuerRef` was
+/// removed, while an instance may still mount its Secret: the template
+/// still does, or its rollout is not done. Left out at once, it would be
+/// deleted, and with cert-manager's `--enable-certificate-owner-ref` its
+/// Secret with it, under pods that mount it.
+pub(super) fn kept(db: &Database, seen: &Observed) -> Option<Certificate> {
+    if issuer(db).is_some() {
+        return None;
+    }
+    let wanted = certificate_name(db);
+    let observed = seen
+        .certificates
+        .iter()
+        .flatten()
+        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))?;
+    let mounted = seen
+        .statefulset
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref())
+        .is_some_and(|volumes| {
+            volumes.iter().any(|v| {
+                v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some(wanted.as_str())
+            })
+        });
+    (mounted || seen.rollout_in_flight()).then(|| Certificate {
+        metadata: meta(db, wanted),
+        spec: observed.spec.clone(),
         status: None,
     })
 }
@@ -361,18 +412,22 @@ mod tests {
     #[test]
     fn a_renewal_rolls_the_instances_once_and_never_back() {
         let db = db(json!({"issuerRef": {"name": "ca"}}));
-        let seen = |revision: Option<i64>, running: Option<&str>| {
-            let certs = revision.map(|r| {
-                vec![
-                    serde_json::from_value::<Certificate>(
-                        json!({"metadata": {"name": "orders-tls"}, "status": {"revision": r}}),
-                    )
-                    .unwrap(),
-                ]
+        // The Certificate issued at `issued`; instances whose tls init
+        // container finished at `copied`; the running template's annotation.
+        let seen = |issued: Option<&str>, copied: &[&str], running: Option<&str>| {
+            let certs = issued.map(|at| {
+                vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls"}, "status": {"notBefore": at, "revision": 1}})).unwrap()]
             });
-            let annotations = running.map_or(json!({}), |r| json!({REVISION_ANNOTATION: r}));
+            let pods = copied
+                .iter()
+                .map(|at| {
+                    serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": at}}}]}})).unwrap()
+                })
+                .collect();
+            let annotations = running.map_or(json!({}), |r| json!({ISSUE_ANNOTATION: r}));
             Observed {
                 certificates: Some(certs.unwrap_or_default()),
+                pods,
                 statefulset: Some(
                     crate::fixtures::statefulset("orders")
                         .template_annotations(annotations)
@@ -381,13 +436,74 @@ mod tests {
                 ..Observed::default()
             }
         };
-        // The first issue: the instances started with it.
-        assert_eq!(renewal(&db, &seen(Some(1), None)), None);
-        assert_eq!(renewal(&db, &seen(Some(2), None)), Some(2));
-        assert_eq!(renewal(&db, &seen(Some(3), Some("2"))), Some(3));
-        // Not observed, or made again: the running template's stays.
-        assert_eq!(renewal(&db, &seen(None, Some("3"))), Some(3));
-        assert_eq!(renewal(&db, &seen(Some(1), Some("3"))), Some(3));
+        let (t1, t2, t3) = (
+            "2026-01-01T00:00:00Z",
+            "2026-03-01T00:00:00Z",
+            "2026-05-01T00:00:00Z",
+        );
+        let after = |t: &str| t.replace("00:00:00", "00:01:00");
+        // The first issue: the instances waited for it, and copied it.
+        assert_eq!(renewal(&db, &seen(Some(t1), &[&after(t1)], None)), None);
+        // No instance has run yet, or none says when it copied.
+        assert_eq!(renewal(&db, &seen(Some(t1), &[], None)), None);
+        // Issued again after an instance copied the first: roll onto it.
+        assert_eq!(
+            renewal(&db, &seen(Some(t2), &[&after(t1), &after(t2)], None)).as_deref(),
+            Some(t2)
+        );
+        // Rolled: stays, and the next issue rolls again.
+        assert_eq!(
+            renewal(&db, &seen(Some(t2), &[&after(t2)], Some(t2))).as_deref(),
+            Some(t2)
+        );
+        assert_eq!(
+            renewal(&db, &seen(Some(t3), &[&after(t2)], Some(t2))).as_deref(),
+            Some(t3)
+        );
+        // The Certificate not observed, or made again over the same Secret
+        // (an older notBefore): the running template's stays.
+        assert_eq!(
+            renewal(&db, &seen(None, &[&after(t2)], Some(t2))).as_deref(),
+            Some(t2)
+        );
+        assert_eq!(
+            renewal(&db, &seen(Some(t1), &[&after(t2)], Some(t2))).as_deref(),
+            Some(t2)
+        );
+        // A Database made again over a Secret still valid: its instances
+        // copied that issue; no roll until cert-manager issues again.
+        assert_eq!(renewal(&db, &seen(Some(t1), &[&after(t2)], None)), None);
+    }
+
+    #[test]
+    fn without_an_issuer_the_certificate_stays_until_no_instance_mounts_it() {
+        let observed: Certificate = serde_json::from_value(json!({"metadata": {"name": "orders-tls"}, "spec": {"secretName": "orders-tls", "dnsNames": ["orders"], "issuerRef": {"name": "ca"}}})).unwrap();
+        let seen = |volumes: serde_json::Value, current: &str| Observed {
+            certificates: Some(vec![observed.clone()]),
+            statefulset: Some(
+                crate::fixtures::statefulset("orders")
+                    .set("/spec/template/spec/volumes", volumes)
+                    .status(json!({"currentRevision": current, "updateRevision": "b"}))
+                    .typed(),
+            ),
+            ..Observed::default()
+        };
+        let without = db(json!(null));
+        let mounted = json!([{"name": "tls", "secret": {"secretName": "orders-tls"}}]);
+        let kept = kept(&without, &seen(mounted, "b")).unwrap();
+        assert_eq!(kept.spec, observed.spec);
+        // The new template written, the old pods not yet replaced.
+        assert!(super::kept(&without, &seen(json!([]), "a")).is_some());
+        // Rolled: it goes.
+        assert!(super::kept(&without, &seen(json!([]), "b")).is_none());
+        // With an issuer, the Certificate is built, not kept.
+        assert!(
+            super::kept(
+                &db(json!({"issuerRef": {"name": "ca"}})),
+                &seen(json!([]), "a")
+            )
+            .is_none()
+        );
     }
 
     #[test]

@@ -124,8 +124,9 @@ pub fn build(
     }
     // The chart declares Certificates only where cert-manager runs; sync
     // refuses an issuer without them, so only a deletion gets here then.
-    if let (Some(cert), Some(_)) = (certificate::certificate(db), &seen.certificates) {
-        out.push(Child::new(&cert));
+    if seen.certificates.is_some() {
+        let cert = certificate::certificate(db).or_else(|| certificate::kept(db, seen));
+        out.extend(cert.as_ref().map(Child::new));
     }
     if lease::kept(db, seen) {
         let (account, role, binding) = lease::children(db);
@@ -626,11 +627,8 @@ fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
     // instance on it, standbys first (the kubelet's copy of the Secret
     // would reach a running pod a minute or more late, and the server
     // reads it only at start).
-    if let Some(revision) = plan.certificate_renewal {
-        annotations.insert(
-            certificate::REVISION_ANNOTATION.to_string(),
-            revision.to_string(),
-        );
+    if let Some(issue) = &plan.certificate_renewal {
+        annotations.insert(certificate::ISSUE_ANNOTATION.to_string(), issue.clone());
     }
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -833,6 +831,9 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
     }
 }
 
+/// The name of the instances' `tls` init container.
+pub(super) const TLS_CONTAINER: &str = "tls";
+
 /// The `tls` init container: `tls.sh` puts the server's certificate and
 /// key into [`TLS_DIR`] on the instance's volume, from `spec.tls`'s Secret
 /// or self-signed.
@@ -846,7 +847,7 @@ fn tls_container(db: &Database, plan: &Plan) -> Container {
     Container {
         resources: Some(instance_resources(db)),
         ..script_container(
-            ("tls", plan.images.image(plan.version)),
+            (TLS_CONTAINER, plan.images.image(plan.version)),
             TLS_SCRIPT,
             env,
             Some(mounts),

@@ -290,8 +290,8 @@ pub struct Plan {
     /// sslmode, and the CA when there is one.
     pub tls: tls::Client,
     /// The issue of cert-manager's certificate the instances must serve,
-    /// from its second (see [`certificate::renewal`]).
-    pub certificate_renewal: Option<i64>,
+    /// once one runs an older (see [`certificate::renewal`]).
+    pub certificate_renewal: Option<String>,
 }
 
 /// The image of each major in play: the spec's image for the spec's

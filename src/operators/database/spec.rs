@@ -245,8 +245,9 @@ pub struct Tls {
     /// A cert-manager issuer: the operator makes a `Certificate`
     /// `<name>-tls` (its Secret of the same name) for the Services and
     /// every instance, and the instances serve it as they serve
-    /// `secretName`'s. The issuer must fill `ca.crt` (CA, SelfSigned and
-    /// Vault issuers do). Needs the chart's
+    /// `secretName`'s. The issuer must fill `ca.crt` and keep its CA
+    /// across renewals (a CA or Vault issuer; not SelfSigned: a roll onto
+    /// a new CA stops half way). Needs the chart's
     /// `operators.database.certManager`. Instances start once cert-manager
     /// has written the Secret; each later issue (a renewal) rolls them,
     /// standbys first, as any template change does.

@@ -68,15 +68,17 @@ func main() {
 }
 
 func run(ctx context.Context, kubeconfig, clusterNS string, workers int) error {
-	// The backoffs are cert-manager's defaults.
+	// cert-manager waits an hour (doubling to 32) before it asks again for a
+	// certificate whose request failed; a test cannot wait that long after a
+	// request that failed on a loaded machine: 10 s, doubling to 5 min.
 	f, err := controller.NewContextFactory(ctx, controller.ContextOptions{
 		Kubeconfig:         kubeconfig,
 		KubernetesAPIQPS:   20,
 		KubernetesAPIBurst: 50,
 		IssuerOptions:      controller.IssuerOptions{ClusterResourceNamespace: clusterNS},
 		CertificateOptions: controller.CertificateOptions{
-			CertificateRequestMinimumBackoffDuration: time.Hour,
-			CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
+			CertificateRequestMinimumBackoffDuration: 10 * time.Second,
+			CertificateRequestMaximumBackoffDuration: 5 * time.Minute,
 		},
 	})
 	if err != nil {
