@@ -10,7 +10,8 @@
 #                         names), a fresh control plane with
 #                         the scheduler, kwok's fake node and Metacontroller's
 #                         CRDs (and, under OPSHOOKS_E2E_PROC_NODE=1, the
-#                         process node: cluster.sh procnode, and cert-manager:
+#                         process node: cluster.sh procnode, and with
+#                         OPSHOOKS_E2E_CERT_MANAGER=1 too cert-manager:
 #                         cluster.sh certmanager); torn down on exit (after on_loop_down, when the
 #                         caller defines it). Sets BIN, OPSHOOKS, dir (the
 #                         cluster's DIR, see cluster.sh) and three free loopback
@@ -18,8 +19,8 @@
 #   loop_chart SCHEME [helm args...]
 #                         installs or upgrades the chart, its CompositeControllers
 #                         pointing at SCHEME://127.0.0.1:$port, resync 10 s
-#                         (with the process node, the Database controller also
-#                         manages cert-manager's Certificates).
+#                         (with cert-manager, the Database controller also
+#                         manages its Certificates).
 #   loop_run [options...] runs loop.py (or the program LOOP_PY names, e.g.
 #                         bench/loop.py) against all of it.
 
@@ -72,8 +73,10 @@ loop_up() {
   if [[ ${OPSHOOKS_E2E_PROC_NODE:-} == 1 ]]; then
     step "the process node (proc-node-0, kube-proxy)"
     "$HERE/cluster.sh" procnode "$dir"
-    step "cert-manager (its CRDs and controllers)"
-    "$HERE/cluster.sh" certmanager "$dir"
+    if [[ ${OPSHOOKS_E2E_CERT_MANAGER:-} == 1 ]]; then
+      step "cert-manager (its CRDs and controllers)"
+      "$HERE/cluster.sh" certmanager "$dir"
+    fi
   fi
 
   step "Metacontroller CRDs"
@@ -104,7 +107,7 @@ loop_chart() {
   shift
   # A short resync, so a step that waits on time (not on an event) is quick.
   local cert_manager=()
-  [[ ${OPSHOOKS_E2E_PROC_NODE:-} != 1 ]] || cert_manager=(--set operators.database.certManager=true)
+  [[ ${OPSHOOKS_E2E_CERT_MANAGER:-} != 1 ]] || cert_manager=(--set operators.database.certManager=true)
   helm upgrade --install opshooks "$CHART" --namespace opshooks --create-namespace \
     --set "controllers.baseUrl=$scheme://127.0.0.1:$port" "${cert_manager[@]}" \
     --set controllers.resyncPeriodSeconds=10 --wait=false "$@" >/dev/null

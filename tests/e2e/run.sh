@@ -189,7 +189,7 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,d
 # the strategy decides how Metacontroller writes the children, which the
 # played scenarios above check under both; a second pass would cost about
 # 2.5 more minutes.
-OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls --strategies dynamic-apply
+OPSHOOKS_E2E_PROC_NODE=1 OPSHOOKS_E2E_CERT_MANAGER=1 "$HERE/loop.sh" --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls --strategies dynamic-apply
 
 step "real PostgreSQL, a standby takes over (loop.sh --only dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition)"
 # The faults where a standby takes over, each a large Database of its own:

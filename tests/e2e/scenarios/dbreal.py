@@ -229,7 +229,8 @@ def scenario_real_tls_cert_manager(s):
     Services' names; a client on the node does too, and one that dials a
     name the certificate does not carry is refused. A renewal (cert-manager
     issues again, as `cmctl renew` asks) rolls both instances onto the new
-    certificate: each serves the Secret's new serial."""
+    certificate: each serves the Secret's new serial. Needs
+    OPSHOOKS_E2E_CERT_MANAGER=1 with OPSHOOKS_E2E_PROC_NODE=1."""
     k, ns, name = s.k, s.ns, "certs"
     on_proc_node(s)
 
