@@ -136,7 +136,7 @@ pub fn operator() -> Operator {
                 "InPlace",
                 "the instances' certificate under spec.tls.issuerRef follows the issuer and the names; cert-manager reissues it",
             )
-            .only_with("certManager"),
+            .only_with(certificate::CHART_VALUE),
         ],
         generate_selector: true,
         resync_period_seconds: Some(60),

@@ -21,8 +21,9 @@ use crate::hook::SyncRequest;
 use crate::hook::conditions::Observation;
 use crate::operator::{HookError, InvalidSpec};
 
-/// The chart value that adds the Certificate child type.
-pub(super) const CHART_VALUE: &str = "operators.database.certManager";
+/// The chart value (under `operators.database`) that adds the Certificate
+/// child type.
+pub(super) const CHART_VALUE: &str = "certManager";
 
 /// cert-manager's `Certificate` (cert-manager.io/v1), the fields the hook
 /// writes and reads.
@@ -149,12 +150,7 @@ pub(super) const ISSUE_ANNOTATION: &str = "opshooks.io/certificate-not-before";
 /// for a moment is no new certificate to restart the instances for.
 pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
     issuer(db)?;
-    let wanted = certificate_name(db);
-    let issued = seen
-        .certificates
-        .iter()
-        .flatten()
-        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))
+    let issued = observed(db, seen)
         .and_then(|c| c.status.as_ref()?.not_before.as_ref())
         .map(|t| t.0);
     let stale = issued.filter(|at| {
@@ -181,6 +177,15 @@ pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
                 .ok()
         });
     stale.max(running).map(|t| t.to_string())
+}
+
+/// The observed Certificate of this Database, if any.
+fn observed<'a>(db: &Database, seen: &'a Observed) -> Option<&'a Certificate> {
+    let wanted = certificate_name(db);
+    seen.certificates
+        .iter()
+        .flatten()
+        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))
 }
 
 /// The issuer of `spec.tls`, when the certificate comes from cert-manager.
@@ -257,11 +262,7 @@ pub(super) fn kept(db: &Database, seen: &Observed) -> Option<Certificate> {
         return None;
     }
     let wanted = certificate_name(db);
-    let observed = seen
-        .certificates
-        .iter()
-        .flatten()
-        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))?;
+    let observed = observed(db, seen)?;
     let mounted = seen
         .statefulset
         .as_ref()
@@ -287,7 +288,7 @@ pub(super) fn require_group(req: &SyncRequest<Database>) -> Result<(), HookError
     Err(InvalidSpec::new(
         "spec.tls.issuerRef",
         format!(
-            "this Database controller does not manage cert-manager Certificates (no Certificate.cert-manager.io/v1 group in the request); install the opshooks chart with {CHART_VALUE}=true where cert-manager's CRDs are installed, or give spec.tls.secretName instead"
+            "this Database controller does not manage cert-manager Certificates (no Certificate.cert-manager.io/v1 group in the request); install the opshooks chart with operators.database.{CHART_VALUE}=true where cert-manager's CRDs are installed, or give spec.tls.secretName instead"
         ),
     )
     .into())
@@ -314,12 +315,7 @@ pub(super) fn condition(db: &Database, seen: &Observed) -> Option<Observation> {
             )
         });
     }
-    let cert = seen
-        .certificates
-        .iter()
-        .flatten()
-        .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()));
-    let Some(cert) = cert else {
+    let Some(cert) = observed(db, seen) else {
         return Some(Observation::new(
             TYPE,
             false,
