@@ -1893,6 +1893,13 @@ def test_the_watchdog_stops_a_primary_whose_lease_expires_not_one_naming_another
         p.start(wait=False)
         wait_for("p starts as a former primary", lambda: "the lease is newer" in p.output()
                  and "a former primary" in p.output())
+        # And it waits for b, reading the role as at the start: the mount
+        # still naming p (the kubelet's minute) is not a designation. Read
+        # from the mount alone, p exited at once to start as the primary,
+        # and the kubelet restarted it in a loop until the mount changed.
+        wait_for("p waits for the primary", lambda: p.output().count("waiting for the primary at") >= 2)
+        assert p.proc is not None and p.proc.poll() is None, p.output()[-2000:]
+        assert "designated primary now" not in p.output(), p.output()[-2000:]
     finally:
         db.stop()
 

@@ -391,6 +391,21 @@ impl Observed {
         self.jobs.get(name).map(backup_job::run_status)
     }
 
+    /// When one of our Jobs finished (its `Complete` or `Failed`
+    /// condition's last transition, else its completion time), if it did
+    /// and says when.
+    pub fn job_finished_at(&self, name: &str) -> Option<Timestamp> {
+        let status = self.jobs.get(name)?.status.as_ref()?;
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+            .find_map(|c| c.last_transition_time.as_ref())
+            .or(status.completion_time.as_ref())
+            .map(|t| t.0)
+    }
+
     /// The message the named container of a pod of Job `job` left when it
     /// stopped: from the newest such pod (by name) that left one. Job pods
     /// share the Database's label, so they are observed with the instances.

@@ -9,7 +9,9 @@
 //! A failover, decided from what is observed:
 //! 1. the designated primary's pod has been not ready (its `Ready`
 //!    condition False since `lastTransitionTime`) for `spec.failover.delay`
-//!    and a standby is ready: that standby is designated at the next epoch
+//!    (counted from when the designation took effect, if later: the end of
+//!    the promote Job that made it) and a standby is ready: that standby is
+//!    designated at the next epoch
 //!    (fencing: the old primary leaves the read-write Service, and can no
 //!    longer start as a primary);
 //! 2. once the role ConfigMap is observed naming it, the promote Job
@@ -18,7 +20,8 @@
 //!    then promotes it;
 //! 3. if the Job refuses, the next ready standby is tried at the same
 //!    epoch; if every refusal said the old primary still answers as a
-//!    primary, the old primary is designated again (nothing was promoted).
+//!    primary, or the old primary is ready again once every one refused,
+//!    the old primary is designated again (nothing was promoted).
 //!
 //! What survives a lost status: the role ConfigMap and the promote Jobs
 //! say who was designated at which epoch; a promote Job made again for a
@@ -560,9 +563,11 @@ fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
         primary.step = Step::Fencing;
         return;
     }
-    // Nothing was promoted when every Job refused (its report says so)
-    // because the old primary answers or, for a switchover, for any
-    // reason: the old primary serves on.
+    // Nothing was promoted when every Job refused (promote.sh refuses only
+    // before pg_promote; its report says so). The old primary serves on
+    // when the refusals say it answers as a primary, for a switchover for
+    // any reason, and whatever they say once it is ready again (it came
+    // back while the failover was under way: its data is the newest).
     let all_refused = !primary.refusals.is_empty()
         && primary
             .refusals
@@ -573,7 +578,10 @@ fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
             || primary
                 .refusals
                 .iter()
-                .all(|(_, why)| why.contains("still answers as a primary")));
+                .all(|(_, why)| why.contains("still answers as a primary"))
+            || primary
+                .serving
+                .is_some_and(|s| seen.is_instance_ready(db, s)));
     if let (true, Some(serving)) = (old_primary_answers, primary.serving) {
         primary.designated = serving;
         primary.epoch += 1;
@@ -618,8 +626,15 @@ fn consider_failover(db: &Database, seen: &Observed, primary: &mut Primary) {
     let Some(since) = pod.not_ready_since() else {
         return;
     };
+    // The delay counts from the designation too: a primary designated
+    // again after a refused failover (it came back, restarted in place,
+    // while the failover was under way) or just promoted was fenced, so
+    // not ready, until then; it gets the whole delay to become ready,
+    // else it would be failed over again at once on the time it was
+    // fenced.
+    let from = designated_at(db, seen, primary.epoch).map_or(since, |at| at.max(since));
     let delay = SignedDuration::from_secs(i64::from(delay_seconds(db)));
-    let after = since.checked_add(delay).unwrap_or(since);
+    let after = from.checked_add(delay).unwrap_or(from);
     if seen.now < after {
         primary.step = Step::Waiting { since, after };
         return;
@@ -632,6 +647,17 @@ fn consider_failover(db: &Database, seen: &Observed, primary: &mut Primary) {
         }
         None => primary.step = Step::NoCandidate { since },
     }
+}
+
+/// When the designation in force at `epoch` took effect, as observed:
+/// the newest end of a promote Job up to that epoch (the one that promoted
+/// it, or the last refused one before the old primary was designated
+/// again). None at the first primary, or when no such Job says when.
+fn designated_at(db: &Database, seen: &Observed, epoch: u64) -> Option<Timestamp> {
+    promote_jobs(db, seen)
+        .filter(|(e, _, _)| *e <= epoch)
+        .filter_map(|(_, _, job)| seen.job_finished_at(job))
+        .max()
 }
 
 /// `spec.failover.delay`, or its default.
@@ -744,6 +770,18 @@ mod tests {
                 "/status/containerStatuses",
                 json!([{"name": "postgres", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
                     "lastState": {"terminated": {"exitCode": 1, "message": message}}}]),
+            )
+            .typed()
+    }
+
+    /// A pod of promote Job `job` that stopped with `message` (exit 3).
+    fn reported(job: &str, message: &str) -> crate::hook::ObservedPod {
+        fixtures::pod(&format!("{job}-x"))
+            .label("batch.kubernetes.io/job-name", job)
+            .set(
+                "/status/containerStatuses",
+                json!([{"name": "promote", "state": {"terminated": {"exitCode": 3,
+                    "message": format!("opshooks promote: {message}")}}}]),
             )
             .typed()
     }
@@ -1126,18 +1164,100 @@ mod tests {
         );
         let refused = fixtures::job("orders-promote-1-2").failed();
         let mut s = seen(None, Some(("orders-2", 1)), &[refused]);
-        s.pods.push(
-            fixtures::pod("orders-promote-1-2-x")
-                .label("batch.kubernetes.io/job-name", "orders-promote-1-2")
-                .set(
-                    "/status/containerStatuses",
-                    json!([{"name": "promote", "state": {"terminated": {"exitCode": 3,
-                        "message": "opshooks promote: refused orders-2 did not catch up in 60s"}}}]),
-                )
-                .typed(),
-        );
+        s.pods.push(reported(
+            "orders-promote-1-2",
+            "refused orders-2 did not catch up in 60s",
+        ));
         let p = decide(&d, &s, true, None);
         assert_eq!((p.designated, p.epoch, p.serving), (0, 2, Some(0)), "{p:?}");
         assert!(!p.changing());
+    }
+
+    /// Found by `dbrealkill` in CI: the killed primary restarted in place
+    /// while the failover was under way and served; every promote Job
+    /// refused ("still answers as a primary") and orders-0 was designated
+    /// again at epoch 2. It had been not ready since the fence (its probe
+    /// fails while the role names another pod), so the next call failed it
+    /// over again at once, to a standby by then too stale to promote:
+    /// writes stayed down. The delay counts from the refusal.
+    #[test]
+    fn a_primary_designated_again_after_a_refused_failover_gets_the_whole_delay() {
+        let finished_at = |job: &str, at: &str| {
+            fixtures::job(job).set(
+                "/status",
+                json!({"conditions": [{"type": "Failed", "status": "True", "lastTransitionTime": at}]}),
+            )
+        };
+        let refused = [
+            finished_at("orders-promote-1-1", "2026-03-04T05:05:40Z"),
+            finished_at("orders-promote-1-2", "2026-03-04T05:06:02Z"),
+        ];
+        let mut s = seen(
+            Some("2026-03-04T05:05:00Z"),
+            Some(("orders-2", 1)),
+            &refused,
+        );
+        for job in ["orders-promote-1-1", "orders-promote-1-2"] {
+            s.pods.push(reported(
+                job,
+                "refused old primary orders-0:5432 still answers as a primary after its lease ran out",
+            ));
+        }
+        let p = decide(&changing(), &s, true, None);
+        assert_eq!(
+            (p.designated, p.epoch, p.step.clone()),
+            (0, 2, Step::Steady)
+        );
+
+        // The next call: designated again at epoch 2, not ready yet.
+        let again = db(json!({"currentPrimary": "orders-0", "primaryEpoch": 2}));
+        s.role = Some(Role {
+            primary: "orders-0".to_string(),
+            epoch: 2,
+            ..Role::default()
+        });
+        let p = decide(&again, &s, true, None);
+        assert_eq!((p.designated, p.epoch), (0, 2), "{p:?}");
+        assert_eq!(
+            p.step,
+            Step::Waiting {
+                since: "2026-03-04T05:05:00Z".parse().unwrap(),
+                after: "2026-03-04T05:06:32Z".parse().unwrap()
+            }
+        );
+
+        // Still not ready a whole delay after the refusal: a failover.
+        let later = s.at("2026-03-04T05:06:33Z".parse().unwrap());
+        let p = decide(&again, &later, true, None);
+        assert_eq!((p.designated, p.epoch, p.step), (1, 3, Step::Fencing));
+    }
+
+    /// The rest of the same CI run: the candidate at the next epoch was
+    /// refused as stale (it had not streamed while the Service selected it),
+    /// and the old primary was ready again, serving, but nothing designated
+    /// it: Stuck with the read-write Service on a standby. Once every Job
+    /// refused (nothing promoted), a ready old primary serves on.
+    #[test]
+    fn every_candidate_refused_and_the_old_primary_ready_again_it_serves_on() {
+        let jobs = ["orders-promote-1-1", "orders-promote-1-2"];
+        let mut s = seen(
+            None,
+            Some(("orders-2", 1)),
+            &jobs.map(|job| fixtures::job(job).failed()),
+        );
+        for job in jobs {
+            s.pods.push(reported(
+                job,
+                "refused candidate was last current with a primary 85s ago",
+            ));
+        }
+        let p = decide(&changing(), &s, true, None);
+        assert_eq!((p.designated, p.epoch, p.serving), (0, 2, Some(0)), "{p:?}");
+        assert_eq!(p.step, Step::Steady);
+
+        // Not ready: a person must look (nothing else may take over).
+        s.pods[0] = instance(0).not_ready_since("2026-03-04T05:00:00Z").typed();
+        let p = decide(&changing(), &s, true, None);
+        assert_eq!((p.epoch, p.step.clone()), (1, Step::Stuck), "{p:?}");
     }
 }

@@ -64,10 +64,7 @@ rw_host="${RW_HOST:-}"
 rw_port="${RW_PORT:-5432}"
 [ -n "$me" ] || refuse "HOSTNAME is not set: cannot tell whether this instance is the primary"
 [ -n "${PGDATA:-}" ] || refuse "PGDATA is not set"
-primary="$(cat "$role_dir/primary" 2>/dev/null)" || primary=""
-[ -n "$primary" ] || refuse "no designated primary in $role_dir/primary: not starting without a role"
 initialized="$(cat "$role_dir/initialized" 2>/dev/null)" || initialized=""
-epoch="$(cat "$role_dir/epoch" 2>/dev/null)" || epoch="?"
 
 # The lease ($LEASE_FILE, when set): one line `<seconds since boot> <epoch>
 # <primary>`, rewritten atomically by the pod's lease sidecar each time it
@@ -89,16 +86,25 @@ read_lease() {
     case "$lease_at$lease_epoch" in '' | *[!0-9]*) return 1 ;; esac
     [ -n "$lease_primary" ]
 }
-if read_lease; then
+# read_role: the designated $primary and $epoch, from the mount, or from
+# the lease when it is at the same or a newer epoch ($from_lease says so).
+read_role() {
+    primary="$(cat "$role_dir/primary" 2>/dev/null)" || primary=""
+    epoch="$(cat "$role_dir/epoch" 2>/dev/null)" || epoch="?"
+    from_lease=""
+    read_lease || return 0
     case "$epoch" in
         '' | *[!0-9]*) newer=true ;;
         *) newer="$([ "$lease_epoch" -ge "$epoch" ] && echo true || echo false)" ;;
     esac
     if [ "$newer" = true ] && [ "$lease_primary" != "$primary" ]; then
-        say "the lease (epoch $lease_epoch) names $lease_primary, the mounted role (epoch $epoch) $primary: the lease is newer"
+        from_lease="the lease (epoch $lease_epoch) names $lease_primary, the mounted role (epoch $epoch) ${primary:-nobody}: the lease is newer"
         primary="$lease_primary" epoch="$lease_epoch"
     fi
-fi
+}
+read_role
+[ -n "$primary" ] || refuse "no designated primary in $role_dir/primary: not starting without a role"
+[ -z "$from_lease" ] || say "$from_lease"
 say "instance $me; designated primary $primary (epoch $epoch); data directory $PGDATA"
 
 # Before a primary starts: a fresh lease naming this pod, however long
@@ -263,12 +269,16 @@ rw_is_primary() {
 # Waits until the read-write Service answers as a primary. Should this
 # instance be designated meanwhile (the hook took back a failover that
 # promoted nothing), it stops waiting: the restart starts it in its role.
+# The role is read as at the start: the mount, or the lease when newer (a
+# mount that still names this instance a minute after a failover is not a
+# designation, and exiting on it would only restart this container in a
+# loop until the kubelet updates the mount).
 wait_for_primary() {
     [ -n "$rw_host" ] || refuse "RW_HOST is not set: no primary to follow"
     until rw_is_primary "$1" "$2"; do
-        now="$(cat "$role_dir/primary" 2>/dev/null)" || now=""
-        if [ "$now" = "$me" ]; then
-            say "designated primary now: restarting to start as the primary"
+        read_role
+        if [ "$primary" = "$me" ]; then
+            say "designated primary now (epoch $epoch): restarting to start as the primary"
             exit 1
         fi
         sleep 2
