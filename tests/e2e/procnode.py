@@ -18,7 +18,9 @@ it, as the kubelet does:
   the pod; configMap, secret, downwardAPI and projected volumes (the
   ServiceAccount token by TokenRequest) written with the kubelet's atomic
   `..data` symlink swap and rewritten every VOLUME_REFRESH seconds (the
-  kubelet's sync period), never at once;
+  kubelet's sync period), never at once; not at all while the pod's
+  directory holds `hold-volumes` (a scenario's fault: a kubelet whose
+  ConfigMap cache is stale, a mount minutes late);
 - each container a process tree: `nsenter` into the pod's network
   namespace, `unshare` a mount and UTS namespace, bind the volumes at their
   mountPaths, then `setpriv` to runAsUser/runAsGroup (fsGroup as a
@@ -797,6 +799,9 @@ class PodWorker:
         if time.time() < self.next_refresh:
             return
         self.next_refresh = time.time() + VOLUME_REFRESH
+        if os.path.exists(os.path.join(self.dir, "hold-volumes")):
+            log(f"pod {self.key} volumes held (hold-volumes): not refreshed")
+            return
         for name, v in self.written.items():
             try:
                 if atomic_write(self.volumes[name], volume_files(self.kube, self.pod, v, self.pod_ip), self.fs_group() or 0):

@@ -19,7 +19,8 @@
 #      whole life on a fresh cluster, with invariants checked throughout;
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
 #      dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls, then
-#      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition)
+#      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition, then
+#      dbrealstall alone)
 #      on a fresh cluster each with the process node (procnode.py), under
 #      dynamic-apply only;
 #   9. runs secure.sh: the hooks over TLS with a bearer token, then mutual
@@ -201,6 +202,15 @@ step "real PostgreSQL, a standby takes over (loop.sh --only dbrealkill,dbrealpau
 # commit. A pass of their own (four large Databases beside the four above
 # would crowd two cores): about 3 minutes.
 OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition --strategies dynamic-apply
+
+step "real PostgreSQL, the old primary back during a failover (loop.sh --only dbrealstall)"
+# The primary's server stalls past failover.delay while its lease sidecar
+# runs on and its role mount is held (a kubelet minutes late), and resumes
+# while the failover's first promote Job runs: every Job refuses, and it
+# serves on at the next epoch but one, never restarted. Alone: its timing
+# (six liveness failures restart the old primary) must not depend on how
+# crowded the two cores are. About 2.5 minutes.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealstall --strategies dynamic-apply
 
 step "secured hooks (secure.sh)"
 "$HERE/secure.sh"

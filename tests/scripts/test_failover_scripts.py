@@ -1081,6 +1081,29 @@ def test_probes(database: Database):
     database.configmap.publish(p.name, 3, now=True)
     assert probe(p, "live").rc == 0
 
+    # The lease names b at a newer epoch than the mount, which still names
+    # p (the kubelet's minute): b is asked at the mounted host with its
+    # name in place of p's (PGHOSTADDR stands in for the cluster's DNS).
+    # In recovery: p is still the only primary, live and ready, so a
+    # primary back during a failover is not restarted by its liveness
+    # while the promote Job refuses (found in the real loop, dbrealstall).
+    # Before, p was fenced whenever the lease and the mount differed.
+    lease = pg_dir(fresh_path("lease")) / "role"
+    lease.write_text(f"{uptime()} 4 {b.name}\n")
+    lease.chmod(0o644)
+    database.configmap.hosts[p.name] = f"{p.name}.db-headless.ns.svc:{b.port}"
+    database.configmap.publish(p.name, 3, now=True)
+    for what in ("live", "ready"):
+        r = probe(p, what, LEASE_FILE=str(lease), PGHOSTADDR="127.0.0.1")
+        assert r.rc == 0 and "not promoted yet" in r.out, str(r)
+    # A mounted host of another form gives no address for b: fenced.
+    database.configmap.hosts[p.name] = f"127.0.0.1:{b.port}"
+    database.configmap.publish(p.name, 3, now=True)
+    r = probe(p, "live", LEASE_FILE=str(lease), PGHOSTADDR="127.0.0.1")
+    assert r.rc != 0 and "fenced" in r.out, str(r)
+    database.configmap.hosts[p.name] = f"{p.name}.db-headless.ns.svc:{b.port}"
+    database.configmap.publish(p.name, 3, now=True)
+
     # No server.
     c.stop()
     for what in ("live", "ready"):
@@ -1095,6 +1118,10 @@ def test_probes(database: Database):
         r = probe(p, what)
         assert r.rc != 0 and "fenced" in r.out, str(r)
     assert probe(b, "live").rc == 0
+    # So is it when only the lease names b, promoted.
+    database.configmap.publish(p.name, 3, now=True)
+    r = probe(p, "live", LEASE_FILE=str(lease), PGHOSTADDR="127.0.0.1")
+    assert r.rc != 0 and "fenced" in r.out, str(r)
 
 
 # --------------------------------------------------------------------------

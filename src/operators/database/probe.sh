@@ -7,8 +7,10 @@
 #        the role ConfigMap ($ROLE_DIR/primary, or the lease when it is
 #        newer) names another pod fails, so the kubelet restarts the
 #        container and start.sh rejoins it as a standby. Unless the pod the
-#        mount names answers, at its address ($ROLE_DIR/host, host[:port]),
-#        in recovery: it is not promoted yet, so this server is still the
+#        mount names answers, at its address ($ROLE_DIR/host, host[:port];
+#        for a newer primary the lease names, that host with the pod's name
+#        in place of the mounted one's), in recovery: it is not promoted
+#        yet, so this server is still the
 #        only primary (a switchover under way, which the promote Job ends
 #        by stopping this server, or refuses with nothing stopped; a
 #        failover whose old primary came back, which the promote Job
@@ -82,10 +84,19 @@ if ! recovery="$(local_sql 'SELECT pg_is_in_recovery()')"; then
 fi
 if [ "$recovery" = "f" ] && [ "$primary" != "$me" ]; then
     # Whether the designated primary is promoted yet, at the address the
-    # mount gives for it (only when the lease names the same pod).
+    # mount gives for it. When the lease names a newer primary than the
+    # mount, that pod answers at the same name with its own pod name first
+    # (`<pod>.<headless Service>.<namespace>.svc`, as the hook writes
+    # `host`); a mounted host of another form gives no address for it.
     host="$(cat "${ROLE_DIR:-/etc/opshooks/role}/host" 2>/dev/null)" || host=""
+    if [ "$primary" != "$mounted" ]; then
+        case "$host" in
+            "$mounted".?*) host="$primary.${host#"$mounted".}" ;;
+            *) host="" ;;
+        esac
+    fi
     designated=""
-    if [ -n "$primary" ] && [ "$primary" = "$mounted" ] && [ -n "$host" ]; then
+    if [ -n "$primary" ] && [ -n "$host" ]; then
         case "$host" in
             *:*) port="${host##*:}" host="${host%:*}" ;;
             *) port=5432 ;;

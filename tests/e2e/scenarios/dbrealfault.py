@@ -14,6 +14,12 @@ which rows are there, which timeline each instance is on.
   each session after 5 s (a client's timeout: a paused server's kernel
   still acknowledges its packets).
 - dbrealpauseasync: dbrealpause under asynchronous replication.
+- dbrealstall: the primary's server alone stopped (SIGSTOP of its
+  postmaster and its children; the lease sidecar runs on) past
+  failover.delay 10 s, its role mount held (a kubelet minutes late),
+  resumed once the failover's first promote Job exists: nothing is
+  promoted while it answers as a primary, and it serves on at the next
+  epoch but one, never restarted.
 - dbrealpartition: the primary's pod cut off from the network (its eth0
   down) under asynchronous replication, failover.delay 10 s, with a second
   client inside the pod's network namespace writing to it through
@@ -45,7 +51,7 @@ Whatever follows must end with:
 It prints the RTO: from the fault to the first commit acknowledged after
 it (the client's clock_timestamp() and the fault's time are this machine's
 clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
-dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealpartition,dbrealswitch,dbrealrefused."""
+dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbrealswitch,dbrealrefused."""
 
 import base64
 import contextlib
@@ -138,11 +144,7 @@ def postmaster(s, pod_ip):
         except OSError:
             return ""
 
-    def ppid(pid):
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[1]
-
-    found = [p for p in pids if comm(p) == "postgres" and comm(ppid(p)) != "postgres"]
+    found = [p for p in pids if comm(p) == "postgres" and comm(parent(p)) != "postgres"]
     need(len(found) == 1, f"postmasters in the pod at {pod_ip}: {found}")
     return int(found[0])
 
@@ -187,6 +189,15 @@ def acks(text):
         if len(parts) == 4 and parts[0] == "ack":
             out[int(parts[1])] = (parts[2].split("/")[0], float(parts[3]))
     return out
+
+
+def parent(pid):
+    """The parent of process pid (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def restart_count(s, pod):
@@ -264,6 +275,21 @@ def scenario_real_partition(s):
     kill_the_primary(s, delay=10, fault="partition", replication="asynchronous")
 
 
+def scenario_real_stall(s):
+    """The primary's server stalls (SIGSTOP of its postmaster and every
+    process it started, as a hung disk stops them; its lease sidecar runs
+    on, so its lease stays fresh) past failover.delay (10 s), and resumes
+    once the failover's first promote Job exists: an old primary that comes
+    back while a failover is under way. Nothing may be promoted while it
+    answers as a primary; it must serve on, designated again at the next
+    epoch, never restarted (its probes take it for the only primary while
+    the candidate answers in recovery), and writes must resume. Found as a
+    race in CI (dbrealkill: the killed primary restarted in place as the
+    failover began): it was designated again, failed over again at once,
+    and writes stayed down."""
+    kill_the_primary(s, delay=10, fault="stall")
+
+
 def scenario_real_pause_async(s):
     """dbrealpause under asynchronous replication: what the paused primary
     acknowledged and had not sent is lost, and counted."""
@@ -302,7 +328,7 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     rw = k.get("Service", ns, name)["spec"]["clusterIP"]
     code, out = psql(s, rw, login, "CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)")
     s.expect(code == 0, f"create table through {rw}: {out}")
-    writer = k.create(writer_pod(ns, name, session_seconds=5 if fault in ("pause", "partition") else 0))
+    writer = k.create(writer_pod(ns, name, session_seconds=5 if fault in ("pause", "partition", "stall") else 0))
     uid = writer["metadata"]["uid"]
 
     def writing(after=0.0, least=1):
@@ -326,6 +352,33 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
         for pid in paused:
             with contextlib.suppress(ProcessLookupError):  # ended since listed
                 os.kill(pid, signal.SIGSTOP)
+    elif fault == "stall":
+        pm = postmaster(s, before[primary][0])
+        paused = [pm] + [p for p in netns_pids(s, before[primary][0]) if parent(p) == pm]
+        epoch = (s.k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
+        restarts = {p: restart_count(s, p) for p in before}
+        # Its role mount stays as it is (a kubelet minutes late): its probes
+        # read the lease alone for who is designated.
+        held = f"{s.suite.dir}/procnode/pods/{primary_uid}/hold-volumes"
+        open(held, "w").close()
+        s.step(f"SIGSTOP to {primary}'s server (its postmaster and {len(paused) - 1} processes it started), its lease sidecar running on, its role mount held")
+        at = time.time()
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+        def promote_job():
+            jobs = [j["metadata"]["name"] for j in k.list("Job", ns)
+                    if j["metadata"]["name"].startswith(f"{name}-promote-{epoch + 1}-")]
+            need(jobs, f"no promote Job at epoch {epoch + 1} yet")
+            return jobs
+
+        jobs = s.wait("the failover's first promote Job", promote_job, 180, every=0.5)
+        s.step(f"{primary}'s server resumes while {jobs[0]} runs")
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        paused = []
     elif fault == "partition":
         netns = pod_netns(s, before[primary][0])
         local = LocalWriter(s, netns, login)
@@ -405,21 +458,24 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     if fault not in ("switchover", "refused"):  # writes go on until the old primary stops
         say(f"{rto_figure} ({fault} to the first acknowledged commit)")
 
-    if fault == "refused":
-        s.step(f"the switchover refused, nothing stopped: {primary} serves on at epoch {epoch + 2}, never restarted, no failover")
+    if fault in ("refused", "stall"):
+        s.step(f"the {'switchover' if fault == 'refused' else 'failover'} refused, nothing promoted: {primary} serves on at epoch {epoch + 2}, never restarted, no failover")
 
         def served_on():
             st = s.k.get("Database", ns, name).get("status") or {}
-            need(st.get("primaryEpoch") == epoch + 2, f"primaryEpoch {st.get('primaryEpoch')}, want {epoch + 2} (the switchover at {epoch + 1}, refused)")
+            need(st.get("primaryEpoch") == epoch + 2, f"primaryEpoch {st.get('primaryEpoch')}, want {epoch + 2} (the {'switchover' if fault == 'refused' else 'failover'} at {epoch + 1}, refused)")
             return st
 
         st = s.wait(f"{primary} designated again", served_on, 420, every=2)
         s.expect(st.get("currentPrimary") == primary, f"status.currentPrimary {st.get('currentPrimary')}, want {primary}")
-        s.expect(st.get("lastFailover") is None, f"a failover followed the refused switchover: {st.get('lastFailover')}")
+        s.expect(st.get("lastFailover") is None, f"a standby was promoted after the refusal: {st.get('lastFailover')}")
         again = {p: restart_count(s, p) for p in before}
-        s.expect(again == restarts, f"containers restarted during the refused switchover: before {restarts}, after {again}")
+        s.expect(again == restarts, f"containers restarted during the refusal: before {restarts}, after {again}")
         refused_at = time.time()
         s.wait("commits acknowledged after the refusal", lambda: writing(after=refused_at, least=50), 60, every=0.5)
+    if fault == "stall":
+        os.remove(held)
+    if fault == "refused":
         s.step(f"{target} streams again")
         quoted = conninfo.replace("'", "''")
         code, out = psql(s, before[target][0], su, f"ALTER SYSTEM SET primary_conninfo = '{quoted}'")
