@@ -1931,6 +1931,29 @@ def test_the_watchdog_stops_a_primary_whose_lease_expires_not_one_naming_another
         db.stop()
 
 
+def test_the_watchdog_stops_a_primary_once_the_pod_its_lease_names_answers_as_one(template):
+    """The role names b (fresh lease, mount following): p serves on while
+    b is in recovery (a switchover's Job stops p itself, a failover's
+    refuses while p answers). Once b answers as a primary (promoted while p
+    was starting again, unseen by the Job), p's watchdog stops p within a
+    few checks instead of the liveness probe a minute later. Seen failing
+    without the rule: p still ran 10 s after b's promotion."""
+    db = new_database(template, lease=True)
+    try:
+        p, b, _ = db.instances
+        assert p.lease is not None
+        db.configmap.publish(b.name, 2)
+        time.sleep(p.lease.every + MOUNT_DELAY + 3)
+        assert p.proc is not None and p.proc.poll() is None, p.output()[-2000:]
+        assert b.sql("SELECT pg_promote()") == "t"
+        wait_for("b promoted", lambda: b.in_recovery() == "f")
+        took = stopped_within(p, 10)
+        print(f"p stopped {took:.2f}s after b answered as a primary")
+        assert "which answers as a primary: stopping the primary" in p.output(), p.output()[-2000:]
+    finally:
+        db.stop()
+
+
 def test_a_paused_primary_stops_as_soon_as_it_resumes(template):
     """SIGSTOP of every process of the primary's container (a frozen node)
     for longer than the lease, its sidecar frozen with it: once resumed,

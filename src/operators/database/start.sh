@@ -74,7 +74,7 @@ initialized="$(cat "$role_dir/initialized" 2>/dev/null)" || initialized=""
 # serves only while the lease names it and is at most LEASE_SECONDS
 # (default 10) old: start.sh waits for such a lease before starting one,
 # and the watchdog below stops one whose lease expired or names another
-# pod. Seconds since boot (/proc/uptime) are the node's, shared by the
+# pod that answers as a primary. Seconds since boot (/proc/uptime) are the node's, shared by the
 # pod's containers, and neither a wall-clock step nor a pause stops them.
 lease_file="${LEASE_FILE:-}"
 lease_seconds="${LEASE_SECONDS:-10}"
@@ -124,12 +124,28 @@ await_lease() {
     done
 }
 
+# answers_as_primary POD: true when POD answers as a primary at its
+# address: the mounted `host` (the hook's `<pod>.<headless Service>...`),
+# with POD's name in place of the mounted primary's when the lease named a
+# newer one (as probe.sh finds it). At most a second: the watchdog's
+# checks must keep their pace.
+answers_as_primary() {
+    at="$(cat "$role_dir/host" 2>/dev/null)" || return 1
+    named="$(cat "$role_dir/primary" 2>/dev/null)" || return 1
+    if [ "$1" != "$named" ]; then
+        case "$at" in "$named".?*) at="$1.${at#"$named".}" ;; *) return 1 ;; esac
+    fi
+    case "$at" in *:*) at_port="${at##*:}" at="${at%:*}" ;; *) at_port=5432 ;; esac
+    [ "$(PGHOST="$at" PGPORT="$at_port" PGUSER=postgres PGDATABASE=postgres PGPASSWORD="${POSTGRES_PASSWORD:-}" \
+        timeout 1 psql -X -q -A -t --no-password -c 'SELECT pg_is_in_recovery()' 2>/dev/null)" = "f" ]
+}
+
 # The watchdog, beside the server this script execs (same pid, $$): each
 # LEASE_CHECK_SECONDS (default 1), when the server runs as a primary (no
 # standby.signal, its postmaster.pid names $$), it stops the server
 # (SIGINT, a fast shutdown; SIGQUIT, immediate, 5 s later) once the lease
-# is older than LEASE_SECONDS (not when a fresh one names another pod:
-# see below). A pause shows as a
+# is older than LEASE_SECONDS, or names another pod that answers as a
+# primary (not one in recovery: see below). A pause shows as a
 # loop that took longer than it slept (logged); the lease's age, in
 # seconds since boot, counts the pause. It exits 0 (the postmaster reaps
 # it like a backend: another status would restart every session) and
@@ -151,15 +167,21 @@ start_watchdog() {
             [ ! -e "$PGDATA/standby.signal" ] || continue
             read -r pid 2>/dev/null <"$PGDATA/postmaster.pid" || continue
             [ "$pid" = "$server" ] || continue
-            # A fresh lease that names another pod does not stop it: a
-            # planned switchover names the candidate before the promote Job
-            # checks it and stops this server itself (or refuses, nothing
-            # stopped), and a failover's Job refuses while this server
-            # answers as a primary. What stops it is a lease it cannot renew.
+            # A fresh lease that names another pod does not stop it while
+            # that pod is in recovery: a planned switchover names the
+            # candidate before the promote Job checks it and stops this
+            # server itself (or refuses, nothing stopped), and a failover's
+            # Job refuses while this server answers as a primary. What
+            # stops it is a lease it cannot renew, or the pod the lease
+            # names answering as a primary (promoted while this server was
+            # starting again, unseen by the Job: two primaries otherwise
+            # until the liveness probe restarts it, a minute later).
             if ! read_lease; then
                 why="no readable lease in $lease_file"
             elif [ $((now - lease_at)) -gt "$lease_seconds" ]; then
                 why="the lease is $((now - lease_at))s old, more than LEASE_SECONDS=$lease_seconds"
+            elif [ "$lease_primary" != "$me" ] && answers_as_primary "$lease_primary"; then
+                why="the lease (epoch $lease_epoch) names $lease_primary, which answers as a primary"
             else
                 continue
             fi
