@@ -255,6 +255,26 @@ class LeaseSidecar:
 # Instances
 
 
+def resolving(*names: str) -> str:
+    """A PATH whose psql reaches the given names at 127.0.0.1 (the
+    cluster's DNS for the pods' `<pod>.<headless Service>...` names, which
+    loopback has not), and fails on any other name as libpq does on one it
+    cannot resolve: a script that derives a wrong name is refused."""
+    stub = pg_dir(fresh_path("dns"))
+    stub.chmod(0o755)
+    known = " | ".join(f'"{n}"' for n in names)
+    (stub / "psql").write_text(f"""#!/bin/sh
+case "${{PGHOST:-}}" in
+    "" | 127.0.0.1 | /*) ;;
+    {known}) PGHOST=127.0.0.1 ;;
+    *) echo "psql: error: could not translate host name \"$PGHOST\" to address" >&2; exit 2 ;;
+esac
+exec {BIN / "psql"} "$@"
+""")
+    (stub / "psql").chmod(0o755)
+    return f"{stub}:{PG_PATH}"
+
+
 def write_roles(roles: Path, primary: str, epoch: int, initialized: str = "true") -> None:
     """What the hook writes into the role ConfigMap."""
     for key, value in (("primary", primary), ("epoch", str(epoch)), ("initialized", initialized)):
@@ -1083,23 +1103,25 @@ def test_probes(database: Database):
 
     # The lease names b at a newer epoch than the mount, which still names
     # p (the kubelet's minute): b is asked at the mounted host with its
-    # name in place of p's (PGHOSTADDR stands in for the cluster's DNS).
+    # name in place of p's (only that name resolves, to 127.0.0.1; the
+    # mounted host carries b's port, as every instance here is on loopback).
     # In recovery: p is still the only primary, live and ready, so a
     # primary back during a failover is not restarted by its liveness
     # while the promote Job refuses (found in the real loop, dbrealstall).
     # Before, p was fenced whenever the lease and the mount differed.
+    dns = resolving(f"{b.name}.db-headless.ns.svc")
     lease = pg_dir(fresh_path("lease")) / "role"
     lease.write_text(f"{uptime()} 4 {b.name}\n")
     lease.chmod(0o644)
     database.configmap.hosts[p.name] = f"{p.name}.db-headless.ns.svc:{b.port}"
     database.configmap.publish(p.name, 3, now=True)
     for what in ("live", "ready"):
-        r = probe(p, what, LEASE_FILE=str(lease), PGHOSTADDR="127.0.0.1")
+        r = probe(p, what, LEASE_FILE=str(lease), PATH=dns)
         assert r.rc == 0 and "not promoted yet" in r.out, str(r)
     # A mounted host of another form gives no address for b: fenced.
     database.configmap.hosts[p.name] = f"127.0.0.1:{b.port}"
     database.configmap.publish(p.name, 3, now=True)
-    r = probe(p, "live", LEASE_FILE=str(lease), PGHOSTADDR="127.0.0.1")
+    r = probe(p, "live", LEASE_FILE=str(lease), PATH=dns)
     assert r.rc != 0 and "fenced" in r.out, str(r)
     database.configmap.hosts[p.name] = f"{p.name}.db-headless.ns.svc:{b.port}"
     database.configmap.publish(p.name, 3, now=True)
@@ -1120,7 +1142,7 @@ def test_probes(database: Database):
     assert probe(b, "live").rc == 0
     # So is it when only the lease names b, promoted.
     database.configmap.publish(p.name, 3, now=True)
-    r = probe(p, "live", LEASE_FILE=str(lease), PGHOSTADDR="127.0.0.1")
+    r = probe(p, "live", LEASE_FILE=str(lease), PATH=dns)
     assert r.rc != 0 and "fenced" in r.out, str(r)
 
 
@@ -1932,18 +1954,26 @@ def test_the_watchdog_stops_a_primary_whose_lease_expires_not_one_naming_another
 
 
 def test_the_watchdog_stops_a_primary_once_the_pod_its_lease_names_answers_as_one(template):
-    """The role names b (fresh lease, mount following): p serves on while
+    """The role names b (fresh lease; the mount still names p): p serves on while
     b is in recovery (a switchover's Job stops p itself, a failover's
     refuses while p answers). Once b answers as a primary (promoted while p
     was starting again, unseen by the Job), p's watchdog stops p within a
     few checks instead of the liveness probe a minute later. Seen failing
     without the rule: p still ran 10 s after b's promotion."""
-    db = new_database(template, lease=True)
+    db = new_database(template, lease=True, mount_delay=3600)
     try:
         p, b, _ = db.instances
         assert p.lease is not None
+        # The mount keeps naming p (the kubelet's minute, here an hour): b is
+        # found at p's mounted host with b's name in place of p's, which
+        # only resolves (to 127.0.0.1; the host carries b's port, as every
+        # instance here is on loopback) when derived right.
+        db.configmap.hosts[p.name] = f"{p.name}.db-headless.ns.svc:{b.port}"
+        db.configmap.publish(p.name, 1, now=True)
+        p.stop()
+        p.start(path=resolving(f"{b.name}.db-headless.ns.svc"))
         db.configmap.publish(b.name, 2)
-        time.sleep(p.lease.every + MOUNT_DELAY + 3)
+        time.sleep(p.lease.every + 3)
         assert p.proc is not None and p.proc.poll() is None, p.output()[-2000:]
         assert b.sql("SELECT pg_promote()") == "t"
         wait_for("b promoted", lambda: b.in_recovery() == "f")

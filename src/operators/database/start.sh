@@ -294,13 +294,14 @@ rw_is_primary() {
 # The role is read as at the start: the mount, or the lease when newer (a
 # mount that still names this instance a minute after a failover is not a
 # designation, and exiting on it would only restart this container in a
-# loop until the kubelet updates the mount).
+# loop until the kubelet updates the mount). In a subshell: the role this
+# start runs under ($primary, $epoch, which record_epoch writes) stays.
 wait_for_primary() {
     [ -n "$rw_host" ] || refuse "RW_HOST is not set: no primary to follow"
     until rw_is_primary "$1" "$2"; do
-        read_role
-        if [ "$primary" = "$me" ]; then
-            say "designated primary now (epoch $epoch): restarting to start as the primary"
+        now="$(read_role && printf '%s@%s' "$primary" "$epoch")"
+        if [ "${now%@*}" = "$me" ]; then
+            say "designated primary now (epoch ${now##*@}): restarting to start as the primary"
             exit 1
         fi
         sleep 2
