@@ -391,19 +391,34 @@ impl Observed {
         self.jobs.get(name).map(backup_job::run_status)
     }
 
-    /// When one of our Jobs finished (its `Complete` or `Failed`
-    /// condition's last transition, else its completion time), if it did
-    /// and says when.
+    /// When one of our Jobs succeeded: its completion time, if it says.
+    pub fn job_completed_at(&self, name: &str) -> Option<Timestamp> {
+        Some(
+            self.jobs
+                .get(name)?
+                .status
+                .as_ref()?
+                .completion_time
+                .as_ref()?
+                .0,
+        )
+    }
+
+    /// When one of our Jobs finished, succeeded or failed: its completion
+    /// time, else its `Complete` or `Failed` condition's last transition
+    /// (a failed Job has no completion time), if it did and says when.
     pub fn job_finished_at(&self, name: &str) -> Option<Timestamp> {
-        let status = self.jobs.get(name)?.status.as_ref()?;
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .filter(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-            .find_map(|c| c.last_transition_time.as_ref())
-            .or(status.completion_time.as_ref())
-            .map(|t| t.0)
+        self.job_completed_at(name).or_else(|| {
+            self.jobs
+                .get(name)?
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .flatten()
+                .filter(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+                .find_map(|c| Some(c.last_transition_time.as_ref()?.0))
+        })
     }
 
     /// The message the named container of a pod of Job `job` left when it

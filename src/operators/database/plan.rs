@@ -15,7 +15,7 @@ use super::storage::Growth;
 use super::tls;
 use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
-use crate::operators::backup_job::{self, RunStatus};
+use crate::operators::backup_job::RunStatus;
 use crate::operators::validate::InvalidSpec;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -696,13 +696,11 @@ impl Deletion {
             .as_ref()
             .and_then(|s| s.snapshot_time.as_deref()?.parse::<Timestamp>().ok())
             .map(format_time);
-        let snapshot_time = match seen.jobs.get(&jobs::snapshot(db)) {
-            Some(job) if backup_job::run_status(job) == RunStatus::Succeeded => Some(
-                job.status
-                    .as_ref()
-                    .and_then(|s| s.completion_time.as_ref())
-                    .map_or_else(|| format_time(ctx.now), |t| format_time(t.0)),
-            ),
+        let snapshot = jobs::snapshot(db);
+        let snapshot_time = match seen.job(&snapshot) {
+            Some(RunStatus::Succeeded) => Some(format_time(
+                seen.job_completed_at(&snapshot).unwrap_or(ctx.now),
+            )),
             Some(_) => None,
             None => recorded,
         };

@@ -692,13 +692,8 @@ fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failo
     if epoch <= rec.last_failover_epoch {
         return None;
     }
-    let at = seen
-        .jobs
-        .get(job)
-        .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
-        .map(|t| t.0);
     Some(Failover {
-        at,
+        at: seen.job_completed_at(job),
         from: rec.current.filter(|c| *c != to),
         to,
         epoch,

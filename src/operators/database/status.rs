@@ -556,12 +556,9 @@ fn restored_from(
         return None;
     }
     let job_name = jobs::restore(db);
-    let job = seen.jobs.get(&job_name)?;
-    let at = job
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.as_ref())
-        .map_or(ctx.now, |t| t.0);
+    // Nothing to report without the restore Job observed.
+    seen.job(&job_name)?;
+    let at = seen.job_completed_at(&job_name).unwrap_or(ctx.now);
     let report = seen
         .job_message(&job_name, "restore")
         .and_then(RestoreReport::parse);
