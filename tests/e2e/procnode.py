@@ -71,6 +71,9 @@ NODE = "proc-node-0"
 POOL_KEY = "opshooks.io/e2e-node"
 POOL = "proc"
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Where an image's files from the checkout or the tools appear inside its
+# containers (a mount point on the host's /run, a tmpfs).
+IMAGE_DIR = "/run/opshooks-e2e"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VOLUME_REFRESH = 60
 # The tools' kubectl (--bin), the kubectl image's stand-in.
@@ -110,7 +113,7 @@ def image_config(image):
             "entrypoint": ["docker-entrypoint.sh"],
             "cmd": ["postgres"],
             "env": {
-                "PATH": f"{HERE}/images/postgres:{bindir}:{BASE_PATH}",
+                "PATH": f"{IMAGE_DIR}/postgres:{bindir}:{BASE_PATH}",
                 "PG_MAJOR": major[0],
                 "PGDATA": "/var/lib/postgresql/data",
                 # The image says en_US.utf8, which this machine may not have.
@@ -121,6 +124,9 @@ def image_config(image):
             "stopsignal": signal.SIGINT,
             # Its Unix socket directory, one per pod as in a container.
             "tmpfs": ["/var/run/postgresql"],
+            # Bound, not read in place: the checkout may sit under a
+            # directory the postgres user cannot enter (mktemp -d is 0700).
+            "binds": [(f"{HERE}/images/postgres", f"{IMAGE_DIR}/postgres")],
         }
     if repo == "kubectl":
         # rancher/kubectl, bitnami/kubectl, ...: the tools' kubectl (the
@@ -131,10 +137,10 @@ def image_config(image):
         return {
             "entrypoint": ["kubectl"],
             "cmd": [],
-            "env": {"PATH": f"/run/opshooks-e2e:{BASE_PATH}"},
+            "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
             "user": ("kubectl", 1001, "/"),
             "tmpfs": [],
-            "binds": [(KUBECTL, "/run/opshooks-e2e/kubectl")],
+            "binds": [(KUBECTL, f"{IMAGE_DIR}/kubectl")],
         }
     raise ImageError(f"the process node has no stand-in for image {image}")
 
@@ -839,7 +845,7 @@ class PodWorker:
             kind = "file" if os.path.isfile(src) else "dir"
             mounts.append((kind, src, m["mountPath"], "ro" if m.get("readOnly") else "rw"))
         mounts += [("tmpfs", "tmpfs", t, "2775") for t in img["tmpfs"]]
-        mounts += [("file", src, dst, "ro") for src, dst in img.get("binds", [])]
+        mounts += [("dir" if os.path.isdir(src) else "file", src, dst, "ro") for src, dst in img.get("binds", [])]
         return mounts
 
     # ---- the loop ----
