@@ -27,7 +27,18 @@ from scenarios.autoscale import scenario_autoscale
 from scenarios.backup import scenario_backup
 from scenarios.database import scenario_database, scenario_delete, scenario_retain, scenario_snapshot_fails
 from scenarios.dbreal import scenario_real_database, scenario_real_tls_cert_manager
-from scenarios.dbrealfault import scenario_real_kill, scenario_real_kill_restart, scenario_real_partition, scenario_real_pause, scenario_real_pause_async, scenario_real_stall, scenario_real_switchover, scenario_real_switchover_refused
+from scenarios.dbrealfault import (
+    scenario_real_kill,
+    scenario_real_kill_restart,
+    scenario_real_lost_volume,
+    scenario_real_partition,
+    scenario_real_pause,
+    scenario_real_pause_async,
+    scenario_real_recreate,
+    scenario_real_stall,
+    scenario_real_switchover,
+    scenario_real_switchover_refused,
+)
 from scenarios.failover import scenario_failover
 from scenarios.faults import scenario_hook_outage, scenario_invalid_spec, scenario_metacontroller_restarts
 from scenarios.fidelity import scenario_fidelity
@@ -65,7 +76,7 @@ FAULTS = [
 # Run only when --only names them.
 ON_REQUEST = [
     ("WebServer created and deleted", "web-brief", scenario_webserver_brief),
-    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbrealswitch,dbrealrefused.
+    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealswitch,dbrealrefused.
     ("Database on real PostgreSQL", "dbreal", scenario_real_database),
     ("Real PostgreSQL, primary killed", "dbrealkill", scenario_real_kill),
     ("Real PostgreSQL, primary restarted", "dbrealrestart", scenario_real_kill_restart),
@@ -73,6 +84,8 @@ ON_REQUEST = [
     ("Real PostgreSQL, paused, async", "dbrealpauseasync", scenario_real_pause_async),
     ("Real PostgreSQL, the primary back during a failover", "dbrealstall", scenario_real_stall),
     ("Real PostgreSQL, partitioned", "dbrealpartition", scenario_real_partition),
+    ("Real PostgreSQL, the primary's volume lost", "dbreallostvolume", scenario_real_lost_volume),
+    ("Real PostgreSQL, re-created over retained volumes", "dbrealrecreate", scenario_real_recreate),
     ("Real PostgreSQL, switchover", "dbrealswitch", scenario_real_switchover),
     ("Real PostgreSQL, switchover refused", "dbrealrefused", scenario_real_switchover_refused),
     ("Real PostgreSQL, TLS from cert-manager", "dbrealtls", scenario_real_tls_cert_manager),

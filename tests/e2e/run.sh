@@ -212,6 +212,14 @@ step "real PostgreSQL, the old primary back during a failover (loop.sh --only db
 # crowded the two cores are. About 2.5 minutes.
 OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealstall --strategies dynamic-apply
 
+step "real PostgreSQL, volumes lost and retained (loop.sh --only dbreallostvolume,dbrealrecreate)"
+# The init Job deleted and then the primary's volume lost: "initialized"
+# stays true, the primary refuses the empty volume and a standby takes
+# over. A failover, then the Database (Retain) deleted and created again
+# over its volumes with new Secrets: the newest data is designated and
+# takes the new passwords. Two large Databases: a pass of their own.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreallostvolume,dbrealrecreate --strategies dynamic-apply
+
 step "secured hooks (secure.sh)"
 "$HERE/secure.sh"
 

@@ -786,11 +786,19 @@ def test_init_app_creates_user_and_database(primary: Primary):
     # pg_database_owner since PostgreSQL 15).
     c.sql("CREATE TABLE owned (id int)", user=APP_USER, password=APP_PASSWORD, database=APP_DATABASE)
 
-    # A rerun succeeds and changes nothing (not even the password).
+    # A rerun succeeds and changes nothing but the user's password, which
+    # is the Secret's again (a Database created again over retained
+    # volumes has a new Secret, and the data the earlier password).
     before = catalog(c)
-    again = run_script("init-app.sh", init_app_env(c, password="a different password"))
+    again = run_script("init-app.sh", init_app_env(c, password=UPGRADE_APP_PASSWORD))
     assert again.rc == 0, str(again)
-    assert catalog(c) == before
+    hashes = "SELECT oid, rolpassword FROM pg_authid WHERE rolname = :'u'"
+    changed = [(a, b) for a, b in zip(before.splitlines(), catalog(c).splitlines()) if a != b]
+    assert len(changed) == 1 and changed[0][0].startswith(c.sql(hashes, u=APP_USER).split("|")[0] + " "), changed
+    assert c.sql("SELECT current_user", user=APP_USER, password=UPGRADE_APP_PASSWORD, database=APP_DATABASE) == APP_USER
+    old = c.psql("SELECT 1", user=APP_USER, password=APP_PASSWORD, database=APP_DATABASE)
+    assert old.rc != 0 and "password authentication failed" in old.err, str(old)
+    assert run_script("init-app.sh", init_app_env(c)).rc == 0  # back, for the tests after
     assert not PWNED_APP.exists()
 
 

@@ -295,6 +295,9 @@ class Instance:
     proc: subprocess.Popen | None = None
     starts: int = 0
     lease: LeaseSidecar | None = None
+    # Its Database's Secrets (new ones once it is created again).
+    superuser_password: str = SUPERUSER_PASSWORD
+    replication_password: str = REPLICATION_PASSWORD
 
     @property
     def data(self) -> Path:
@@ -302,7 +305,7 @@ class Instance:
 
     @property
     def cluster(self) -> Cluster:
-        return Cluster(self.data, self.volume / "sock", port=self.port)
+        return Cluster(self.data, self.volume / "sock", port=self.port, password=self.superuser_password)
 
     @property
     def address(self) -> str:
@@ -327,8 +330,8 @@ class Instance:
             "ROLE_DIR": str(self.roles),
             "RW_HOST": "127.0.0.1",
             "RW_PORT": str(self.proxy.port),
-            "REPLICATION_PASSWORD": REPLICATION_PASSWORD,
-            "POSTGRES_PASSWORD": SUPERUSER_PASSWORD,
+            "REPLICATION_PASSWORD": self.replication_password,
+            "POSTGRES_PASSWORD": self.superuser_password,
             "TERMINATION_LOG": str(self.termination_log),
             **({"LEASE_FILE": str(self.lease.path), "LEASE_SECONDS": str(LEASE_SECONDS)} if self.lease else {}),
         }
@@ -1785,6 +1788,11 @@ def start_or_refuse(instance: Instance) -> Holds | None:
     return Holds.read(instance)
 
 
+# The Secrets of a Database created again: new, and as hostile as the first.
+RECREATED_SUPERUSER_PASSWORD = "again s'u \"pw\" $(touch /tmp/pwned-repl) \\'; DROP ROLE postgres; --"
+RECREATED_REPLICATION_PASSWORD = "again r'e \"pl\" `touch /tmp/pwned-repl` \\gexec"
+
+
 @pytest.mark.parametrize("variant", ["stale", "rejoined", "lost"])
 def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
     """Issue 32, item 3. db-0 is lost under load and db-1 (or db-2) is
@@ -1832,7 +1840,13 @@ def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
 
         # Created again: the hook knows of no failover and designates
         # instance 0 at epoch 0; the claims older than the Database say it
-        # holds data (initialized=true: plan.rs).
+        # holds data (initialized=true: plan.rs). Its Secrets are new: the
+        # data keeps the earlier passwords until the designated primary
+        # takes the new ones (start.sh, adopt_passwords); the standbys
+        # following it shows the replicator's, every i.sql the superuser's.
+        for i in db.instances:
+            i.superuser_password = RECREATED_SUPERUSER_PASSWORD
+            i.replication_password = RECREATED_REPLICATION_PASSWORD
         db.configmap.database = "uid-now"
         db.configmap.publish("db-0", 0, "true", now=True)
         db.route(p)
@@ -1878,6 +1892,7 @@ def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
         assert all(m == 0 for m in verdict.missing.values()), str(verdict)
         assert len(verdict.missing) == 3, str(verdict)
         assert all(i.sql("SELECT count(*) FROM w") == str(len(held)) for i in db.instances)
+        assert not PWNED.exists(), "a password ran as shell"
     finally:
         db.stop()
 

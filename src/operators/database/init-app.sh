@@ -1,7 +1,9 @@
 #!/bin/sh
 # opshooks database, initial configuration Job. Runs once the primary is
 # ready: creates the application user and its database if they do not
-# exist yet, so a rerun changes nothing.
+# exist yet, and sets the user's password from the Secret when it does (a
+# Database created again over retained volumes has a new Secret; the data
+# keeps the earlier one's password), so a rerun changes nothing else.
 #
 # Connection: PGHOST, PGPORT, PGUSER (the superuser), PGPASSWORD.
 # Values: APP_USER, APP_PASSWORD, APP_DATABASE. They reach SQL only through
@@ -10,8 +12,11 @@
 set -eu
 psql -v ON_ERROR_STOP=1 --dbname postgres \
     -v app_user="$APP_USER" -v app_password="$APP_PASSWORD" -v app_db="$APP_DATABASE" <<'SQL'
+SET log_statement = 'none';
 SELECT format('CREATE ROLE %I WITH LOGIN PASSWORD %L', :'app_user', :'app_password')
 WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'app_user')
+\gexec
+SELECT format('ALTER ROLE %I WITH PASSWORD %L', :'app_user', :'app_password')
 \gexec
 SELECT format('CREATE DATABASE %I OWNER %I', :'app_db', :'app_user')
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'app_db')

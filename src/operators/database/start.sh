@@ -481,6 +481,34 @@ if holds_cluster && [ -n "$recorded_epoch" ]; then
     fi
 fi
 
+# Data of another Database (created again over the retained volumes of an
+# earlier one, or volumes from before the record) keeps that Database's
+# passwords, while this one's Secrets hold new ones: its promote Job,
+# standbys, probes and init Job could never log in. Before a primary starts
+# on such data, the superuser's and the replicator's passwords are set from
+# this Database's Secrets (the environment), in single-user mode: through
+# stdin, never an argument, and with statement logging off, as
+# CloudNativePG's instance manager sets them from its Secrets. The standbys
+# receive them by replication. The role's Database uid is recorded right
+# after (record_epoch), so the next start of the same Database skips this.
+sql_literal() {
+    printf "'%s'" "$(printf '%s' "$1" | sed "s/'/''/g")"
+}
+adopt_passwords() {
+    [ -n "$database" ] && [ "$database" != "$recorded_database" ] || return 0
+    case "${POSTGRES_PASSWORD:-}${REPLICATION_PASSWORD:-}" in
+        *"
+"*) refuse "a password holds a line break: single-user mode cannot take it" ;;
+    esac
+    say "data of Database ${recorded_database:-?}, not this one ($database): setting the superuser's and the replicator's passwords from its Secrets"
+    {
+        [ -z "${POSTGRES_PASSWORD:-}" ] || printf 'ALTER ROLE postgres PASSWORD %s\n' "$(sql_literal "$POSTGRES_PASSWORD")"
+        [ -z "${REPLICATION_PASSWORD:-}" ] || printf 'ALTER ROLE replicator PASSWORD %s\n' "$(sql_literal "$REPLICATION_PASSWORD")"
+    } | postgres --single -D "$PGDATA" -c log_statement=none -c log_min_duration_statement=-1 \
+        -c log_min_error_statement=panic -c wal_log_hints=on -c wal_keep_size=1000000 postgres >/dev/null ||
+        refuse "could not set the passwords of this Database's Secrets on the data of Database ${recorded_database:-?}"
+}
+
 if [ "$primary" = "$me" ]; then
     # The primary's volume may hold data already: its own, or that of an
     # earlier Database of the same name whose volumes were retained. Each
@@ -527,6 +555,7 @@ if [ "$primary" = "$me" ]; then
         refuse "the data directory $PGDATA holds an unfinished clone: it cannot serve as the primary; a standby must take over"
     else
         say "the primary: starting $PGDATA as it is"
+        adopt_passwords
     fi
     if [ -s "$PGDATA/PG_VERSION" ]; then unfence; fi
     record_epoch

@@ -29,6 +29,20 @@ which rows are there, which timeline each instance is on.
   client's last commit must come before the new primary's first, and
   within 20 s of the cut; the pod's network comes back once the new
   primary writes, and the old primary must rejoin as a standby.
+- dbreallostvolume: the init Job deleted (as a TTL or a person does;
+  "initialized" must stay true), then the primary's volume lost (every
+  process of its pod stopped, its volume emptied, the processes killed),
+  failover.delay 10 s: the primary refuses to start on the empty volume
+  (never initdb beside the standbys' data), a standby takes over, and the
+  empty instance clones it.
+- dbrealrecreate: dbrealkill (a standby takes over), then the Database
+  (deletionPolicy Retain) deleted and created again over its volumes, with
+  new Secrets: no status, role ConfigMap or promote Job is left, so the hook
+  first designates instance 0 at epoch 0; every instance says what its
+  volume holds, the newest data (the instance promoted by the failover)
+  must be designated at an epoch above every one recorded, take the new
+  Secrets' passwords, and serve every acknowledged row, the others
+  following it.
 - dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
   under load; the figure is the longest gap between two acknowledged
   commits from the request on.
@@ -51,19 +65,24 @@ Whatever follows must end with:
 It prints the RTO: from the fault to the first commit acknowledged after
 it (the client's clock_timestamp() and the fault's time are this machine's
 clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
-dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbrealswitch,dbrealrefused."""
+dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,
+dbrealswitch,dbrealrefused."""
 
 import base64
 import contextlib
+import copy
 import ipaddress
 import os
+import shutil
 import signal
 import subprocess
 import time
 
 from harness import need, say
+from kube import condition
 from procnet import FIRST_POD, NODE_IP
-from scenarios.database import database, db_gone, db_running
+from procnode import claim_dir
+from scenarios.database import database, db_gone, db_running, same_volumes, volumes
 from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, container_log, on_proc_node, psql
 
 # The client: sessions of psql through the read-write Service's name, each
@@ -290,18 +309,82 @@ def scenario_real_stall(s):
     kill_the_primary(s, delay=10, fault="stall")
 
 
+def scenario_real_lost_volume(s):
+    """The init Job deleted, then the primary's volume lost while it ran
+    (failover.delay 10 s): "initialized" stays true, so the primary refuses
+    to start on the empty volume and a standby takes over; the empty
+    instance clones it. Before (issue 32, item 4), the Job's absence turned
+    "initialized" false and the primary ran initdb: an empty primary
+    served writes while the standbys held the data."""
+    kill_the_primary(s, delay=10, fault="lost-volume")
+
+
+def scenario_real_recreate(s):
+    """A standby takes over (dbrealkill), then the Database (Retain) is
+    deleted and created again over its volumes: the newest data wins
+    (issue 32, item 3), and it takes the new Database's passwords."""
+    kill_the_primary(s, delay=10, policy="Retain", then="recreate")
+
+
 def scenario_real_pause_async(s):
     """dbrealpause under asynchronous replication: what the paused primary
     acknowledged and had not sent is lost, and counted."""
     kill_the_primary(s, delay=10, fault="pause", replication="asynchronous")
 
 
-def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
+def init_job_deleted(s, name):
+    """The init Job deleted, as a TTL or a person does: the hook may make
+    it again (it runs again, changing nothing), and "initialized" stays
+    true in the role ConfigMap and the status meanwhile."""
+    k, ns = s.k, s.ns
+    job = k.get("Job", ns, f"{name}-init")
+    s.expect(job is not None, f"Job {name}-init missing")
+    s.step(f"the init Job {name}-init deleted")
+    k.delete("Job", ns, f"{name}-init")
+    s.wait("the init Job gone (or made again)", lambda: need(((k.get("Job", ns, f"{name}-init") or {}).get("metadata") or {}).get("uid") != job["metadata"]["uid"], "still there"), 60)
+
+    def initialized():
+        role = (k.get("ConfigMap", ns, f"{name}-role") or {}).get("data") or {}
+        need(role.get("initialized") == "true", f"the role ConfigMap says initialized={role.get('initialized')}")
+        cond = condition(k.get("Database", ns, name), "Initialized") or {}
+        need(cond.get("status") == "True", f"Initialized {cond}")
+
+    s.hold("initialized stays true in the role ConfigMap and the status", initialized)
+
+
+def volume_lost(s, primary, ip):
+    """Every process of the primary's pod stopped, its volume emptied, its
+    postmaster killed, the rest resumed (they end with it): the container
+    restarts on an empty volume. Returns when the postmaster was killed."""
+    claim = f"data-{primary}"
+    where = claim_dir(s.k, s.ns, claim, f"{s.suite.dir}/procnode")
+    s.expect(os.path.isdir(where) and os.listdir(where), f"claim {claim}'s directory {where} missing or empty")
+    s.step(f"{primary}'s volume lost: its pod's processes stopped, {claim} emptied, its postmaster killed")
+    pm = postmaster(s, ip)
+    stopped = netns_pids(s, ip)
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    for entry in os.listdir(where):
+        path = os.path.join(where, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    at = time.time()
+    os.kill(pm, signal.SIGKILL)
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    return at
+
+
+def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="Delete", then="delete"):
     k, ns, name = s.k, s.ns, "big"
     on_proc_node(s)
 
-    s.step(f"create a large Database (15, {replication}, failover.delay {delay or 'default'}) placed on the process node")
-    db = database(ns, name, "15", "large", policy="Delete")
+    s.step(f"create a large Database (15, {replication}, failover.delay {delay or 'default'}, {policy}) placed on the process node")
+    db = database(ns, name, "15", "large", policy=policy)
     db["spec"]["replication"] = replication
     if delay is not None:
         db["spec"]["failover"] = {"delay": delay}
@@ -311,7 +394,8 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     su = superuser(s, name)
 
     def one_primary():
-        r = roles(s, name, su, 3)
+        # The Secret's password now (a Database created again has new ones).
+        r = roles(s, name, superuser(s, name), 3)
         primaries = [p for p, (_, rec, _) in r.items() if not rec]
         need(len(primaries) == 1, f"instances answering as primary: {primaries} ({r})")
         primary = primaries[0]
@@ -345,6 +429,9 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
         pid = postmaster(s, before[primary][0])
         at = time.time()
         os.kill(pid, signal.SIGKILL)
+    elif fault == "lost-volume":
+        init_job_deleted(s, name)
+        at = volume_lost(s, primary, before[primary][0])
     elif fault == "pause":
         s.step(f"SIGSTOP to every process of the primary's pod ({primary}), past failover.delay")
         paused = netns_pids(s, before[primary][0])
@@ -543,7 +630,61 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous"):
     s.step("every standby streaming on the primary's timeline")
     primary_after, after = s.wait("one primary, both standbys streaming on its timeline", one_primary, 120, every=1)
     say(f"roles after the fault: {after}")
+    if fault == "lost-volume":
+        statuses = (k.get("Pod", ns, primary).get("status") or {}).get("containerStatuses") or []
+        said = [((c.get("lastState") or {}).get("terminated") or {}).get("message", "") for c in statuses if c["name"] == "postgres"]
+        s.expect(any("empty although the Database was initialized" in m for m in said), f"{primary}'s last termination message: {said}")
+        cond = condition(k.get("Database", ns, name), "Initialized") or {}
+        s.expect(cond.get("status") == "True", f"Initialized {cond} after the lost volume")
 
-    s.step("delete it (policy Delete)")
+    if then == "recreate":
+        recreate(s, db, primary_after, acked, present, login, one_primary)
+
+    s.step(f"delete it (policy Delete{', set before' if policy != 'Delete' else ''})")
+    if policy != "Delete":
+        k.patch("Database", ns, name, {"spec": {"deletionPolicy": "Delete"}})
     k.delete("Database", ns, name)
     db_gone(s, name, timeout=180)
+
+
+def recreate(s, db, newest, acked, present, login, one_primary):
+    """The Database (Retain) deleted and created again over its volumes:
+    new Secrets, no status, role ConfigMap or promote Job. The instance
+    holding the newest data (newest, promoted by the failover) must be
+    designated at an epoch above every one recorded, and serve every row
+    it held, the others following it; then the application writes again
+    with the new Secret's password (init-app.sh sets it)."""
+    k, ns, name = s.k, s.ns, db["metadata"]["name"]
+    epoch = (k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
+    vols = volumes(s, name)
+    s.expect(len(vols) == 3, f"volumes {sorted(vols)}")
+    s.step(f"delete it (policy Retain, {newest} the primary at epoch {epoch}): the instances stop, the volumes stay")
+    k.delete("Database", ns, name)
+    s.wait(f"Database {name} gone, its volumes kept", lambda: (s.gone("Database", name), s.gone("StatefulSet", name), same_volumes(s, name, vols)), 180)
+    for pod in (f"{name}-{i}" for i in range(3)):
+        s.wait(f"{pod} gone", lambda pod=pod: s.gone("Pod", pod), 120)
+
+    s.step("create it again over the retained volumes (new Secrets): the newest data wins")
+    k.apply({**copy.deepcopy(db), "metadata": {"name": name, "namespace": ns}})
+    st = (db_running(s, name, 3, "15", timeout=420).get("status") or {})
+    say(f"re-created: primary {st.get('currentPrimary')} at epoch {st.get('primaryEpoch')}; lastFailover {st.get('lastFailover')}")
+    s.expect(st.get("currentPrimary") == newest, f"status.currentPrimary {st.get('currentPrimary')}, want {newest} (the newest data)")
+    s.expect(st.get("primaryEpoch", 0) > epoch, f"primaryEpoch {st.get('primaryEpoch')}, want above {epoch} (recorded on the volumes)")
+    same_volumes(s, name, vols)
+    su = superuser(s, name)
+    primary_now, roles_now = s.wait("one primary, both standbys streaming on its timeline", one_primary, 180, every=1)
+    s.expect(primary_now == newest, f"{primary_now} answers as the primary, want {newest}")
+    code, out = psql(s, roles_now[newest][0], (su[0], su[1], login[2]), "SELECT id FROM acked")
+    s.expect(code == 0, f"read back from {newest} with the new superuser password: {out[-300:]}")
+    now = {int(x) for x in out.split()}
+    missing = sorted(present - now)
+    s.expect(not missing, f"{len(missing)} rows the primary held before the deletion missing after the re-creation: {missing[:10]}")
+    say(f"re-created: {len(now)} rows on {newest}, {len(present & set(acked))} of them acknowledged; none missing")
+    new_login = s.wait("the new application login", lambda: app_login(s, name), 30)
+    rw = k.get("Service", ns, name)["spec"]["clusterIP"]
+
+    def app_writes():
+        code, out = psql(s, rw, new_login, "INSERT INTO acked VALUES (1) RETURNING id")
+        need(code == 0 and out == "1", f"the application with the new Secret's password: {out[-300:]}")
+
+    s.wait("the application writes with the new Secret's password", app_writes, 180, every=2)
