@@ -482,31 +482,42 @@ if holds_cluster && [ -n "$recorded_epoch" ]; then
 fi
 
 # Data of another Database (created again over the retained volumes of an
-# earlier one, or volumes from before the record) keeps that Database's
-# passwords, while this one's Secrets hold new ones: its promote Job,
-# standbys, probes and init Job could never log in. Before a primary starts
-# on such data, the superuser's and the replicator's passwords are set from
-# this Database's Secrets (the environment), in single-user mode: through
-# stdin, never an argument, and with statement logging off, as
-# CloudNativePG's instance manager sets them from its Secrets. The standbys
+# earlier one) keeps that Database's passwords, while this one's Secrets
+# hold new ones: its promote Job, standbys, probes and init Job could never
+# log in. Before a primary starts on such data, the superuser's and the
+# replicator's passwords are set from this Database's Secrets (the
+# environment), as CloudNativePG's instance manager sets them from its
+# Secrets: in single-user mode, through stdin (never an argument), as E''
+# literals (\ and ' doubled, whatever standard_conforming_strings the data
+# sets), with statement logging off for the session, in one implicit
+# transaction whose last statement prints a marker: no marker, no start
+# (single-user mode goes on after an error and exits 0). The standbys
 # receive them by replication. The role's Database uid is recorded right
 # after (record_epoch), so the next start of the same Database skips this.
+other_database() {
+    [ -n "$database" ] && [ "$database" != "$recorded_database" ]
+}
 sql_literal() {
-    printf "'%s'" "$(printf '%s' "$1" | sed "s/'/''/g")"
+    printf "E'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/''/g")"
 }
 adopt_passwords() {
-    [ -n "$database" ] && [ "$database" != "$recorded_database" ] || return 0
+    other_database || return 0
     case "${POSTGRES_PASSWORD:-}${REPLICATION_PASSWORD:-}" in
         *"
 "*) refuse "a password holds a line break: single-user mode cannot take it" ;;
     esac
     say "data of Database ${recorded_database:-?}, not this one ($database): setting the superuser's and the replicator's passwords from its Secrets"
-    {
-        [ -z "${POSTGRES_PASSWORD:-}" ] || printf 'ALTER ROLE postgres PASSWORD %s\n' "$(sql_literal "$POSTGRES_PASSWORD")"
-        [ -z "${REPLICATION_PASSWORD:-}" ] || printf 'ALTER ROLE replicator PASSWORD %s\n' "$(sql_literal "$REPLICATION_PASSWORD")"
-    } | postgres --single -D "$PGDATA" -c log_statement=none -c log_min_duration_statement=-1 \
-        -c log_min_error_statement=panic -c wal_log_hints=on -c wal_keep_size=1000000 postgres >/dev/null ||
-        refuse "could not set the passwords of this Database's Secrets on the data of Database ${recorded_database:-?}"
+    sql="SET log_statement = 'none'; SET log_min_error_statement = 'panic'; SET log_min_duration_statement = -1;"
+    sql="$sql SET pg_stat_statements.track_utility = off;"
+    [ -z "${POSTGRES_PASSWORD:-}" ] || sql="$sql ALTER ROLE postgres PASSWORD $(sql_literal "$POSTGRES_PASSWORD");"
+    [ -z "${REPLICATION_PASSWORD:-}" ] || sql="$sql ALTER ROLE replicator PASSWORD $(sql_literal "$REPLICATION_PASSWORD");"
+    out="$(printf '%s SELECT %s;\n' "$sql" "'opshooks-adopted'" |
+        postgres --single -D "$PGDATA" -c log_statement=none -c log_min_duration_statement=-1 \
+            -c log_min_error_statement=panic -c wal_log_hints=on -c wal_keep_size=1000000 template1)" || out=""
+    case "$out" in
+        *opshooks-adopted*) say "the passwords are this Database's" ;;
+        *) refuse "could not set this Database's passwords on the data of Database ${recorded_database:-?} (single-user mode failed; its log is above)" ;;
+    esac
 }
 
 if [ "$primary" = "$me" ]; then
@@ -547,6 +558,17 @@ if [ "$primary" = "$me" ]; then
             true) refuse "the data directory $PGDATA is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over" ;;
             *) refuse "cannot read whether the Database was initialized ($role_dir/initialized): not initializing $PGDATA on a guess" ;;
         esac
+    elif [ -e "$PGDATA/standby.signal" ] && [ ! -e "$PGDATA/backup_label" ] && other_database &&
+        [ -n "$recorded_database" ]; then
+        # Created again over retained volumes, and the newest data is a
+        # standby's: no primary of this Database exists yet (every
+        # instance waited for this designation), and as a standby it
+        # could not take the new passwords, so the promote Job could
+        # never log in. It starts as the primary on its own timeline.
+        say "designated primary on the data of Database $recorded_database, a standby's: no primary of this Database exists yet; starting it as the primary"
+        rm -f "$PGDATA/standby.signal"
+        unfence
+        adopt_passwords
     elif [ -e "$PGDATA/standby.signal" ]; then
         # Designated, not yet promoted: the promote Job promotes it.
         say "designated primary, still a standby: starting it as one until it is promoted"
@@ -555,6 +577,7 @@ if [ "$primary" = "$me" ]; then
         refuse "the data directory $PGDATA holds an unfinished clone: it cannot serve as the primary; a standby must take over"
     else
         say "the primary: starting $PGDATA as it is"
+        unfence
         adopt_passwords
     fi
     if [ -s "$PGDATA/PG_VERSION" ]; then unfence; fi

@@ -35,13 +35,14 @@ which rows are there, which timeline each instance is on.
   failover.delay 10 s: the primary refuses to start on the empty volume
   (never initdb beside the standbys' data), a standby takes over, and the
   empty instance clones it.
-- dbrealrecreate: dbrealkill (a standby takes over), then the Database
-  (deletionPolicy Retain) deleted and created again over its volumes, with
-  new Secrets: no status, role ConfigMap or promote Job is left, so the hook
-  first designates instance 0 at epoch 0; every instance says what its
-  volume holds, the newest data (the instance promoted by the failover)
-  must be designated at an epoch above every one recorded, take the new
-  Secrets' passwords, and serve every acknowledged row, the others
+- dbrealrecreate: dbrealkill (a standby takes over; the old primary
+  rejoins as a standby), then the Database (deletionPolicy Retain) deleted
+  and created again over its volumes, with new Secrets: no status, role
+  ConfigMap or promote Job is left, so the hook first designates instance
+  0 at epoch 0; every instance says what its volume holds, and the newest
+  data (a tie goes to the lowest ordinal) must be designated at an epoch
+  above every one recorded, take the new Secrets' passwords (as a standby
+  it could not: it starts as the primary), and serve every row, the others
   following it.
 - dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
   under load; the figure is the longest gap between two acknowledged
@@ -322,7 +323,9 @@ def scenario_real_lost_volume(s):
 def scenario_real_recreate(s):
     """A standby takes over (dbrealkill), then the Database (Retain) is
     deleted and created again over its volumes: the newest data wins
-    (issue 32, item 3), and it takes the new Database's passwords."""
+    (issue 32, item 3), and it takes the new Database's passwords. The
+    old primary rejoined first, so this checks the loop's re-creation and
+    the passwords; a stale instance 0 is the script tests' variant."""
     kill_the_primary(s, delay=10, policy="Retain", then="recreate")
 
 
@@ -330,6 +333,15 @@ def scenario_real_pause_async(s):
     """dbrealpause under asynchronous replication: what the paused primary
     acknowledged and had not sent is lost, and counted."""
     kill_the_primary(s, delay=10, fault="pause", replication="asynchronous")
+
+
+def termination_messages(s, uid, container):
+    root = f"{s.suite.dir}/procnode/pods/{uid}/containers/{container}"
+    out = []
+    for run in sorted(os.listdir(root), key=int) if os.path.isdir(root) else []:
+        with contextlib.suppress(OSError), open(f"{root}/{run}/termination-log", errors="replace") as f:
+            out.append(f.read().strip())
+    return [m for m in out if m]
 
 
 def init_job_deleted(s, name):
@@ -361,10 +373,18 @@ def volume_lost(s, primary, ip):
     s.expect(os.path.isdir(where) and os.listdir(where), f"claim {claim}'s directory {where} missing or empty")
     s.step(f"{primary}'s volume lost: its pod's processes stopped, {claim} emptied, its postmaster killed")
     pm = postmaster(s, ip)
-    stopped = netns_pids(s, ip)
-    for pid in stopped:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGSTOP)
+    # The postmaster first, so it forks nothing more, then every process
+    # until no new one shows up.
+    os.kill(pm, signal.SIGSTOP)
+    stopped = set()
+    while True:
+        new = set(netns_pids(s, ip)) - stopped
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= new
     for entry in os.listdir(where):
         path = os.path.join(where, entry)
         if os.path.isdir(path) and not os.path.islink(path):
@@ -631,13 +651,15 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
     primary_after, after = s.wait("one primary, both standbys streaming on its timeline", one_primary, 120, every=1)
     say(f"roles after the fault: {after}")
     if fault == "lost-volume":
-        statuses = (k.get("Pod", ns, primary).get("status") or {}).get("containerStatuses") or []
-        said = [((c.get("lastState") or {}).get("terminated") or {}).get("message", "") for c in statuses if c["name"] == "postgres"]
-        s.expect(any("empty although the Database was initialized" in m for m in said), f"{primary}'s last termination message: {said}")
+        # Every run's termination message, as procnode.py kept them (the
+        # pod's status shows the last one only).
+        said = termination_messages(s, primary_uid, "postgres")
+        s.expect(any("empty although the Database was initialized" in m for m in said), f"{primary}'s termination messages: {said}")
         cond = condition(k.get("Database", ns, name), "Initialized") or {}
         s.expect(cond.get("status") == "True", f"Initialized {cond} after the lost volume")
 
     if then == "recreate":
+        s.expect(primary_after != primary, f"{primary} is the primary still: no failover before the re-creation")
         recreate(s, db, primary_after, acked, present, login, one_primary)
 
     s.step(f"delete it (policy Delete{', set before' if policy != 'Delete' else ''})")
@@ -649,42 +671,50 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
 
 def recreate(s, db, newest, acked, present, login, one_primary):
     """The Database (Retain) deleted and created again over its volumes:
-    new Secrets, no status, role ConfigMap or promote Job. The instance
-    holding the newest data (newest, promoted by the failover) must be
-    designated at an epoch above every one recorded, and serve every row
-    it held, the others following it; then the application writes again
-    with the new Secret's password (init-app.sh sets it)."""
+    new Secrets, no status, role ConfigMap or promote Job. The newest data
+    (newest was the primary) must be designated at an epoch above every
+    one recorded and serve every row the primary held, the others
+    following it; then the application writes again with the new Secret's
+    password (init-app.sh sets it)."""
     k, ns, name = s.k, s.ns, db["metadata"]["name"]
     epoch = (k.get("Database", ns, name).get("status") or {}).get("primaryEpoch", 0)
     vols = volumes(s, name)
     s.expect(len(vols) == 3, f"volumes {sorted(vols)}")
+    old_su = superuser(s, name)[1]
     s.step(f"delete it (policy Retain, {newest} the primary at epoch {epoch}): the instances stop, the volumes stay")
     k.delete("Database", ns, name)
     s.wait(f"Database {name} gone, its volumes kept", lambda: (s.gone("Database", name), s.gone("StatefulSet", name), same_volumes(s, name, vols)), 180)
-    for pod in (f"{name}-{i}" for i in range(3)):
-        s.wait(f"{pod} gone", lambda pod=pod: s.gone("Pod", pod), 120)
+    for kind, child in [("Pod", f"{name}-{i}") for i in range(3)] + [("Secret", f"{name}-superuser"), ("Secret", f"{name}-credentials")]:
+        # The Secrets too: pods of the new Database started while the old
+        # ones are still there would read the earlier passwords.
+        s.wait(f"{kind} {child} gone", lambda kind=kind, child=child: s.gone(kind, child), 120)
 
     s.step("create it again over the retained volumes (new Secrets): the newest data wins")
     k.apply({**copy.deepcopy(db), "metadata": {"name": name, "namespace": ns}})
     st = (db_running(s, name, 3, "15", timeout=420).get("status") or {})
     say(f"re-created: primary {st.get('currentPrimary')} at epoch {st.get('primaryEpoch')}; lastFailover {st.get('lastFailover')}")
-    s.expect(st.get("currentPrimary") == newest, f"status.currentPrimary {st.get('currentPrimary')}, want {newest} (the newest data)")
+    # The old primary rejoined as a standby before the deletion, so all
+    # three may hold the same data, and a tie goes to the lowest ordinal:
+    # whichever is designated must hold every row (the stale-instance-0
+    # variants are test_re_created_after_a_failover_the_newest_data_wins).
     s.expect(st.get("primaryEpoch", 0) > epoch, f"primaryEpoch {st.get('primaryEpoch')}, want above {epoch} (recorded on the volumes)")
     same_volumes(s, name, vols)
     su = superuser(s, name)
+    s.expect(su[1] != old_su, "the re-created Database's superuser password is the earlier one's: nothing new to adopt")
     primary_now, roles_now = s.wait("one primary, both standbys streaming on its timeline", one_primary, 180, every=1)
-    s.expect(primary_now == newest, f"{primary_now} answers as the primary, want {newest}")
-    code, out = psql(s, roles_now[newest][0], (su[0], su[1], login[2]), "SELECT id FROM acked")
-    s.expect(code == 0, f"read back from {newest} with the new superuser password: {out[-300:]}")
+    s.expect(primary_now == st.get("currentPrimary"), f"{primary_now} answers as the primary, status.currentPrimary {st.get('currentPrimary')}")
+    code, out = psql(s, roles_now[primary_now][0], (su[0], su[1], login[2]), "SELECT id FROM acked")
+    s.expect(code == 0, f"read back from {primary_now} with the new superuser password: {out[-300:]}")
     now = {int(x) for x in out.split()}
     missing = sorted(present - now)
     s.expect(not missing, f"{len(missing)} rows the primary held before the deletion missing after the re-creation: {missing[:10]}")
-    say(f"re-created: {len(now)} rows on {newest}, {len(present & set(acked))} of them acknowledged; none missing")
+    say(f"re-created: {primary_now} designated ({newest} was the primary), {len(now)} rows, {len(present & set(acked))} of them acknowledged; none missing")
+    s.suite.figures.append(f"{s.title} ({s.strategy}): re-created over retained volumes, {primary_now} designated at epoch {st.get('primaryEpoch')} ({newest} the primary before, epoch {epoch}), {len(missing)} of {len(present)} rows missing")
     new_login = s.wait("the new application login", lambda: app_login(s, name), 30)
     rw = k.get("Service", ns, name)["spec"]["clusterIP"]
 
     def app_writes():
-        code, out = psql(s, rw, new_login, "INSERT INTO acked VALUES (1) RETURNING id")
+        code, out = psql(s, rw, new_login, "INSERT INTO acked VALUES (1) ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING id")
         need(code == 0 and out == "1", f"the application with the new Secret's password: {out[-300:]}")
 
     s.wait("the application writes with the new Secret's password", app_writes, 180, every=2)
