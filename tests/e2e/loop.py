@@ -35,6 +35,7 @@ from scenarios.dbrealfault import (
     scenario_real_pause,
     scenario_real_pause_async,
     scenario_real_recreate,
+    scenario_real_stale_standby,
     scenario_real_stall,
     scenario_real_switchover,
     scenario_real_switchover_refused,
@@ -76,7 +77,7 @@ FAULTS = [
 # Run only when --only names them.
 ON_REQUEST = [
     ("WebServer created and deleted", "web-brief", scenario_webserver_brief),
-    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealswitch,dbrealrefused.
+    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealstale,dbrealswitch,dbrealrefused.
     ("Database on real PostgreSQL", "dbreal", scenario_real_database),
     ("Real PostgreSQL, primary killed", "dbrealkill", scenario_real_kill),
     ("Real PostgreSQL, primary restarted", "dbrealrestart", scenario_real_kill_restart),
@@ -86,6 +87,7 @@ ON_REQUEST = [
     ("Real PostgreSQL, partitioned", "dbrealpartition", scenario_real_partition),
     ("Real PostgreSQL, the primary's volume lost", "dbreallostvolume", scenario_real_lost_volume),
     ("Real PostgreSQL, re-created over retained volumes", "dbrealrecreate", scenario_real_recreate),
+    ("Real PostgreSQL, a standby disconnected long", "dbrealstale", scenario_real_stale_standby),
     ("Real PostgreSQL, switchover", "dbrealswitch", scenario_real_switchover),
     ("Real PostgreSQL, switchover refused", "dbrealrefused", scenario_real_switchover_refused),
     ("Real PostgreSQL, TLS from cert-manager", "dbrealtls", scenario_real_tls_cert_manager),

@@ -44,6 +44,11 @@ which rows are there, which timeline each instance is on.
   above every one recorded, take the new Secrets' passwords (as a standby
   it could not: it starts as the primary), and serve every row, the others
   following it.
+- dbrealstale: a standby cut off from the network (its eth0 down) past
+  MAX_SILENCE_SECONDS (failover.delay 10 s + 60 s) while the client writes
+  on, then the primary's postmaster killed: the stale standby is not
+  ready and must not be promoted; the other one takes over, 0 lost; once
+  healed, the stale one streams on the new timeline.
 - dbrealswitch: a planned switchover (opshooks.io/switchover) to a standby
   under load; the figure is the longest gap between two acknowledged
   commits from the request on.
@@ -67,7 +72,7 @@ It prints the RTO: from the fault to the first commit acknowledged after
 it (the client's clock_timestamp() and the fault's time are this machine's
 clock). Run them with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only
 dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,
-dbrealswitch,dbrealrefused."""
+dbrealstale,dbrealswitch,dbrealrefused."""
 
 import base64
 import contextlib
@@ -320,6 +325,14 @@ def scenario_real_lost_volume(s):
     kill_the_primary(s, delay=10, fault="lost-volume")
 
 
+def scenario_real_stale_standby(s):
+    """A standby disconnected long (issue 32, item 1), then the primary
+    killed (failover.delay 10 s): the standby that stopped streaming
+    more than MAX_SILENCE_SECONDS ago is never promoted; the one that
+    streamed takes over with every acknowledged commit."""
+    kill_the_primary(s, delay=10, fault="stale-standby")
+
+
 def scenario_real_recreate(s):
     """A standby takes over (dbrealkill), then the Database (Retain) is
     deleted and created again over its volumes: the newest data wins
@@ -452,6 +465,24 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
     elif fault == "lost-volume":
         init_job_deleted(s, name)
         at = volume_lost(s, primary, before[primary][0])
+    elif fault == "stale-standby":
+        stale = sorted(p for p in before if p != primary)[-1]
+        stale_netns = pod_netns(s, before[stale][0])
+        s.step(f"{stale} cut off from the network (eth0 down) past MAX_SILENCE_SECONDS ({delay + 60} s), the client writing on")
+        cut = time.time()
+        subprocess.run(["ip", "-n", stale_netns, "link", "set", "eth0", "down"], check=True)
+
+        def stale_not_ready():
+            cond = condition(k.get("Pod", ns, stale), "Ready") or {}
+            need(cond.get("status") == "False", f"{stale} Ready {cond.get('status')}")
+
+        s.wait(f"{stale} not ready", stale_not_ready, delay + 60 + 90, every=1)
+        say(f"[{s.title}] {stale} not ready {time.time() - cut:.1f}s after the cut")
+        s.wait("commits acknowledged while it is cut off", lambda: writing(after=time.time() - 5, least=50), 60, every=0.5)
+        s.step(f"SIGKILL to the primary's postmaster ({primary}), {stale} still cut off")
+        pid = postmaster(s, before[primary][0])
+        at = time.time()
+        os.kill(pid, signal.SIGKILL)
     elif fault == "pause":
         s.step(f"SIGSTOP to every process of the primary's pod ({primary}), past failover.delay")
         paused = netns_pids(s, before[primary][0])
@@ -561,6 +592,16 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
         local.stop()
         s.step(f"{primary}'s pod back on the network")
         heal(netns)
+    if fault == "stale-standby":
+        def promoted():
+            st = k.get("Database", ns, name).get("status") or {}
+            need(st.get("currentPrimary") not in (None, primary), f"status.currentPrimary {st.get('currentPrimary')}")
+            return st.get("currentPrimary")
+
+        took_over = s.wait("a standby promoted", promoted, 120, every=1)
+        s.expect(took_over != stale, f"{stale}, cut off for {at - cut:.0f}s before the failover, was promoted")
+        s.step(f"{stale} back on the network: it must stream on {took_over}'s timeline")
+        heal(stale_netns)
     rto_figure = f"RTO {first - at:.2f}s"
     if fault not in ("switchover", "refused"):  # writes go on until the old primary stops
         say(f"{rto_figure} ({fault} to the first acknowledged commit)")
