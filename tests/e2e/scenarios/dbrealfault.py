@@ -32,13 +32,13 @@ which rows are there, which timeline each instance is on.
 - dbreallostvolume: the init Job deleted (as a TTL or a person does;
   "initialized" must stay true), then the primary's volume lost (every
   process of its pod stopped, its volume emptied, the processes killed,
-  the pod deleted),
-  failover.delay 10 s: the primary refuses to start on the empty volume
+  the pod deleted), failover.delay 10 s: the primary refuses to start on the empty volume
   (never initdb beside the standbys' data), a standby takes over, and the
   empty instance clones it.
 - dbrealrecreate: dbrealpause (a standby takes over; the old primary,
-  stopped by its watchdog once resumed, rejoins as a standby), then the Database (deletionPolicy Retain) deleted
-  and created again over its volumes, with new Secrets: no status, role
+  stopped by its watchdog once resumed, rejoins as a standby), then the
+  Database (deletionPolicy Retain) deleted and created again over its
+  volumes, with new Secrets: no status, role
   ConfigMap or promote Job is left, so the hook first designates instance
   0 at epoch 0; every instance says what its volume holds, and the newest
   data (a tie goes to the lowest ordinal) must be designated at an epoch
@@ -407,7 +407,7 @@ def volume_lost(s, primary, ip):
     claim = f"data-{primary}"
     where = claim_dir(s.k, s.ns, claim, f"{s.suite.dir}/procnode")
     s.expect(os.path.isdir(where) and os.listdir(where), f"claim {claim}'s directory {where} missing or empty")
-    s.step(f"{primary}'s volume lost: its pod's processes stopped, {claim} emptied, its postmaster killed")
+    s.step(f"{primary}'s volume lost: its pod's processes stopped, {claim} emptied, the processes killed, the pod deleted")
     pm = postmaster(s, ip)
     # The postmaster first, so it forks nothing more, then every process
     # until no new one shows up.
