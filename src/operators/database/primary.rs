@@ -98,6 +98,12 @@ pub enum Step {
     /// A standby was designated; the promote Job waits until the role
     /// ConfigMap is observed naming it (the old primary is fenced first).
     Fencing,
+    /// Designated where nothing is known to serve (re-created over
+    /// retained volumes, the role lost): its promote Job waits until the
+    /// instance is ready. It starts on the data it holds when its container
+    /// next starts, often out of the crash-loop back-off its reports
+    /// earned, and a Job made before it answers would refuse it.
+    Starting,
     /// The promote Job runs.
     Promoting,
     /// Every promote Job of this epoch failed and no standby is left to
@@ -536,6 +542,9 @@ fn change(db: &Database, seen: &Observed, primary: &mut Primary) {
         // Fencing first: nothing is promoted before every instance that
         // starts reads the new primary's name.
         None if !published => primary.step = Step::Fencing,
+        None if primary.serving.is_none() && !seen.is_instance_ready(db, designated) => {
+            primary.step = Step::Starting;
+        }
         None | Some(RunStatus::Running | RunStatus::None) => {
             primary.step = Step::Promoting;
             primary.promote_job = Some(job);
@@ -926,6 +935,38 @@ mod tests {
         .at(NOW.parse().unwrap());
         let p = decide(&db(json!({})), &seen, true, None);
         assert_eq!((p.designated, p.epoch, p.recovered), (1, 3, None));
+    }
+
+    #[test]
+    fn re_created_the_promote_job_waits_until_the_designated_instance_is_ready() {
+        // The role names orders-1 at epoch 3 (designated from the
+        // reports); nothing is known to serve, and orders-1 is still in
+        // the back-off its reports earned: a Job now would find nothing
+        // answering and refuse it.
+        let at = |first: crate::hook::ObservedPod| {
+            let seen = Observed {
+                pods: vec![
+                    refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+                    first,
+                    refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
+                ],
+                role: Some(Role {
+                    primary: "orders-1".to_string(),
+                    epoch: 3,
+                    initialized: true,
+                }),
+                ..Observed::default()
+            }
+            .at(NOW.parse().unwrap());
+            decide(&db(json!({})), &seen, true, None)
+        };
+        let p = at(refusing(1, &holds("2", "orders-1", 2, "0/4166B38")));
+        assert_eq!((p.designated, p.serving, p.step), (1, None, Step::Starting));
+        assert_eq!(p.promote_job, None);
+        // Started as the primary on its data: the Job confirms it.
+        let p = at(instance(1).ready().typed());
+        assert_eq!(p.step, Step::Promoting);
+        assert_eq!(p.promote_job.as_deref(), Some("orders-promote-3-1"));
     }
 
     #[test]

@@ -567,8 +567,6 @@ if [ "$primary" = "$me" ]; then
         # never log in. It starts as the primary on its own timeline.
         say "designated primary on the data of Database $recorded_database, a standby's: no primary of this Database exists yet; starting it as the primary"
         rm -f "$PGDATA/standby.signal"
-        unfence
-        adopt_passwords
     elif [ -e "$PGDATA/standby.signal" ]; then
         # Designated, not yet promoted: the promote Job promotes it.
         say "designated primary, still a standby: starting it as one until it is promoted"
@@ -577,10 +575,12 @@ if [ "$primary" = "$me" ]; then
         refuse "the data directory $PGDATA holds an unfinished clone: it cannot serve as the primary; a standby must take over"
     else
         say "the primary: starting $PGDATA as it is"
-        unfence
-        adopt_passwords
     fi
-    if [ -s "$PGDATA/PG_VERSION" ]; then unfence; fi
+    if [ -s "$PGDATA/PG_VERSION" ]; then
+        unfence
+        # A primary on another Database's data takes this one's passwords.
+        [ -e "$PGDATA/standby.signal" ] || adopt_passwords
+    fi
     record_epoch
     [ -e "$PGDATA/standby.signal" ] || await_lease
     unset PGSSLMODE PGSSLROOTCERT

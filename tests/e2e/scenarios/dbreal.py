@@ -21,6 +21,7 @@ the `kubernetes` Service's cluster IP.
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbreal."""
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -85,17 +86,21 @@ def on_proc_node(s):
     )
 
 
-def container_log(s, uid, container):
-    """Every run's output of a container of the pod `uid` (procnode.py keeps
-    them; there is no `kubectl logs`)."""
+def container_runs(s, uid, container, name):
+    """The file `name` ("log", "termination-log") of each run of a container
+    of the pod `uid`, in order (procnode.py keeps every run's; there is no
+    `kubectl logs`); a run without it is left out."""
     root = f"{s.suite.dir}/procnode/pods/{uid}/containers/{container}"
-    text = ""
+    out = []
     for run in sorted(os.listdir(root), key=int) if os.path.isdir(root) else []:
-        path = f"{root}/{run}/log"
-        if os.path.exists(path):
-            with open(path, errors="replace") as f:
-                text += f.read()
-    return text
+        with contextlib.suppress(OSError), open(f"{root}/{run}/{name}", errors="replace") as f:
+            out.append(f.read())
+    return out
+
+
+def container_log(s, uid, container):
+    """Every run's output of a container of the pod `uid`."""
+    return "".join(container_runs(s, uid, container, "log"))
 
 
 def kubectl_in_a_pod(s):

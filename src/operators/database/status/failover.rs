@@ -124,6 +124,13 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
                 replacing(db, primary)
             ),
         ),
+        Step::Starting => (
+            ConditionStatus::True,
+            "Starting",
+            format!(
+                "{designated} is designated primary at epoch {epoch}, and no instance is known to serve (the role was lost); its promote job starts once {designated} is ready on the data it holds"
+            ),
+        ),
         Step::Promoting if primary.planned => (
             ConditionStatus::True,
             "SwitchingOver",
