@@ -32,6 +32,7 @@ mod spec;
 mod status;
 mod storage;
 mod tls;
+mod trust;
 
 pub use observed::{Observed, REFUSAL};
 pub use plan::{
@@ -167,19 +168,24 @@ pub fn customize(
     }
     let labels = BTreeMap::from([(LABEL_DATABASE.to_string(), name(db).to_string())]);
     let ns = db.metadata.namespace.clone();
-    Ok(CustomizeResponse {
-        related_resources: vec![
-            RelatedResourceRule::labelled("v1", "pods", labels.clone(), ns.clone()),
-            RelatedResourceRule::labelled("v1", "persistentvolumeclaims", labels, ns),
-            // Every StorageClass: whether a claim's allows it to grow.
-            RelatedResourceRule::labelled(
-                "storage.k8s.io/v1",
-                "storageclasses",
-                BTreeMap::new(),
-                None,
-            ),
-        ],
-    })
+    let mut related_resources = vec![
+        RelatedResourceRule::labelled("v1", "pods", labels.clone(), ns.clone()),
+        RelatedResourceRule::labelled("v1", "persistentvolumeclaims", labels.clone(), ns.clone()),
+        // Every StorageClass: whether a claim's allows it to grow.
+        RelatedResourceRule::labelled("storage.k8s.io/v1", "storageclasses", BTreeMap::new(), None),
+    ];
+    // cert-manager copies the Certificate's labels to its requests: their
+    // CAs make the bundle the clients trust (`trust`). Asked for only with
+    // an issuer, so a cluster without cert-manager is never asked for them.
+    if certificate::issuer(db).is_some() {
+        related_resources.push(RelatedResourceRule::labelled(
+            "cert-manager.io/v1",
+            "certificaterequests",
+            labels,
+            ns,
+        ));
+    }
+    Ok(CustomizeResponse { related_resources })
 }
 
 /// Desired children and observed status of one Database.

@@ -20,7 +20,7 @@
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
 #      dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls, then
 #      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition, then
-#      dbrealstall alone)
+#      dbrealstall alone, then dbreallostvolume,dbrealrecreate,dbrealstale)
 #      on a fresh cluster each with the process node (procnode.py), under
 #      dynamic-apply only;
 #   9. runs secure.sh: the hooks over TLS with a bearer token, then mutual
@@ -212,13 +212,17 @@ step "real PostgreSQL, the old primary back during a failover (loop.sh --only db
 # crowded the two cores are. About 2.5 minutes.
 OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealstall --strategies dynamic-apply
 
-step "real PostgreSQL, the primary's volume lost (loop.sh --only dbreallostvolume)"
+step "real PostgreSQL, a lost volume, a re-creation, a stale standby (loop.sh --only dbreallostvolume,dbrealrecreate,dbrealstale)"
 # The init Job deleted and then the primary's volume lost (its processes
 # killed, the volume emptied, the pod deleted): "initialized" stays true,
 # the primary refuses the empty volume and a standby takes over, 0 lost.
-# About 2 minutes. (dbrealrecreate and dbrealstale do not pass yet: see
-# their docstrings.)
-OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreallostvolume --strategies dynamic-apply
+# A failover, then the Database (Retain) deleted and created again over
+# its volumes: the newest data is designated above every recorded epoch
+# and takes the new Secrets' passwords. A standby cut off past
+# MAX_SILENCE_SECONDS, then the primary paused (asynchronous): the other
+# standby takes over, the stale one streams on the new timeline once
+# healed. About 4 minutes.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreallostvolume,dbrealrecreate,dbrealstale --strategies dynamic-apply
 
 step "secured hooks (secure.sh)"
 "$HERE/secure.sh"

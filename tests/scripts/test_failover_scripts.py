@@ -1983,6 +1983,14 @@ def test_the_watchdog_stops_a_primary_whose_lease_expires_not_one_naming_another
         wait_for("p waits for the primary", lambda: p.output().count("waiting for the primary at") >= 2)
         assert p.proc is not None and p.proc.poll() is None, p.output()[-2000:]
         assert "designated primary now" not in p.output(), p.output()[-2000:]
+        # Designated again (a switchover back): the lease names p at epoch
+        # 3, the stale mount p at epoch 0. The lease's epoch is the role's
+        # (the real loop found an old primary, restarted after a switchover
+        # back to the pod its mount named, refusing its data as "saw epoch
+        # 1, not before the role's epoch 0": a standby down for a minute).
+        db.configmap.publish(p.name, 3)
+        wait_for("p sees itself designated at epoch 3", lambda: "designated primary now (epoch" in p.output())
+        assert "designated primary now (epoch 3)" in p.output(), p.output()[-2000:]
     finally:
         db.stop()
 

@@ -92,11 +92,13 @@ def pki(scratch) -> Path:
     return secret
 
 
-def run_tls(volume: Path, source: Path | None, shell: str = "dash"):
+def run_tls(volume: Path, source: Path | None, shell: str = "dash", trust: Path | None = None):
     env = {"PATH": PG_PATH, "HOME": str(volume), "HOSTNAME": "orders-0", "TLS_DIR": str(volume / "tls"),
            "TERMINATION_LOG": str(volume / "termination-log")}
     if source is not None:
         env["TLS_SOURCE"] = str(source)
+    if trust is not None:
+        env["TLS_TRUST"] = str(trust)
     return run(script_argv("tls.sh"), env, as_postgres=True, timeout=60, executable=shell_path(shell))
 
 
@@ -111,6 +113,30 @@ def test_the_secrets_key_is_copied_for_the_server_alone(pki: Path, shell):
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o600), f
         assert (volume / "tls" / f).read_bytes() == (pki / source).read_bytes()
     assert stat.S_IMODE((volume / "tls").stat().st_mode) == 0o700
+
+
+def test_the_ca_bundle_is_trusted_beside_the_secrets_ca(pki: Path):
+    """Under spec.tls.issuerRef the instance's own clients trust the
+    Secret's CA and the CA bundle (the CAs of cert-manager's issues before),
+    so one started on a renewed certificate whose CA changed still
+    verifies the instances not yet restarted. An empty or absent bundle
+    (the ConfigMap volume is optional) leaves the Secret's CA alone."""
+    older = "-----BEGIN CERTIFICATE-----\nT0xERVIgQ0E=\n-----END CERTIFICATE-----\n"
+    bundle = fresh_path("bundle")
+    bundle.mkdir()
+    (bundle / "ca.crt").write_text(older)
+    volume = pg_dir(fresh_path("volume"))
+    r = run_tls(volume, pki, trust=bundle)
+    assert r.rc == 0, str(r)
+    assert (volume / "tls" / "ca.crt").read_text() == (pki / "ca.crt").read_text() + "\n" + older
+    uid, _ = postgres_ids()
+    st = (volume / "tls" / "ca.crt").stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o600)
+    # Restarted, the ConfigMap not there (yet): the Secret's CA alone.
+    empty = fresh_path("no-bundle")
+    empty.mkdir()
+    assert run_tls(volume, pki, trust=empty).rc == 0
+    assert (volume / "tls" / "ca.crt").read_bytes() == (pki / "ca.crt").read_bytes()
 
 
 def test_a_secret_without_its_ca_is_refused(pki: Path):

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::children::{TLS_CONTAINER, headless_name, meta, read_only_name};
 use super::observed::Observed;
 use super::spec::{Database, IssuerRef, name, namespace};
+use super::trust;
 use crate::hook::SyncRequest;
 use crate::hook::conditions::Observation;
 use crate::operator::{HookError, InvalidSpec};
@@ -147,12 +148,16 @@ pub(super) const ISSUE_ANNOTATION: &str = "opshooks.io/certificate-not-before";
 /// again (its revision count starts over, its notBefore does not).
 ///
 /// Never earlier than the running template's: a Certificate not observed
-/// for a moment is no new certificate to restart the instances for.
+/// for a moment is no new certificate to restart the instances for. Nor
+/// before the observed CA bundle holds the new issue's CA: an instance the
+/// roll starts must trust the instances it has not reached yet, and they
+/// it (`trust`).
 pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
     issuer(db)?;
     let issued = observed(db, seen)
         .and_then(|c| c.status.as_ref()?.not_before.as_ref())
-        .map(|t| t.0);
+        .map(|t| t.0)
+        .filter(|_| trust::holds_newest(db, seen));
     let stale = issued.filter(|at| {
         seen.pods
             .iter()
@@ -180,7 +185,7 @@ pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
 }
 
 /// The observed Certificate of this Database, if any.
-fn observed<'a>(db: &Database, seen: &'a Observed) -> Option<&'a Certificate> {
+pub(super) fn observed<'a>(db: &Database, seen: &'a Observed) -> Option<&'a Certificate> {
     let wanted = certificate_name(db);
     seen.certificates
         .iter()
@@ -406,14 +411,39 @@ mod tests {
     }
 
     #[test]
+    fn a_renewal_waits_until_the_ca_bundle_holds_its_ca() {
+        let db = db(json!({"issuerRef": {"name": "ca"}}));
+        let (old, new) = (trust::tests::pem(1), trust::tests::pem(2));
+        let seen = |held: &str| {
+            Observed {
+            certificates: Some(vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": "2026-03-01T00:00:00Z", "revision": 2}})).unwrap()]),
+            certificate_requests: vec![trust::tests::request(2, true, &new)],
+            ca_bundle: Some(held.to_string()),
+            pods: vec![serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-01-01T00:01:00Z"}}}]}})).unwrap()],
+            statefulset: Some(crate::fixtures::statefulset("orders").typed()),
+            ..Observed::default()
+        }
+        };
+        // A new CA, not in the observed bundle yet: no roll.
+        assert_eq!(renewal(&db, &seen(&old)), None);
+        // Held: the instances roll onto the issue.
+        assert_eq!(
+            renewal(&db, &seen(&format!("{new}{old}"))).as_deref(),
+            Some("2026-03-01T00:00:00Z")
+        );
+    }
+
+    #[test]
     fn a_renewal_rolls_the_instances_once_and_never_back() {
         let db = db(json!({"issuerRef": {"name": "ca"}}));
         // The Certificate issued at `issued`; instances whose tls init
         // container finished at `copied`; the running template's annotation.
         let seen = |issued: Option<&str>, copied: &[&str], running: Option<&str>| {
             let certs = issued.map(|at| {
-                vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls"}, "status": {"notBefore": at, "revision": 1}})).unwrap()]
+                vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": at, "revision": 1}})).unwrap()]
             });
+            // The issue's CA is in the bundle: nothing holds the roll.
+            let ca = trust::tests::pem(1);
             let pods = copied
                 .iter()
                 .map(|at| {
@@ -423,6 +453,8 @@ mod tests {
             let annotations = running.map_or(json!({}), |r| json!({ISSUE_ANNOTATION: r}));
             Observed {
                 certificates: Some(certs.unwrap_or_default()),
+                certificate_requests: vec![trust::tests::request(1, true, &ca)],
+                ca_bundle: Some(ca),
                 pods,
                 statefulset: Some(
                     crate::fixtures::statefulset("orders")

@@ -39,6 +39,7 @@ use super::spec::{
     namespace, role_name, verify_name,
 };
 use super::tls;
+use super::trust;
 use crate::hook::Child;
 use crate::hook::digest;
 use crate::hook::group_key;
@@ -98,6 +99,10 @@ const POSTGRES_UID: i64 = 999;
 const TLS_DIR: &str = "/var/lib/postgresql/data/tls";
 /// Where `spec.tls`'s Secret is mounted.
 const TLS_SOURCE: &str = "/etc/opshooks/tls";
+/// Where the `tls` init container reads the CA bundle (`trust`).
+const TLS_TRUST: &str = "/etc/opshooks/tls-trust";
+/// The CA bundle's volume in the instances' pods.
+const TRUST_VOLUME: &str = "tls-trust";
 
 /// Every desired child of a Database.
 pub fn build(
@@ -128,6 +133,7 @@ pub fn build(
         let cert = certificate::certificate(db).or_else(|| certificate::kept(db, seen));
         out.extend(cert.as_ref().map(Child::new));
     }
+    out.extend(trust::config_map(db, seen).as_ref().map(Child::new));
     if lease::kept(db, seen) {
         let (account, role, binding) = lease::children(db);
         out.push(Child::new(&account));
@@ -250,12 +256,21 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
 
 /// Connection details for applications: where, which database, whose
 /// credentials, and how to connect over TLS (`sslmode`, and with a CA the
-/// Secret and key that hold it: mount only that key).
+/// Secret, or under an issuer the ConfigMap, and the key that hold the
+/// CAs to trust: mount only that key).
 pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
     let ns = namespace(db);
     let mut tls_data = vec![("sslmode".to_string(), client.mode.to_string())];
-    if let Some(secret) = client.verified_by() {
-        tls_data.push(("sslrootcertSecret".to_string(), secret.to_string()));
+    match client.verified_by() {
+        Some(tls::Ca::Secret(secret)) => {
+            tls_data.push(("sslrootcertSecret".to_string(), secret.clone()));
+        }
+        Some(tls::Ca::ConfigMap(config_map)) => {
+            tls_data.push(("sslrootcertConfigMap".to_string(), config_map.clone()));
+        }
+        None => {}
+    }
+    if client.verified_by().is_some() {
         tls_data.push(("sslrootcertKey".to_string(), tls::CA_KEY.to_string()));
     }
     let mut data = BTreeMap::from([
@@ -286,7 +301,8 @@ pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
 /// whether the Database was ever initialized (an instance with an empty
 /// volume then never initializes a new cluster), and the Database's uid
 /// (`database`: an instance whose volume recorded another Database's tells
-/// a re-creation over retained volumes).
+/// a re-creation over retained volumes); during a switchover, `change`
+/// says so.
 pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
     let mut data = BTreeMap::from([
         ("primary".to_string(), pod_name(db, plan.primary.designated)),
@@ -299,6 +315,12 @@ pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
     ]);
     if let Some(uid) = &db.metadata.uid {
         data.insert("database".to_string(), uid.clone());
+    }
+    // A switchover is one from its designation: a rollout that moves on or
+    // a primary lost before its promote Job exists does not make it a
+    // failover half-way (which would skip the failover delay).
+    if plan.primary.changing() && plan.primary.planned {
+        data.insert("change".to_string(), "switchover".to_string());
     }
     ConfigMap {
         metadata: meta(db, role_name(db)),
@@ -844,6 +866,10 @@ fn tls_container(db: &Database, plan: &Plan) -> Container {
         env.push(value_env("TLS_SOURCE", TLS_SOURCE));
         mounts.push(mount("tls", TLS_SOURCE, true));
     }
+    if certificate::issuer(db).is_some() {
+        env.push(value_env("TLS_TRUST", TLS_TRUST));
+        mounts.push(mount(TRUST_VOLUME, TLS_TRUST, true));
+    }
     Container {
         resources: Some(instance_resources(db)),
         ..script_container(
@@ -857,17 +883,35 @@ fn tls_container(db: &Database, plan: &Plan) -> Container {
 
 /// `spec.tls`'s Secret, read by `tls.sh` (which copies the key with the
 /// mode PostgreSQL demands, so the volume's mode only needs to let the
-/// server's group read it).
-fn tls_volume(db: &Database) -> Option<Volume> {
-    Some(Volume {
-        name: "tls".to_string(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(certificate::secret(db)?),
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    })
+/// server's group read it); under `spec.tls.issuerRef`, the CA bundle
+/// too, which `tls.sh` adds to the Secret's `ca.crt` (optional: before
+/// cert-manager's first issue is observed there is none, and the Secret's
+/// CA is all there is to trust).
+fn tls_volume(db: &Database) -> Vec<Volume> {
+    let mut out = Vec::new();
+    if let Some(secret) = certificate::secret(db) {
+        out.push(Volume {
+            name: "tls".to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    if certificate::issuer(db).is_some() {
+        out.push(Volume {
+            name: TRUST_VOLUME.to_string(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: trust::config_map_name(db),
+                optional: Some(true),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    out
 }
 
 /// The primary's first-start script, from the `<name>-initdb` ConfigMap.

@@ -108,6 +108,7 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             format!("{own}-initdb"),
             role_name(db),
             hba_name(db),
+            super::trust::config_map_name(db),
         ],
         g if g == group_key::<Secret>() => {
             vec![superuser_secret_name(db), generated_credentials_name(db)]

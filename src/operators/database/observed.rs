@@ -16,13 +16,14 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
-use super::certificate::Certificate;
+use super::certificate::{self, Certificate};
 use super::parameters;
 use super::spec::{
     ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
     role_name,
 };
 use super::storage;
+use super::trust::{self, CertificateRequest};
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -131,6 +132,9 @@ pub struct Role {
     /// It says `initialized=true`: the hook wrote that once the Database
     /// was initialized, and writes it ever after.
     pub initialized: bool,
+    /// It says `change=switchover`: the designation is a switchover asked
+    /// for, whatever asks for one now.
+    pub switchover: bool,
 }
 
 impl Role {
@@ -141,6 +145,7 @@ impl Role {
             primary: data.get("primary")?.clone(),
             epoch: data.get("epoch")?.parse().ok()?,
             initialized: data.get("initialized").is_some_and(|v| v == "true"),
+            switchover: data.get("change").is_some_and(|v| v == "switchover"),
         })
     }
 }
@@ -175,6 +180,11 @@ pub struct Observed {
     /// cert-manager's Certificates, when the controller manages them
     /// (`None`: the chart does not declare the type).
     pub certificates: Option<Vec<Certificate>>,
+    /// cert-manager's CertificateRequests labelled as this Database's
+    /// (related objects, asked for only under `spec.tls.issuerRef`).
+    pub certificate_requests: Vec<CertificateRequest>,
+    /// The CA bundle the observed `<name>-ca` ConfigMap holds.
+    pub ca_bundle: Option<String>,
     /// When this was observed: the call's time ([`Observed::at`]).
     pub now: Timestamp,
 }
@@ -214,6 +224,10 @@ impl Observed {
                 .iter()
                 .find(|c| c.metadata.name.as_deref() == Some(&role_name(db)))
                 .and_then(Role::read),
+            ca_bundle: config_maps
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(&trust::config_map_name(db)))
+                .and_then(|c| c.data.as_ref()?.get(trust::KEY).cloned()),
             config_maps: config_maps
                 .into_iter()
                 .filter_map(|c| c.metadata.name)
@@ -225,6 +239,11 @@ impl Observed {
                 .has::<Certificate>()
                 .then(|| req.children.of::<Certificate>())
                 .transpose()?,
+            // A group asked for and missing is refused (never read as none).
+            certificate_requests: match certificate::issuer(db) {
+                Some(_) => req.related.of::<CertificateRequest>()?,
+                None => Vec::new(),
+            },
             now: Timestamp::UNIX_EPOCH,
         })
     }

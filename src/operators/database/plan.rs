@@ -970,6 +970,7 @@ mod tests {
             primary: "orders-0".into(),
             epoch: 3,
             initialized: true,
+            switchover: false,
         });
         let fresh = db("16", "Snapshot");
         assert!(was_initialized(&fresh, &role_only), "the role ConfigMap");
@@ -993,6 +994,7 @@ mod tests {
             primary: "orders-0".into(),
             epoch: 0,
             initialized: true,
+            switchover: false,
         });
         let initialized = bootstrapped(&[("Initialized", "True", "Initialized")]);
         let failed_before = bootstrapped(&[("Restored", "False", "RestoreFailed")]);

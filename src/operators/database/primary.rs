@@ -309,11 +309,18 @@ pub(super) fn decide(
         // is never changed): a rollout whose template moved on, or an
         // annotation taken away, does not turn a switchover into a
         // failover half-way.
+        // Before it, the role ConfigMap published for this designation
+        // says so: the primary lost, or the rollout moved on, before the
+        // Job was made, a switchover is still one.
+        let published_as_switchover = seen.role.as_ref().is_some_and(|r| {
+            r.switchover && r.epoch == epoch && pod_ordinal(db, &r.primary) == Some(designated)
+        });
         primary.planned = match seen.job_env(&promote_job(db, epoch, designated), "MODE") {
             Some(mode) => mode == SWITCHOVER_MODE,
             None => {
-                epoch > 0
-                    && (request == Some((designated, epoch - 1)) || rollout == Some(designated))
+                published_as_switchover
+                    || epoch > 0
+                        && (request == Some((designated, epoch - 1)) || rollout == Some(designated))
             }
         };
         change(db, seen, &mut primary);
@@ -807,6 +814,7 @@ mod tests {
                 primary: "orders-0".to_string(),
                 epoch: 0,
                 initialized: true,
+                switchover: false,
             }),
             ..Observed::default()
         }
@@ -929,6 +937,7 @@ mod tests {
                 primary: "orders-1".to_string(),
                 epoch: 3,
                 initialized: true,
+                switchover: false,
             }),
             ..Observed::default()
         }
@@ -954,6 +963,7 @@ mod tests {
                     primary: "orders-1".to_string(),
                     epoch: 3,
                     initialized: true,
+                    switchover: false,
                 }),
                 ..Observed::default()
             }
@@ -1161,6 +1171,23 @@ mod tests {
         );
         let last = p.last.expect("the switchover is reported");
         assert_eq!((last.from, last.to, last.planned), (Some(0), 1, true));
+    }
+
+    #[test]
+    fn a_switchover_stays_planned_before_its_job_exists() {
+        // Designated for the rollout's switchover; before its Job is made
+        // the old primary is lost and the rollout stops asking. The role
+        // published says switchover: still one (found by database_lives:
+        // it became a failover, skipping the delay, and moved the
+        // read-write Service off the serving primary).
+        let mut seen = seen(Some("2026-03-04T05:06:00Z"), Some(("orders-1", 1)), &[]);
+        seen.role.as_mut().unwrap().switchover = true;
+        let p = decide(&changing(), &seen, true, None);
+        assert!(p.planned, "{p:?}");
+        assert_eq!(p.promote_job.as_deref(), Some("orders-promote-1-1"));
+        // Published without it: a failover, as before.
+        seen.role.as_mut().unwrap().switchover = false;
+        assert!(!decide(&changing(), &seen, true, None).planned);
     }
 
     #[test]

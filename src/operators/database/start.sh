@@ -97,7 +97,10 @@ read_role() {
         '' | *[!0-9]*) newer=true ;;
         *) newer="$([ "$lease_epoch" -ge "$epoch" ] && echo true || echo false)" ;;
     esac
-    if [ "$newer" = true ] && [ "$lease_primary" != "$primary" ]; then
+    # The epoch too: a switchover back to the pod the stale mount names
+    # is a newer designation, and data that recorded an epoch between the
+    # two must not take the mount's for a lost role.
+    if [ "$newer" = true ] && { [ "$lease_primary" != "$primary" ] || [ "$lease_epoch" != "$epoch" ]; }; then
         from_lease="the lease (epoch $lease_epoch) names $lease_primary, the mounted role (epoch $epoch) ${primary:-nobody}: the lease is newer"
         primary="$lease_primary" epoch="$lease_epoch"
     fi

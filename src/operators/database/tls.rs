@@ -9,14 +9,18 @@
 //! none until its rollout is done: its clients ask for TLS only once every
 //! instance serves it, and then for good.
 
-use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, PodSpec, SecretVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, EnvVar, KeyToPath, PodSpec, SecretVolumeSource, Volume,
+};
 
 use super::certificate;
 use super::observed::Observed;
 use super::spec::Database;
+use super::trust;
 use crate::operators::backup_job;
 
-/// Where a Job's containers read the CA (`ca.crt` of the TLS Secret).
+/// Where a Job's containers read the CAs (`ca.crt` of the TLS Secret, or
+/// of the CA bundle ConfigMap).
 const CA_DIR: &str = "/etc/opshooks/tls-ca";
 /// The volume of the CA in a Job's pod.
 const CA_VOLUME: &str = "tls-ca";
@@ -29,9 +33,21 @@ pub struct Client {
     /// libpq's sslmode: `verify-full`, `require`, or `prefer` while an
     /// instance may serve no TLS.
     pub mode: &'static str,
-    /// The Secret whose `ca.crt` signed the server's certificate, when
-    /// there is one.
-    pub ca_secret: Option<String>,
+    /// Where the CAs the server's certificate is verified with are, when
+    /// there are.
+    pub ca: Option<Ca>,
+}
+
+/// Where a client reads the CAs it trusts (always under the key `ca.crt`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ca {
+    /// `spec.tls.secretName`'s Secret: its `ca.crt` (a rotation of that CA
+    /// is the user's: old and new together until every instance serves
+    /// the new certificate).
+    Secret(String),
+    /// Under `spec.tls.issuerRef`, the ConfigMap of the CAs of
+    /// cert-manager's newest issue and those before (`trust`).
+    ConfigMap(String),
 }
 
 /// Whether every instance serves TLS: none runs yet, or the StatefulSet's
@@ -51,13 +67,18 @@ pub(super) fn served_by_every_instance(seen: &Observed) -> bool {
 
 /// How the operator's clients and the applications connect.
 pub(super) fn client(db: &Database, seen: &Observed) -> Client {
-    let ca_secret = certificate::secret(db);
-    let mode = match (served_by_every_instance(seen), &ca_secret) {
+    // The bundle once it is observed (before, cert-manager's Secret's
+    // `ca.crt`: a client never waits for a ConfigMap that is not there).
+    let ca = match certificate::issuer(db) {
+        Some(_) if trust::observed_bundle(seen) => Some(Ca::ConfigMap(trust::config_map_name(db))),
+        _ => certificate::secret(db).map(Ca::Secret),
+    };
+    let mode = match (served_by_every_instance(seen), &ca) {
         (false, _) => "prefer",
         (true, Some(_)) => "verify-full",
         (true, None) => "require",
     };
-    Client { mode, ca_secret }
+    Client { mode, ca }
 }
 
 impl Client {
@@ -66,14 +87,15 @@ impl Client {
         self.mode == "verify-full"
     }
 
-    /// The Secret whose `ca.crt` the server is verified with, when it is.
-    pub fn verified_by(&self) -> Option<&str> {
-        self.ca_secret.as_deref().filter(|_| self.verifies())
+    /// Where the CAs the server is verified with are, when it is.
+    pub fn verified_by(&self) -> Option<&Ca> {
+        self.ca.as_ref().filter(|_| self.verifies())
     }
 
     /// Gives the containers named `containers` of `pod` libpq's
-    /// `PGSSLMODE` and, when verifying, `PGSSLROOTCERT` with the CA
-    /// mounted (only `ca.crt` of the Secret, never its key).
+    /// `PGSSLMODE` and, when verifying, `PGSSLROOTCERT` with the CAs
+    /// mounted (only `ca.crt` of a Secret, never its key; a ConfigMap that
+    /// is not there yet is waited for).
     pub fn apply(&self, pod: &mut PodSpec, containers: &[&str]) {
         let verified = self.verified_by();
         let every = pod
@@ -98,22 +120,37 @@ impl Client {
                 );
             }
         }
-        if let Some(secret) = verified {
-            pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+        let items = || {
+            Some(vec![KeyToPath {
+                key: CA_KEY.to_string(),
+                path: CA_KEY.to_string(),
+                mode: None,
+            }])
+        };
+        let volume = match verified {
+            None => return,
+            Some(Ca::Secret(secret)) => Volume {
                 name: CA_VOLUME.to_string(),
                 secret: Some(SecretVolumeSource {
-                    secret_name: Some(secret.to_string()),
-                    items: Some(vec![KeyToPath {
-                        key: CA_KEY.to_string(),
-                        path: CA_KEY.to_string(),
-                        mode: None,
-                    }]),
+                    secret_name: Some(secret.clone()),
+                    items: items(),
                     default_mode: Some(0o444),
                     ..SecretVolumeSource::default()
                 }),
                 ..Volume::default()
-            });
-        }
+            },
+            Some(Ca::ConfigMap(config_map)) => Volume {
+                name: CA_VOLUME.to_string(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: config_map.clone(),
+                    items: items(),
+                    default_mode: Some(0o444),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        };
+        pod.volumes.get_or_insert_with(Vec::new).push(volume);
     }
 
     /// The instances' own clients (`start.sh`: the clone, the rewind,
@@ -206,5 +243,27 @@ pub(super) mod tests {
             pod["volumes"][0]["secret"]["items"],
             json!([{"key": "ca.crt", "path": "ca.crt"}])
         );
+    }
+
+    #[test]
+    fn under_an_issuer_a_job_reads_the_ca_bundle_once_it_is_observed() {
+        let issued = db(json!({"issuerRef": {"name": "ca"}}));
+        // Not observed yet: the Secret's ca.crt, so nothing waits for it.
+        let c = client(&issued, &Observed::default());
+        assert_eq!(c.ca, Some(Ca::Secret("orders-tls".to_string())));
+        let seen = Observed {
+            ca_bundle: Some(
+                "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n".to_string(),
+            ),
+            ..Observed::default()
+        };
+        let c = client(&issued, &seen);
+        assert_eq!(c.ca, Some(Ca::ConfigMap("orders-ca".to_string())));
+        let mut pod: PodSpec =
+            serde_json::from_value(json!({"containers": [{"name": "dump"}]})).unwrap();
+        c.apply(&mut pod, &["dump"]);
+        let pod = serde_json::to_value(&pod).unwrap();
+        assert_eq!(pod["volumes"][0]["configMap"]["name"], "orders-ca");
+        assert_eq!(pod["volumes"][0].get("secret"), None);
     }
 }

@@ -8,7 +8,12 @@
 #   ca.crt), they are copied from it on every start: the key 0600, owned by
 #   the server's user, as PostgreSQL demands (a Secret volume's files are
 #   the kubelet's, with the mode it chose). A renewed certificate is served
-#   from the instance's next start.
+#   from the instance's next start. With $TLS_TRUST too (the CA bundle of
+#   spec.tls.issuerRef: the CAs of cert-manager's newest issue and the ones
+#   before), ca.crt, which the instance's own clients trust, is the
+#   Secret's ca.crt followed by the bundle, so an instance started on a
+#   renewed certificate whose CA changed still verifies the instances not
+#   yet restarted.
 # * Without it, the instance makes its own self-signed certificate (an EC
 #   P-256 key, valid 10 years, CN the pod's name) with openssl, once, and
 #   keeps it on later starts: the connection is encrypted, but a client
@@ -41,6 +46,14 @@ if [ -n "${TLS_SOURCE:-}" ]; then
         chmod 600 "$TLS_DIR/${file%%:*}.opshooks"
         mv "$TLS_DIR/${file%%:*}.opshooks" "$TLS_DIR/${file%%:*}"
     done
+    if [ -n "${TLS_TRUST:-}" ] && [ -s "$TLS_TRUST/ca.crt" ]; then
+        # A line break between them: a ca.crt without a last one would
+        # join an END and a BEGIN line, and OpenSSL read neither.
+        { cat "$TLS_SOURCE/ca.crt" && echo && cat "$TLS_TRUST/ca.crt"; } >"$TLS_DIR/ca.crt.opshooks"
+        chmod 600 "$TLS_DIR/ca.crt.opshooks"
+        mv "$TLS_DIR/ca.crt.opshooks" "$TLS_DIR/ca.crt"
+        say "trusting the Secret's CA and the CA bundle (mounted at $TLS_TRUST)"
+    fi
     rm -f "$ours"
     say "serving the certificate of the TLS Secret (mounted at $TLS_SOURCE)"
     exit 0

@@ -313,16 +313,50 @@ def scenario_real_tls_cert_manager(s):
 
     second = s.wait("cert-manager issues the certificate again", renewed, 120, every=1)
 
-    def rolled():
+    def rolled_to(serial):
         db_now = k.get("Database", ns, name)
         st = db_now.get("status") or {}
         need(st.get("phase") == "Running" and st.get("targetPrimary") is None, f"phase {st.get('phase')}, target {st.get('targetPrimary')}")
-        serving(second)
+        serving(serial)
         return st
+
+    def rolled():
+        return rolled_to(second)
 
     st = s.wait("both instances serve the renewed certificate, one switchover", rolled, 420, every=5)
     s.expect(st.get("primaryEpoch") == (epoch or 0) + 1, f"primaryEpoch {st.get('primaryEpoch')}, want {(epoch or 0) + 1}: one switchover for the roll")
     s.wait(f"a verify-full connection by {name}.{ns}.svc after the renewal", verified, 60, every=2)
+
+    s.step("the issuer changed to a SelfSigned one: the CA changes, and the roll (standby, switchover, old primary) still verifies every instance")
+    epoch = st.get("primaryEpoch")
+    k.patch("Database", ns, name, {"spec": {"tls": {"issuerRef": {"name": "selfsigned", "kind": "Issuer"}}}})
+
+    def reissued():
+        serial, ca_now = secret_serial(s, f"{name}-tls")
+        need(ca_now != ca, "the Secret's ca.crt is the CA Issuer's still")
+        return serial, ca_now
+
+    third, self_ca = s.wait("cert-manager issues a self-signed certificate (a new CA)", reissued, 120, every=1)
+
+    def bundled():
+        cm = k.get("ConfigMap", ns, f"{name}-ca") or {}
+        bundle = ((cm.get("data") or {}).get("ca.crt") or "").encode()
+        need(self_ca.strip() in bundle and ca.strip() in bundle, f"ConfigMap {name}-ca does not hold both CAs: {bundle[:120]!r}")
+        return bundle
+
+    # The roll first: without the bundle a standby restarted on the new
+    # certificate cannot verify the old primary, nor the switchover's
+    # promote Job: the roll stops half way (seen so with the bundle left out).
+    st = s.wait("both instances serve the self-signed certificate", lambda: rolled_to(third), 420, every=5)
+    bundle = s.wait(f"ConfigMap {name}-ca holds the new CA and the CA Issuer's", bundled, 60, every=1)
+    # The roll restarts the highest ordinal first: the primary is that one
+    # now (the renewal's switchover), so it is moved off first, then back.
+    s.expect(st.get("primaryEpoch") in ((epoch or 0) + 1, (epoch or 0) + 2), f"primaryEpoch {st.get('primaryEpoch')}, want {(epoch or 0) + 1} or {(epoch or 0) + 2}: one or two switchovers for the roll")
+    conn = k.get("ConfigMap", ns, f"{name}-connection")["data"]
+    s.expect(conn.get("sslrootcertConfigMap") == f"{name}-ca", f"the connection ConfigMap names {conn}")
+    with open(f"{s.suite.dir}/{ns}-ca.crt", "wb") as f:
+        f.write(bundle)
+    s.wait(f"a verify-full connection by {name}.{ns}.svc with the bundle", verified, 60, every=2)
 
     s.step("delete it (policy Delete)")
     k.delete("Database", ns, name)

@@ -351,13 +351,14 @@ def scenario_real_recreate(s):
     rejoined first, so this checks the loop's re-creation and the
     passwords; a stale instance 0 is the script tests' variant.
 
-    Not in run.sh: it fails, on a defect it found (issue 32). Re-created,
-    the hook designated the newest data (big-1) at epoch 2, but its
-    promote Job ran while big-1 was still restarting out of the
-    CrashLoopBackOff its refusals had earned ("does not answer:
-    Connection refused"); the next candidates were refused because big-1
-    by then answered as a primary; every candidate refused, writes wait.
-    The promote Job should wait for a designated candidate to answer."""
+    It found a defect (issue 32): re-created, the hook designated the
+    newest data (big-1) at epoch 2, but its promote Job ran while big-1
+    was still restarting out of the CrashLoopBackOff its refusals had
+    earned ("does not answer: Connection refused"); the next candidates
+    were refused because big-1 by then answered as a primary, and writes
+    waited. The hook now makes that Job only once the designated
+    instance is ready (`Step::Starting`), and the Job finds it promoted
+    already."""
     kill_the_primary(s, delay=10, fault="pause", policy="Retain", then="recreate")
 
 
