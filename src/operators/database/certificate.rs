@@ -268,16 +268,10 @@ pub(super) fn kept(db: &Database, seen: &Observed) -> Option<Certificate> {
     }
     let wanted = certificate_name(db);
     let observed = observed(db, seen)?;
-    let mounted = seen
-        .statefulset
-        .as_ref()
-        .and_then(|s| s.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref())
-        .is_some_and(|volumes| {
-            volumes.iter().any(|v| {
-                v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some(wanted.as_str())
-            })
-        });
-    (mounted || seen.rollout_in_flight()).then(|| Certificate {
+    let mounted = seen.may_mount(|v| {
+        v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some(wanted.as_str())
+    });
+    mounted.then(|| Certificate {
         metadata: meta(db, wanted),
         spec: observed.spec.clone(),
         status: None,
@@ -418,7 +412,7 @@ mod tests {
             Observed {
             certificates: Some(vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": "2026-03-01T00:00:00Z", "revision": 2}})).unwrap()]),
             certificate_requests: vec![trust::tests::request(2, true, &new)],
-            ca_bundle: Some(held.to_string()),
+            ca_bundle: trust::certificates(held),
             pods: vec![serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-01-01T00:01:00Z"}}}]}})).unwrap()],
             statefulset: Some(crate::fixtures::statefulset("orders").typed()),
             ..Observed::default()
@@ -454,7 +448,7 @@ mod tests {
             Observed {
                 certificates: Some(certs.unwrap_or_default()),
                 certificate_requests: vec![trust::tests::request(1, true, &ca)],
-                ca_bundle: Some(ca),
+                ca_bundle: trust::certificates(&ca),
                 pods,
                 statefulset: Some(
                     crate::fixtures::statefulset("orders")

@@ -261,16 +261,12 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
 pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
     let ns = namespace(db);
     let mut tls_data = vec![("sslmode".to_string(), client.mode.to_string())];
-    match client.verified_by() {
-        Some(tls::Ca::Secret(secret)) => {
-            tls_data.push(("sslrootcertSecret".to_string(), secret.clone()));
-        }
-        Some(tls::Ca::ConfigMap(config_map)) => {
-            tls_data.push(("sslrootcertConfigMap".to_string(), config_map.clone()));
-        }
-        None => {}
-    }
-    if client.verified_by().is_some() {
+    if let Some(ca) = client.verified_by() {
+        let (field, object) = match ca {
+            tls::Ca::Secret(secret) => ("sslrootcertSecret", secret),
+            tls::Ca::ConfigMap(config_map) => ("sslrootcertConfigMap", config_map),
+        };
+        tls_data.push((field.to_string(), object.clone()));
         tls_data.push(("sslrootcertKey".to_string(), tls::CA_KEY.to_string()));
     }
     let mut data = BTreeMap::from([

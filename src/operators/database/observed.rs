@@ -9,7 +9,7 @@ use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, PersistentVolumeClaim, Secret, ServiceAccount,
+    ConfigMap, Container, PersistentVolumeClaim, Secret, ServiceAccount, Volume,
 };
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -183,8 +183,9 @@ pub struct Observed {
     /// cert-manager's CertificateRequests labelled as this Database's
     /// (related objects, asked for only under `spec.tls.issuerRef`).
     pub certificate_requests: Vec<CertificateRequest>,
-    /// The CA bundle the observed `<name>-ca` ConfigMap holds.
-    pub ca_bundle: Option<String>,
+    /// The certificates the observed `<name>-ca` ConfigMap holds (the CA
+    /// bundle, read once: [`trust::certificates`]).
+    pub ca_bundle: Vec<String>,
     /// When this was observed: the call's time ([`Observed::at`]).
     pub now: Timestamp,
 }
@@ -227,7 +228,9 @@ impl Observed {
             ca_bundle: config_maps
                 .iter()
                 .find(|c| c.metadata.name.as_deref() == Some(&trust::config_map_name(db)))
-                .and_then(|c| c.data.as_ref()?.get(trust::KEY).cloned()),
+                .and_then(|c| c.data.as_ref()?.get(trust::KEY))
+                .map(|text| trust::certificates(text))
+                .unwrap_or_default(),
             config_maps: config_maps
                 .into_iter()
                 .filter_map(|c| c.metadata.name)
@@ -378,6 +381,18 @@ impl Observed {
             .rolling_update
             .as_ref()?
             .partition
+    }
+
+    /// Whether an instance may still mount a volume that `is` matches:
+    /// the StatefulSet's template has one, or its rollout is not done (a
+    /// pod of an older template may).
+    pub fn may_mount(&self, is: impl Fn(&Volume) -> bool) -> bool {
+        let in_template = self
+            .statefulset
+            .as_ref()
+            .and_then(|s| s.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref())
+            .is_some_and(|volumes| volumes.iter().any(is));
+        in_template || self.rollout_in_flight()
     }
 
     /// The template hash the StatefulSet was last written with

@@ -808,11 +808,21 @@ mod tests {
     /// Re-created: no status, the role ConfigMap names instance 0 at
     /// epoch 0, and each instance as given.
     fn re_created(pods: Vec<crate::hook::ObservedPod>) -> Primary {
+        re_created_with_role(pods, "orders-0", 0)
+    }
+
+    /// Re-created (no status), the role ConfigMap naming `primary` at
+    /// `epoch`, and each instance as given.
+    fn re_created_with_role(
+        pods: Vec<crate::hook::ObservedPod>,
+        primary: &str,
+        epoch: u64,
+    ) -> Primary {
         let seen = Observed {
             pods,
             role: Some(Role {
-                primary: "orders-0".to_string(),
-                epoch: 0,
+                primary: primary.to_string(),
+                epoch,
                 initialized: true,
                 switchover: false,
             }),
@@ -927,22 +937,15 @@ mod tests {
     fn reports_no_later_than_the_records_change_nothing() {
         // Designated at epoch 3 from the reports: the role names orders-1
         // at 3, and the old reports stay in the pods' last state.
-        let seen = Observed {
-            pods: vec![
+        let p = re_created_with_role(
+            vec![
                 refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
                 instance(1).ready().typed(),
                 refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
             ],
-            role: Some(Role {
-                primary: "orders-1".to_string(),
-                epoch: 3,
-                initialized: true,
-                switchover: false,
-            }),
-            ..Observed::default()
-        }
-        .at(NOW.parse().unwrap());
-        let p = decide(&db(json!({})), &seen, true, None);
+            "orders-1",
+            3,
+        );
         assert_eq!((p.designated, p.epoch, p.recovered), (1, 3, None));
     }
 
@@ -953,22 +956,12 @@ mod tests {
         // the back-off its reports earned: a Job now would find nothing
         // answering and refuse it.
         let at = |first: crate::hook::ObservedPod| {
-            let seen = Observed {
-                pods: vec![
-                    refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
-                    first,
-                    refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
-                ],
-                role: Some(Role {
-                    primary: "orders-1".to_string(),
-                    epoch: 3,
-                    initialized: true,
-                    switchover: false,
-                }),
-                ..Observed::default()
-            }
-            .at(NOW.parse().unwrap());
-            decide(&db(json!({})), &seen, true, None)
+            let pods = vec![
+                refusing(0, &holds("1", "orders-0", 1, "0/4092650")),
+                first,
+                refusing(2, &holds("1", "orders-0", 2, "0/4166B38")),
+            ];
+            re_created_with_role(pods, "orders-1", 3)
         };
         let p = at(refusing(1, &holds("2", "orders-1", 2, "0/4166B38")));
         assert_eq!((p.designated, p.serving, p.step), (1, None, Step::Starting));

@@ -252,9 +252,7 @@ pub(super) mod tests {
         let c = client(&issued, &Observed::default());
         assert_eq!(c.ca, Some(Ca::Secret("orders-tls".to_string())));
         let seen = Observed {
-            ca_bundle: Some(
-                "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n".to_string(),
-            ),
+            ca_bundle: vec![trust::tests::pem(1)],
             ..Observed::default()
         };
         let c = client(&issued, &seen);

@@ -123,7 +123,7 @@ pub(super) fn config_map_name(db: &Database) -> String {
 /// The PEM certificates of `text`, each normalized to its BEGIN and END
 /// lines around its base64 lines; anything else, and a body that does not
 /// decode to a DER sequence, is left out.
-fn certificates(text: &str) -> Vec<String> {
+pub(super) fn certificates(text: &str) -> Vec<String> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
     if text.len() > MAX_TEXT_BYTES {
@@ -197,14 +197,6 @@ fn newest(db: &Database, seen: &Observed) -> Option<Vec<String>> {
     Some(certs)
 }
 
-/// The certificates the observed ConfigMap holds.
-fn held(seen: &Observed) -> Vec<String> {
-    seen.ca_bundle
-        .as_deref()
-        .map(certificates)
-        .unwrap_or_default()
-}
-
 /// The bundle's certificates: the current issue's CA first, then those
 /// the observed ConfigMap held, each once, at most [`KEPT`].
 fn bundle(db: &Database, seen: &Observed) -> Vec<String> {
@@ -212,7 +204,7 @@ fn bundle(db: &Database, seen: &Observed) -> Vec<String> {
     for cert in newest(db, seen)
         .unwrap_or_default()
         .into_iter()
-        .chain(held(seen))
+        .chain(seen.ca_bundle.iter().cloned())
     {
         if out.len() < KEPT && !out.contains(&cert) {
             out.push(cert);
@@ -229,20 +221,11 @@ pub(super) fn config_map(db: &Database, seen: &Observed) -> Option<ConfigMap> {
     let certs = if issuer(db).is_some() {
         bundle(db, seen)
     } else {
-        let mounted = seen
-            .statefulset
-            .as_ref()
-            .and_then(|s| s.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref())
-            .is_some_and(|volumes| {
-                volumes.iter().any(|v| {
-                    v.config_map.as_ref().map(|c| c.name.as_str())
-                        == Some(config_map_name(db).as_str())
-                })
-            });
-        if !(mounted || seen.rollout_in_flight()) {
+        let wanted = config_map_name(db);
+        if !seen.may_mount(|v| v.config_map.as_ref().map(|c| &c.name) == Some(&wanted)) {
             return None;
         }
-        held(seen)
+        seen.ca_bundle.clone()
     };
     if certs.is_empty() {
         return None;
@@ -258,14 +241,13 @@ pub(super) fn config_map(db: &Database, seen: &Observed) -> Option<ConfigMap> {
 /// cert-manager's current issue: false while that issue's request is not
 /// observed; true when the issuer names no CA (nothing to wait for).
 pub(super) fn holds_newest(db: &Database, seen: &Observed) -> bool {
-    let held = held(seen);
-    newest(db, seen).is_some_and(|certs| certs.iter().all(|c| held.contains(c)))
+    newest(db, seen).is_some_and(|certs| certs.iter().all(|c| seen.ca_bundle.contains(c)))
 }
 
 /// Whether the observed ConfigMap holds a CA: clients are pointed at it
 /// only then (before, at the Secret's `ca.crt`), so no pod waits for it.
 pub(super) fn observed_bundle(seen: &Observed) -> bool {
-    !held(seen).is_empty()
+    !seen.ca_bundle.is_empty()
 }
 
 #[cfg(test)]
@@ -311,7 +293,7 @@ pub(super) mod tests {
         Observed {
             certificates: Some(vec![certificate(revision)]),
             certificate_requests: requests,
-            ca_bundle: held.map(str::to_string),
+            ca_bundle: held.map(certificates).unwrap_or_default(),
             ..Observed::default()
         }
     }

@@ -320,10 +320,7 @@ def scenario_real_tls_cert_manager(s):
         serving(serial)
         return st
 
-    def rolled():
-        return rolled_to(second)
-
-    st = s.wait("both instances serve the renewed certificate, one switchover", rolled, 420, every=5)
+    st = s.wait("both instances serve the renewed certificate, one switchover", lambda: rolled_to(second), 420, every=5)
     s.expect(st.get("primaryEpoch") == (epoch or 0) + 1, f"primaryEpoch {st.get('primaryEpoch')}, want {(epoch or 0) + 1}: one switchover for the roll")
     s.wait(f"a verify-full connection by {name}.{ns}.svc after the renewal", verified, 60, every=2)
 
