@@ -89,7 +89,7 @@ import time
 
 from harness import need, say
 from kube import condition
-from procnet import FIRST_POD, NODE_IP
+from procnet import CLUSTER_DOMAIN, FIRST_POD, NODE_IP
 from procnode import claim_dir
 from scenarios.database import database, db_gone, db_running, same_volumes, volumes
 from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, container_log, container_runs, on_proc_node, psql
@@ -370,6 +370,23 @@ def scenario_real_pause_async(s):
 
 def termination_messages(s, uid, container):
     return [m.strip() for m in container_runs(s, uid, container, "termination-log") if m.strip()]
+
+
+def incarnations(s, pod):
+    """The uids of every pod named `pod` in the scenario's namespace that
+    procnode.py ran, oldest first (by the time its directory was made):
+    a StatefulSet's pod deleted twice has had three."""
+    root = f"{s.suite.dir}/procnode/pods"
+    found = []
+    for uid in os.listdir(root) if os.path.isdir(root) else []:
+        with contextlib.suppress(OSError):
+            with open(f"{root}/{uid}/etc/hostname") as f:
+                hostname = f.read().strip()
+            with open(f"{root}/{uid}/etc/resolv.conf") as f:
+                search = f.readline().split()
+            if hostname == pod and search[1:2] == [f"{s.ns}.svc.{CLUSTER_DOMAIN}"]:
+                found.append((os.stat(f"{root}/{uid}").st_mtime, uid))
+    return [uid for _, uid in sorted(found)]
 
 
 def pause_pod(s, ip):
@@ -717,11 +734,22 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
     primary_after, after = s.wait("one primary, both standbys streaming on its timeline", one_primary, 120, every=1)
     say(f"roles after the fault: {after}")
     if fault == "lost-volume":
-        # Every run's termination message, as procnode.py kept them (the
-        # pod's status shows the last one only).
-        now_uid = k.get("Pod", ns, primary)["metadata"]["uid"]
-        said = termination_messages(s, primary_uid, "postgres") + termination_messages(s, now_uid, "postgres")
-        s.expect(any("empty although the Database was initialized" in m for m in said), f"{primary}'s termination messages: {said}")
+        # Every run of every pod that replaced it, as procnode.py kept them
+        # (the pod's status shows the last one only). A replacement whose
+        # first run saw the new designation starts as a standby and never
+        # refuses; none may initialize over the lost data.
+        again = [uid for uid in incarnations(s, primary) if uid != primary_uid]
+        said = [m for uid in again for m in termination_messages(s, uid, "postgres")]
+        first = [(container_runs(s, uid, "postgres", "log") or [""])[0] for uid in again]
+        say(f"{primary}'s pods since the loss: {len(again)}; their refusals: {said}")
+        s.expect(again, f"no pod of {primary} ran since the loss")
+        logs = [container_log(s, uid, "postgres") for uid in again]
+        s.expect(not any("first start: the entrypoint initializes" in log for log in logs), f"{primary} initialized over the lost volume")
+        standby_first = f"designated primary {primary} " not in first[0]
+        s.expect(
+            any("empty although the Database was initialized" in m for m in said) or standby_first,
+            f"{primary} designated at its replacement's first start, and no refusal of the empty volume: {said}",
+        )
         cond = condition(k.get("Database", ns, name), "Initialized") or {}
         s.expect(cond.get("status") == "True", f"Initialized {cond} after the lost volume")
 
