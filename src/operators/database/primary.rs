@@ -47,6 +47,13 @@ pub const ANNOTATION_SWITCHOVER: &str = "opshooks.io/switchover";
 /// the old primary and waits for the candidate to have all of its WAL.
 pub(super) const SWITCHOVER_MODE: &str = "switchover";
 
+/// How many switchovers in a row may be refused (since the primary last
+/// changed) before a rollout stops asking for one: each refused one
+/// designates the old primary again at a new epoch, and a rollout asking
+/// again at once would churn epochs and promote Jobs for as long as the
+/// cause lasts. A switchover asked for by annotation is always tried.
+pub(super) const MAX_REFUSED_SWITCHOVERS: usize = 3;
+
 /// The failover delay when `spec.failover.delay` is not set.
 pub(super) const DEFAULT_DELAY_SECONDS: u32 = 30;
 
@@ -331,9 +338,16 @@ pub(super) fn decide(
         }
         if primary.step == Step::Steady
             && let Some(to) = rollout
+            && to != primary.designated
         {
-            // The rollout's own request: at the epoch in force, always.
-            consider_switchover(db, seen, Some((to, epoch)), &mut primary);
+            // The rollout's own request: at the epoch in force, until
+            // switchovers were refused too many times in a row.
+            match refused_switchovers(db, seen) {
+                refused if refused.len() >= MAX_REFUSED_SWITCHOVERS => {
+                    ignore_request(&mut primary, rollout_gave_up(db, seen, to, &refused));
+                }
+                _ => consider_switchover(db, seen, Some((to, epoch)), &mut primary),
+            }
         }
     }
     primary
@@ -379,10 +393,55 @@ fn consider_switchover(
         primary.planned = true;
         return;
     };
-    primary.request_ignored = Some(format!(
-        "switchover to {} not carried out: {ignored}",
-        pod_name(db, to)
-    ));
+    ignore_request(
+        primary,
+        format!(
+            "switchover to {} not carried out: {ignored}",
+            pod_name(db, to)
+        ),
+    );
+}
+
+/// Records why a switchover asked for is not carried out, after any
+/// reason already recorded.
+fn ignore_request(primary: &mut Primary, why: String) {
+    primary.request_ignored = Some(match primary.request_ignored.take() {
+        Some(before) => format!("{before}; {why}"),
+        None => why,
+    });
+}
+
+/// The switchover promote Jobs that failed since the primary last
+/// changed (at epochs above every succeeded promote Job's), newest first.
+fn refused_switchovers<'a>(db: &'a Database, seen: &'a Observed) -> Vec<(u64, &'a str)> {
+    let since = promote_jobs(db, seen)
+        .filter(|(_, _, job)| seen.job(job) == Some(RunStatus::Succeeded))
+        .map(|(epoch, _, _)| epoch)
+        .max()
+        .unwrap_or(0);
+    let mut refused: Vec<(u64, &str)> = promote_jobs(db, seen)
+        .filter(|(epoch, _, job)| {
+            *epoch > since
+                && seen.job(job) == Some(RunStatus::Failed)
+                && seen.job_env(job, "MODE") == Some(SWITCHOVER_MODE)
+        })
+        .map(|(epoch, _, job)| (epoch, job))
+        .collect();
+    refused.sort_unstable_by(|a, b| b.cmp(a));
+    refused
+}
+
+/// Why the rollout no longer asks for its switchover to `to`, and how a
+/// person goes on.
+fn rollout_gave_up(db: &Database, seen: &Observed, to: u32, refused: &[(u64, &str)]) -> String {
+    let (_, last) = refused[0];
+    let why = report(seen, last);
+    format!(
+        "the rollout's switchover to {} is not asked again: {} switchovers in a row were refused since the primary last changed (the last, job {last}: {why}); once the cause is mended, ask for it with the annotation {ANNOTATION_SWITCHOVER}: {}@<status.primaryEpoch>",
+        pod_name(db, to),
+        refused.len(),
+        pod_name(db, to),
+    )
 }
 
 /// The designation in force: the newest of the role ConfigMap, the status
@@ -689,14 +748,15 @@ pub(super) fn delay_seconds(db: &Database) -> u32 {
 fn refusals(db: &Database, seen: &Observed, epoch: u64) -> Vec<(String, String)> {
     promote_jobs(db, seen)
         .filter(|(e, _, job)| *e == epoch && seen.job(job) == Some(RunStatus::Failed))
-        .map(|(_, _, job)| {
-            let why = seen
-                .job_message(job, "promote")
-                .and_then(|m| m.strip_prefix(PROMOTE_REPORT))
-                .map_or("failed without a report; see its logs", str::trim);
-            (job.to_string(), why.to_string())
-        })
+        .map(|(_, _, job)| (job.to_string(), report(seen, job).to_string()))
         .collect()
+}
+
+/// What a failed promote Job reported.
+fn report<'a>(seen: &'a Observed, job: &str) -> &'a str {
+    seen.job_message(job, "promote")
+        .and_then(|m| m.strip_prefix(PROMOTE_REPORT))
+        .map_or("failed without a report; see its logs", str::trim)
 }
 
 /// The newest promote Job that succeeded, when the status has not
@@ -1227,6 +1287,86 @@ mod tests {
         let p = decide(&d, &s, true, None);
         assert_eq!((p.designated, p.epoch, p.serving), (0, 2, Some(0)), "{p:?}");
         assert!(!p.changing());
+    }
+
+    /// The rollout asks for a switchover to orders-1; `refused` of them
+    /// were refused in a row (at epochs 1, 3, 5, ...: each designated
+    /// orders-0 again at the next), and orders-0 is designated now.
+    fn after_refused_switchovers(refused: u64) -> Primary {
+        let jobs: Vec<_> = (0..refused)
+            .map(|i| {
+                in_switchover_mode(
+                    fixtures::job(&format!("orders-promote-{}-1", 2 * i + 1)).failed(),
+                )
+            })
+            .collect();
+        let epoch = 2 * refused;
+        let d = db(json!({"currentPrimary": "orders-0", "primaryEpoch": epoch}));
+        let mut s = seen(None, Some(("orders-0", epoch)), &jobs);
+        if refused > 0 {
+            let last = format!("orders-promote-{}-1", 2 * refused - 1);
+            s.pods
+                .push(reported(&last, "refused orders-1 does not verify"));
+        }
+        decide(&d, &s, true, Some(1))
+    }
+
+    /// Seen in a real loop (`dbrealtls` without the CA bundle): every
+    /// switchover a rollout asked for was refused, and it asked again at
+    /// once, 72 epochs and promote Jobs in 80 s.
+    #[test]
+    fn a_rollout_stops_asking_after_its_switchovers_were_refused_in_a_row() {
+        for refused in 0..MAX_REFUSED_SWITCHOVERS as u64 {
+            let p = after_refused_switchovers(refused);
+            assert_eq!(
+                (p.designated, p.step.clone(), p.planned),
+                (1, Step::Fencing, true),
+                "{refused}: {p:?}"
+            );
+        }
+        let p = after_refused_switchovers(MAX_REFUSED_SWITCHOVERS as u64);
+        assert_eq!(
+            (p.designated, p.epoch, p.step.clone()),
+            (0, 6, Step::Steady),
+            "{p:?}"
+        );
+        let why = p.request_ignored.expect("it says why");
+        assert!(why.contains("3 switchovers in a row were refused"), "{why}");
+        assert!(
+            why.contains("job orders-promote-5-1: refused orders-1 does not verify"),
+            "{why}"
+        );
+        assert!(
+            why.contains("opshooks.io/switchover: orders-1@<status.primaryEpoch>"),
+            "{why}"
+        );
+        // A person asks at the epoch in force: tried, whatever went before.
+        let d = asking(
+            "orders-1@6",
+            json!({"currentPrimary": "orders-0", "primaryEpoch": 6}),
+        );
+        let jobs: Vec<_> = [1, 3, 5]
+            .iter()
+            .map(|e| in_switchover_mode(fixtures::job(&format!("orders-promote-{e}-1")).failed()))
+            .collect();
+        let p = decide(&d, &seen(None, Some(("orders-0", 6)), &jobs), true, Some(1));
+        assert_eq!(
+            (p.designated, p.epoch, p.step.clone()),
+            (1, 7, Step::Fencing),
+            "{p:?}"
+        );
+        // A switchover that succeeded since: the count starts again.
+        let mut jobs = jobs;
+        jobs.push(in_switchover_mode(
+            fixtures::job("orders-promote-7-1").succeeded(),
+        ));
+        let p = decide(
+            &db(json!({"currentPrimary": "orders-1", "primaryEpoch": 7})),
+            &seen(None, Some(("orders-1", 7)), &jobs),
+            true,
+            Some(2),
+        );
+        assert_eq!((p.designated, p.step.clone()), (2, Step::Fencing), "{p:?}");
     }
 
     /// Found by `dbrealkill` in CI: the killed primary restarted in place
