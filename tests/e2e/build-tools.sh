@@ -286,6 +286,23 @@ build_promtool() {
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "-s -w"
 }
 
+# ---- postgres_exporter ----------------------------------------------------
+# prometheus-community's PostgreSQL exporter (Apache 2.0, what Crunchy's
+# pgMonitor and the exporter's own alert mixin build on), v0.17.1: the
+# newest release the module proxy serves here. `go install pkg@version`
+# asks the proxy for the module's version list, which it refuses, so
+# tests/e2e/exporter/go.mod names it as a tool and it is built from there.
+# tests/alerts/run.sh runs it against real PostgreSQL: every PostgreSQL
+# metric an alert reads must be one it exposes. Rebuilt when that go.mod
+# or go.sum changes.
+build_postgres_exporter() {
+  local src=$REPO_E2E/exporter hash
+  hash=$(cd "$src" && sha256sum go.mod go.sum | sha256sum | cut -c1-16)
+  build_one postgres_exporter "v0.17.1-$hash" -- \
+    bash -c 'cd "$1" && go build -trimpath -ldflags "-s -w" -o "$2" github.com/prometheus-community/postgres_exporter/cmd/postgres_exporter' _ \
+    "$src" "$BIN/.postgres_exporter.tmp"
+}
+
 # ---- cert-manager ---------------------------------------------------------
 # cert-manager's own controllers from its main module's packages, started by
 # tests/e2e/certmanager/main.go: its controller binary (the module
@@ -320,6 +337,7 @@ build_kubernetes
 build_metacontroller
 build_kwok
 build_promtool
+build_postgres_exporter
 build_cert_manager
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"
