@@ -37,6 +37,14 @@ use crate::operators::backup_job::RunStatus;
 /// How a promote Job begins its termination message.
 pub(super) const PROMOTE_REPORT: &str = "opshooks promote: ";
 
+/// How a refusing promote Job's report begins (`promote.sh`'s `refuse`):
+/// it refused before `pg_promote()`, so nothing was promoted.
+pub(super) const REFUSED: &str = "refused ";
+
+/// What a failover's promote Job says when it refused because the old
+/// primary answers as one (`promote.sh`): the old primary serves on.
+pub(super) const STILL_PRIMARY: &str = "still answers as a primary";
+
 /// Annotation on a Database asking for a planned switchover:
 /// `<pod>@<epoch>`, the instance to promote and the `status.primaryEpoch`
 /// the request was made at. A request of another epoch is stale (the
@@ -647,13 +655,13 @@ fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
         && primary
             .refusals
             .iter()
-            .all(|(_, why)| why.starts_with("refused"));
+            .all(|(_, why)| why.starts_with(REFUSED));
     let old_primary_answers = all_refused
         && (primary.planned
             || primary
                 .refusals
                 .iter()
-                .all(|(_, why)| why.contains("still answers as a primary"))
+                .all(|(_, why)| why.contains(STILL_PRIMARY))
             || primary
                 .serving
                 .is_some_and(|s| seen.is_instance_ready(db, s)));
@@ -1287,6 +1295,26 @@ mod tests {
         let p = decide(&d, &s, true, None);
         assert_eq!((p.designated, p.epoch, p.serving), (0, 2, Some(0)), "{p:?}");
         assert!(!p.changing());
+    }
+
+    /// The hook reads promote.sh's reports by two phrases; the script
+    /// must say them as the hook reads them (before, each side had its
+    /// own copy, pinned by its own tests only).
+    #[test]
+    fn promote_sh_reports_as_the_hook_reads() {
+        let script = super::super::children::PROMOTE_SCRIPT;
+        assert!(
+            script.contains(&format!("report \"{REFUSED}$1\"")),
+            "promote.sh's refuse() no longer reports \"{REFUSED}<reason>\""
+        );
+        let refusals = script
+            .lines()
+            .filter(|l| l.contains("refuse \"old primary $old ") && l.contains(STILL_PRIMARY))
+            .count();
+        assert_eq!(
+            refusals, 2,
+            "promote.sh's refusals for an old primary that answers"
+        );
     }
 
     /// The rollout asks for a switchover to orders-1; `refused` of them
