@@ -74,6 +74,7 @@ mkdir -p "$work/pg"
 chmod 755 "$work"
 if [[ $(id -u) -eq 0 ]]; then chown postgres "$work/pg"; fi
 pg_primary=$(free_port) pg_standby=$(free_port)
+while [[ $pg_standby == "$pg_primary" ]]; do pg_standby=$(free_port); done
 as_postgres "$PG_BIN/initdb" -D "$work/pg/primary" -U postgres -A trust >/dev/null
 printf '%s\n' "port = $pg_primary" "listen_addresses = '127.0.0.1'" "unix_socket_directories = '$work/pg'" \
   >>"$work/pg/primary/postgresql.conf"
@@ -84,6 +85,15 @@ as_postgres "$PG_BIN/psql" -qX -h 127.0.0.1 -p "$pg_primary" -U postgres -d post
 as_postgres "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$pg_primary" -U postgres -D "$work/pg/standby" -R
 echo "port = $pg_standby" >>"$work/pg/standby/postgresql.conf"
 as_postgres "$PG_BIN/pg_ctl" -D "$work/pg/standby" -l "$work/pg/standby.log" -w start >/dev/null
+# The standby accepts connections before its WAL receiver has connected:
+# pg_stat_replication has its row only then.
+for _ in $(seq 1 100); do
+  streaming=$(as_postgres "$PG_BIN/psql" -qtAX -h 127.0.0.1 -p "$pg_primary" -U postgres -d postgres \
+    -c "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+  [[ $streaming == 1 ]] && break
+  sleep 0.1
+done
+[[ $streaming == 1 ]] || { echo "FAIL: the standby does not stream from the primary" >&2; exit 1; }
 metrics=()
 for pg_port in "$pg_primary" "$pg_standby"; do
   exporter_port=$(free_port)

@@ -1308,6 +1308,13 @@ fn instance_ordinal(pod: &str) -> Option<u32> {
 }
 
 /// What the role ConfigMap says: the designated primary and the epoch.
+fn role(cluster: &Cluster) -> Option<(String, u64)> {
+    let map = cluster.get(&Key::new("v1", "ConfigMap", "ns", "orders-role"))?;
+    let primary = map.pointer("/data/primary")?.as_str()?.to_string();
+    let epoch = map.pointer("/data/epoch")?.as_str()?.parse().ok()?;
+    Some((primary, epoch))
+}
+
 /// True when the role ConfigMap publishes its designation as a
 /// switchover's (`change: switchover`).
 fn published_as_switchover(cluster: &Cluster) -> bool {
@@ -1315,13 +1322,6 @@ fn published_as_switchover(cluster: &Cluster) -> bool {
         .get(&Key::new("v1", "ConfigMap", "ns", "orders-role"))
         .and_then(|map| map.pointer("/data/change"))
         .is_some_and(|c| c == "switchover")
-}
-
-fn role(cluster: &Cluster) -> Option<(String, u64)> {
-    let map = cluster.get(&Key::new("v1", "ConfigMap", "ns", "orders-role"))?;
-    let primary = map.pointer("/data/primary")?.as_str()?.to_string();
-    let epoch = map.pointer("/data/epoch")?.as_str()?.parse().ok()?;
-    Some((primary, epoch))
 }
 
 /// The pod the read-write Service selects by name, `Ok(None)` when there

@@ -1416,14 +1416,17 @@ pub fn promote_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
         .filter(|job| primary::is_promote_job(db, job) && Some(job.as_str()) != wanted)
         .map(|job| kept_job(db, job))
         .collect();
-    out.extend(wanted.map(|_| promote_job(db, plan)));
+    out.extend(wanted.map(|_| promote_job(db, plan, seen.template_hash())));
     out
 }
 
 /// The promote Job of the designated standby: promotes it over the
 /// network (`promote.sh`) once it is the most advanced standby and the old
 /// primary does not answer as one; refuses otherwise, changing nothing.
-fn promote_job(db: &Database, plan: &Plan) -> Job {
+/// Annotated with the hash of the instances' template last written
+/// (`template`), so the switchovers a rollout of that template had refused
+/// can be counted.
+fn promote_job(db: &Database, plan: &Plan, template: Option<&str>) -> Job {
     let primary = &plan.primary;
     let others: Vec<String> = (0..u32::try_from(plan.replicas).unwrap_or(0))
         .filter(|o| *o != primary.designated && Some(*o) != primary.serving)
@@ -1480,7 +1483,14 @@ fn promote_job(db: &Database, plan: &Plan) -> Job {
         ..PodSpec::default()
     };
     plan.tls.apply(&mut pod, &["promote"]);
-    script_job(db, job_name, pod, 0)
+    let mut job = script_job(db, job_name, pod, 0);
+    if let Some(hash) = template {
+        job.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(TEMPLATE_HASH.to_string(), hash.to_string());
+    }
+    job
 }
 
 /// How this Database's dumps are verified, once it serves: the newest of

@@ -407,6 +407,18 @@ impl Observed {
             .map(String::as_str)
     }
 
+    /// The template hash Job `job` was annotated with ([`TEMPLATE_HASH`]):
+    /// a promote Job's, the instances' template when it was made.
+    pub fn job_template_hash(&self, job: &str) -> Option<&str> {
+        self.jobs
+            .get(job)?
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(TEMPLATE_HASH)
+            .map(String::as_str)
+    }
+
     /// The value of `var` in the environment of Job `job`'s first
     /// container that sets it.
     pub fn job_env(&self, job: &str, var: &str) -> Option<&str> {

@@ -419,9 +419,14 @@ fn ignore_request(primary: &mut Primary, why: String) {
     });
 }
 
-/// The switchover promote Jobs that failed since the primary last
-/// changed (at epochs above every succeeded promote Job's), newest first.
+/// The switchover promote Jobs that failed under the instances' template
+/// last written (the rollout under way) since the primary last changed
+/// (at epochs above every succeeded promote Job's), newest first. A new
+/// template, the one that mends the cause perhaps, starts the count again.
 fn refused_switchovers<'a>(db: &'a Database, seen: &'a Observed) -> Vec<(u64, &'a str)> {
+    let Some(template) = seen.template_hash() else {
+        return Vec::new();
+    };
     let since = promote_jobs(db, seen)
         .filter(|(_, _, job)| seen.job(job) == Some(RunStatus::Succeeded))
         .map(|(epoch, _, _)| epoch)
@@ -432,6 +437,7 @@ fn refused_switchovers<'a>(db: &'a Database, seen: &'a Observed) -> Vec<(u64, &'
             *epoch > since
                 && seen.job(job) == Some(RunStatus::Failed)
                 && seen.job_env(job, "MODE") == Some(SWITCHOVER_MODE)
+                && seen.job_template_hash(job) == Some(template)
         })
         .map(|(epoch, _, job)| (epoch, job))
         .collect();
@@ -445,7 +451,7 @@ fn rollout_gave_up(db: &Database, seen: &Observed, to: u32, refused: &[(u64, &st
     let (_, last) = refused[0];
     let why = report(seen, last);
     format!(
-        "the rollout's switchover to {} is not asked again: {} switchovers in a row were refused since the primary last changed (the last, job {last}: {why}); once the cause is mended, ask for it with the annotation {ANNOTATION_SWITCHOVER}: {}@<status.primaryEpoch>",
+        "the rollout's switchover to {} is not asked again: {} switchovers in a row were refused under the template it rolls out (the last, job {last}: {why}); once the cause is mended, ask for it with the annotation {ANNOTATION_SWITCHOVER}: {}@<status.primaryEpoch>, or change the template",
         pod_name(db, to),
         refused.len(),
         pod_name(db, to),
@@ -793,6 +799,7 @@ mod tests {
     use crate::fixtures;
     use crate::operators::common::LABEL_NAME;
     use crate::operators::database::observed::Role;
+    use crate::operators::database::spec::TEMPLATE_HASH;
     use serde_json::json;
 
     const NOW: &str = "2026-03-04T05:06:07Z";
@@ -1317,26 +1324,42 @@ mod tests {
         );
     }
 
+    /// A promote Job in switchover mode, failed, made under template `t`.
+    fn refused_under(epoch: u64, t: &str) -> fixtures::Object {
+        in_switchover_mode(fixtures::job(&format!("orders-promote-{epoch}-1")).failed())
+            .annotation(TEMPLATE_HASH, t)
+    }
+
+    /// Observed: orders-0 designated at `epoch`, the StatefulSet last
+    /// written with template `t`, these Jobs; the last refused one says
+    /// why.
+    fn rolling(epoch: u64, t: &str, jobs: &[fixtures::Object], last: Option<u64>) -> Observed {
+        let mut s = seen(None, Some(("orders-0", epoch)), jobs);
+        s.statefulset = Some(
+            fixtures::statefulset("orders")
+                .annotation(TEMPLATE_HASH, t)
+                .typed(),
+        );
+        if let Some(e) = last {
+            let job = format!("orders-promote-{e}-1");
+            s.pods
+                .push(reported(&job, "refused orders-1 does not verify"));
+        }
+        s
+    }
+
     /// The rollout asks for a switchover to orders-1; `refused` of them
-    /// were refused in a row (at epochs 1, 3, 5, ...: each designated
-    /// orders-0 again at the next), and orders-0 is designated now.
+    /// were refused in a row under its template (at epochs 1, 3, 5, ...:
+    /// each designated orders-0 again at the next), and orders-0 is
+    /// designated now.
     fn after_refused_switchovers(refused: u64) -> Primary {
         let jobs: Vec<_> = (0..refused)
-            .map(|i| {
-                in_switchover_mode(
-                    fixtures::job(&format!("orders-promote-{}-1", 2 * i + 1)).failed(),
-                )
-            })
+            .map(|i| refused_under(2 * i + 1, "t1"))
             .collect();
         let epoch = 2 * refused;
         let d = db(json!({"currentPrimary": "orders-0", "primaryEpoch": epoch}));
-        let mut s = seen(None, Some(("orders-0", epoch)), &jobs);
-        if refused > 0 {
-            let last = format!("orders-promote-{}-1", 2 * refused - 1);
-            s.pods
-                .push(reported(&last, "refused orders-1 does not verify"));
-        }
-        decide(&d, &s, true, Some(1))
+        let last = (refused > 0).then(|| 2 * refused - 1);
+        decide(&d, &rolling(epoch, "t1", &jobs, last), true, Some(1))
     }
 
     /// Seen in a real loop (`dbrealtls` without the CA bundle): every
@@ -1368,16 +1391,24 @@ mod tests {
             why.contains("opshooks.io/switchover: orders-1@<status.primaryEpoch>"),
             "{why}"
         );
-        // A person asks at the epoch in force: tried, whatever went before.
-        let d = asking(
-            "orders-1@6",
-            json!({"currentPrimary": "orders-0", "primaryEpoch": 6}),
+        let jobs: Vec<_> = [1, 3, 5].iter().map(|e| refused_under(*e, "t1")).collect();
+        // A new template (the one that mends the cause, perhaps): its
+        // rollout asks again.
+        let status = json!({"currentPrimary": "orders-0", "primaryEpoch": 6});
+        let p = decide(
+            &db(status.clone()),
+            &rolling(6, "t2", &jobs, Some(5)),
+            true,
+            Some(1),
         );
-        let jobs: Vec<_> = [1, 3, 5]
-            .iter()
-            .map(|e| in_switchover_mode(fixtures::job(&format!("orders-promote-{e}-1")).failed()))
-            .collect();
-        let p = decide(&d, &seen(None, Some(("orders-0", 6)), &jobs), true, Some(1));
+        assert_eq!(
+            (p.designated, p.epoch, p.step.clone()),
+            (1, 7, Step::Fencing),
+            "{p:?}"
+        );
+        // A person asks at the epoch in force: tried, whatever went before.
+        let d = asking("orders-1@6", status);
+        let p = decide(&d, &rolling(6, "t1", &jobs, Some(5)), true, Some(1));
         assert_eq!(
             (p.designated, p.epoch, p.step.clone()),
             (1, 7, Step::Fencing),

@@ -82,6 +82,7 @@ import contextlib
 import copy
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -374,8 +375,9 @@ def termination_messages(s, uid, container):
 
 def incarnations(s, pod):
     """The uids of every pod named `pod` in the scenario's namespace that
-    procnode.py ran, oldest first (by the time its directory was made):
-    a StatefulSet's pod deleted twice has had three."""
+    procnode.py ran, oldest first (by when its sandbox was made: its
+    etc/hostname is written once; the pod's directory changes as it is
+    torn down): a StatefulSet's pod deleted twice has had three."""
     root = f"{s.suite.dir}/procnode/pods"
     found = []
     for uid in os.listdir(root) if os.path.isdir(root) else []:
@@ -385,7 +387,7 @@ def incarnations(s, pod):
             with open(f"{root}/{uid}/etc/resolv.conf") as f:
                 search = f.readline().split()
             if hostname == pod and search[1:2] == [f"{s.ns}.svc.{CLUSTER_DOMAIN}"]:
-                found.append((os.stat(f"{root}/{uid}").st_mtime, uid))
+                found.append((os.stat(f"{root}/{uid}/etc/hostname").st_mtime, uid))
     return [uid for _, uid in sorted(found)]
 
 
@@ -512,6 +514,9 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
         os.kill(pid, signal.SIGKILL)
     elif fault == "lost-volume":
         init_job_deleted(s, name)
+        # Its container may start again on the emptied claim before the
+        # pod is gone: those runs are read with its replacements'.
+        runs_before = len(container_runs(s, primary_uid, "postgres", "log"))
         at = volume_lost(s, primary, before[primary][0])
     elif fault == "stale-standby":
         stale = sorted(p for p in before if p != primary)[-1]
@@ -739,16 +744,26 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
         # first run saw the new designation starts as a standby and never
         # refuses; none may initialize over the lost data.
         again = [uid for uid in incarnations(s, primary) if uid != primary_uid]
-        said = [m for uid in again for m in termination_messages(s, uid, "postgres")]
-        first = [(container_runs(s, uid, "postgres", "log") or [""])[0] for uid in again]
-        say(f"{primary}'s pods since the loss: {len(again)}; their refusals: {said}")
         s.expect(again, f"no pod of {primary} ran since the loss")
-        logs = [container_log(s, uid, "postgres") for uid in again]
+
+        def runs(uid, file):
+            got = container_runs(s, uid, "postgres", file)
+            return got[runs_before:] if uid == primary_uid else got
+
+        since = [primary_uid] + again
+        said = [m.strip() for uid in since for m in runs(uid, "termination-log") if m.strip()]
+        logs = [log for uid in since for log in runs(uid, "log")]
+        say(f"{primary}'s pods since the loss: {len(again)} new, {len(logs)} runs; their refusals: {said}")
         s.expect(not any("first start: the entrypoint initializes" in log for log in logs), f"{primary} initialized over the lost volume")
-        standby_first = f"designated primary {primary} " not in first[0]
+        # The designation the first run since the loss that got that far
+        # read (start.sh says it before it decides anything of the data;
+        # a run killed sooner decided nothing).
+        read = (re.search(r"instance \S+; designated primary (\S+) ", log) for log in logs)
+        first = next((m for m in read if m), None)
+        s.expect(first, f"no run of {primary} since the loss said whom it read as designated: {logs[:1]}")
         s.expect(
-            any("empty although the Database was initialized" in m for m in said) or standby_first,
-            f"{primary} designated at its replacement's first start, and no refusal of the empty volume: {said}",
+            any("empty although the Database was initialized" in m for m in said) or first[1] != primary,
+            f"{primary} designated at its first start since the loss, and no refusal of the empty volume: {said}",
         )
         cond = condition(k.get("Database", ns, name), "Initialized") or {}
         s.expect(cond.get("status") == "True", f"Initialized {cond} after the lost volume")
