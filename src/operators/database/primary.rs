@@ -1304,6 +1304,23 @@ mod tests {
         assert!(!p.changing());
     }
 
+    /// The README (Failover, "When"): a missing primary pod does not start
+    /// the delay, however long it has been gone; the StatefulSet makes it
+    /// again, and its new `Ready` condition does.
+    #[test]
+    fn a_missing_primary_pod_does_not_start_the_delay() {
+        let mut s = seen(None, Some(("orders-0", 0)), &[]);
+        s.pods
+            .retain(|p| p.metadata.name.as_deref() != Some("orders-0"));
+        let d = db(json!({"currentPrimary": "orders-0", "primaryEpoch": 0}));
+        let p = decide(&d, &s, true, None);
+        assert_eq!(
+            (p.designated, p.epoch, p.step.clone()),
+            (0, 0, Step::Steady),
+            "{p:?}"
+        );
+    }
+
     /// The hook reads promote.sh's reports by two phrases; the script
     /// must say them as the hook reads them (before, each side had its
     /// own copy, pinned by its own tests only).
