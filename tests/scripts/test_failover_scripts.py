@@ -1621,6 +1621,28 @@ def test_a_standby_that_stopped_streaming_long_ago_is_not_promoted(template):
         db.stop()
 
 
+def test_a_standby_with_no_record_of_being_current_is_not_promoted(template):
+    """The README (Failover, "Against what the old primary had"): a
+    candidate with no record of when it was last current with a primary
+    (no probe of it ever found it streaming) is refused, changing nothing:
+    how far behind it is cannot be known. Here it streams, and is as
+    current as the other standby, but no probe ever ran."""
+    db = new_database(template)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE w (id bigint PRIMARY KEY)")
+        rw_sql(db.proxy, "INSERT INTO w SELECT g FROM generate_series(1, 100) g")
+        wait_for("b and c have the rows", lambda: has_rows(b, "w", 100) and has_rows(c, "w", 100))
+        p.stop("kill")
+        db.designate(None)
+        db.designate(b)
+        result = promote(b, p, [c], timeout="2", MAX_SILENCE_SECONDS=str(SILENCE))
+        assert_refused(result, f"candidate {b.address} has no record of being current with a primary")
+        assert b.in_recovery() == "t"
+    finally:
+        db.stop()
+
+
 # --------------------------------------------------------------------------
 # Issue 32: a switchover stops the old primary, and every standby follows
 
