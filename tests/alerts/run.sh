@@ -47,14 +47,6 @@ echo "== promtool test rules"
 (cd "$work" && "$BIN/promtool" test rules alerts_test.yaml)
 
 echo "== every metric an alert reads is exposed"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$OPSHOOKS" --listen "127.0.0.1:$port" >"$work/opshooks.log" 2>&1 &
-server=$!
-for _ in $(seq 1 100); do
-  if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
-    "http://127.0.0.1:$port/metrics" 2>/dev/null; then break; fi
-  sleep 0.1
-done
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_for() { # url
   for _ in $(seq 1 100); do
@@ -64,6 +56,10 @@ wait_for() { # url
   echo "FAIL: nothing answers at $1" >&2
   return 1
 }
+port=$(free_port)
+"$OPSHOOKS" --listen "127.0.0.1:$port" >"$work/opshooks.log" 2>&1 &
+server=$!
+wait_for "http://127.0.0.1:$port/metrics"
 
 # PostgreSQL's metrics as the exporter serves them: a real primary and a
 # streaming standby (pg_stat_replication has a row only with one), each

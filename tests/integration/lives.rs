@@ -1606,10 +1606,10 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
     }
     // A designation published as a switchover's is a rollout's (no
     // annotation asks for one in these lives).
-    let rolling_now = status
+    let rolling = status
         .and_then(|s| status_condition(s, "Upgrading"))
         .is_some_and(|c| c["reason"] == "RollingUpdate");
-    if role_now != role_before && published_as_switchover(cluster) && !rolling_now {
+    if role_now != role_before && published_as_switchover(cluster) && !rolling {
         return Err(format!(
             "the role ConfigMap publishes {role_now:?} as a switchover, and no rollout asked for one"
         ));
@@ -1638,9 +1638,6 @@ fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<(), String> {
             .get(&change.key)
             .and_then(job_mode)
             .is_some_and(|m| m == "switchover");
-        let rolling = status
-            .and_then(|s| status_condition(s, "Upgrading"))
-            .is_some_and(|c| c["reason"] == "RollingUpdate");
         // A switchover is one from its designation: the Job made again
         // (its failed one deleted) after the rollout gave way to a major
         // upgrade is still one, as the role ConfigMap published it.

@@ -794,7 +794,7 @@ fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failo
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::fixtures;
     use crate::operators::common::LABEL_NAME;
@@ -804,7 +804,11 @@ mod tests {
 
     const NOW: &str = "2026-03-04T05:06:07Z";
 
-    fn db(status: serde_json::Value) -> Database {
+    /// What `start.sh` leaves when the designated primary's volume is
+    /// empty although the Database was initialized.
+    pub(in super::super) const EMPTY_VOLUME: &str = "opshooks: the data directory /var/lib/postgresql/data/pg16 is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over\n";
+
+    pub(in super::super) fn db(status: serde_json::Value) -> Database {
         serde_json::from_value(json!({
             "metadata": {"name": "orders", "namespace": "prod"},
             "spec": {"version": "16", "size": "large", "storage": {"size": "1Gi"}},
@@ -813,7 +817,7 @@ mod tests {
         .unwrap()
     }
 
-    fn instance(i: u32) -> fixtures::Object {
+    pub(in super::super) fn instance(i: u32) -> fixtures::Object {
         fixtures::pod(&format!("orders-{i}")).label(LABEL_NAME, "postgresql")
     }
 
@@ -931,9 +935,8 @@ mod tests {
         assert_eq!((p.designated, p.epoch), (1, 3));
         // Instance 0's claim is gone: its empty volume is refused, the
         // others say what they hold.
-        let empty = "opshooks: the data directory /var/lib/postgresql/data/pg16 is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over\n";
         let p = re_created(vec![
-            refusing(0, empty),
+            refusing(0, EMPTY_VOLUME),
             refusing(1, &holds("2", "orders-1", 2, "0/4195E70")),
             refusing(2, &holds("1", "orders-0", 1, "0/40A1AF8")),
         ]);

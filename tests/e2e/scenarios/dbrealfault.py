@@ -369,10 +369,6 @@ def scenario_real_pause_async(s):
     kill_the_primary(s, delay=10, fault="pause", replication="asynchronous")
 
 
-def termination_messages(s, uid, container):
-    return [m.strip() for m in container_runs(s, uid, container, "termination-log") if m.strip()]
-
-
 def incarnations(s, pod):
     """The uids of every pod named `pod` in the scenario's namespace that
     procnode.py ran, oldest first (by when its sandbox was made: its

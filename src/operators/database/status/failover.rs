@@ -194,33 +194,22 @@ fn refusals(primary: &Primary) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::super::primary::decide;
+    use super::super::super::primary::tests::{EMPTY_VOLUME, db, instance};
     use super::*;
-    use crate::fixtures;
-    use crate::operators::common::LABEL_NAME;
     use serde_json::json;
-
-    fn instance(i: u32) -> fixtures::Object {
-        fixtures::pod(&format!("orders-{i}")).label(LABEL_NAME, "postgresql")
-    }
 
     /// The README (Failover, "A lost volume"): the designated primary's
     /// refusal of its empty volume is what `FailingOver` says while the
     /// delay runs.
     #[test]
     fn failing_over_repeats_the_primarys_refusal_of_its_empty_volume() {
-        let db: Database = serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "large", "storage": {"size": "1Gi"}},
-            "status": {"currentPrimary": "orders-0", "primaryEpoch": 0}
-        }))
-        .unwrap();
-        let empty = "opshooks: the data directory /var/lib/postgresql/data/pg16 is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over\n";
+        let db = db(json!({"currentPrimary": "orders-0", "primaryEpoch": 0}));
         let refusing = instance(0)
             .not_ready_since("2026-03-04T05:06:00Z")
             .set(
                 "/status/containerStatuses",
                 json!([{"name": "postgres", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                    "lastState": {"terminated": {"exitCode": 1, "message": empty}}}]),
+                    "lastState": {"terminated": {"exitCode": 1, "message": EMPTY_VOLUME}}}]),
             )
             .typed();
         let seen = Observed {
