@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The chart's alerts, as the real helm renders them, checked and unit-tested
-# by the real promtool (both built by tests/e2e/build-tools.sh), and every
-# metric an alert reads checked against what exposes it: opshooks' own
-# metrics as the real binary serves them on /metrics, the operators' state
-# as the chart's kube-state-metrics configuration names it.
+# by the real promtool (both built by tests/e2e/build-tools.sh); the
+# chart's Grafana dashboard, rendered the same way, each of its queries
+# checked by promtool; and every metric an alert or a dashboard query
+# reads, with every label it names, checked against what exposes it:
+# opshooks' own metrics as the real binary serves them on /metrics, the
+# operators' state as the chart's kube-state-metrics configuration names
+# it, PostgreSQL's as a real postgres_exporter serves them.
 #
 # Usage: tests/alerts/run.sh BIN OPSHOOKS
 #   BIN: the tools' directory (helm, promtool); OPSHOOKS: an opshooks binary.
@@ -46,7 +49,86 @@ echo "== promtool check rules"
 echo "== promtool test rules"
 (cd "$work" && "$BIN/promtool" test rules alerts_test.yaml)
 
-echo "== every metric an alert reads is exposed"
+# The dashboard's ConfigMap as helm renders it: only when enabled, in the
+# namespace asked for, with the sidecar's label; its JSON the literal block
+# under `opshooks.json:` (the last key, 4 spaces in).
+echo "== the Grafana dashboard"
+if "$BIN/helm" template t "$ROOT/charts/opshooks" | grep -q 'name: t-opshooks-dashboard$'; then
+  echo "FAIL: the dashboard's ConfigMap is rendered by default" >&2
+  exit 1
+fi
+"$BIN/helm" template t "$ROOT/charts/opshooks" --set monitoring.grafanaDashboard.enabled=true \
+  --set monitoring.grafanaDashboard.namespace=grafana \
+  --show-only templates/grafana-dashboard.yaml >"$work/dashboard.yaml"
+for want in '^kind: ConfigMap$' '^  name: t-opshooks-dashboard$' '^  namespace: grafana$' \
+  '^    grafana_dashboard: "1"$' '^  opshooks.json: [|]$'; do
+  grep -q "$want" "$work/dashboard.yaml" || { echo "FAIL: the dashboard's ConfigMap has no line $want" >&2; exit 1; }
+done
+awk 'on { sub(/^    /, ""); print } /^  opshooks.json: [|]$/ { on = 1 }' "$work/dashboard.yaml" >"$work/dashboard.json"
+# Every query of the dashboard (each panel's expr, each variable's
+# label_values selector) into queries.json for the metric check below, and
+# as a recording rule into dashboard-rules.yaml for promtool: the
+# dashboard's variables replaced first, an interval by 5m and any other
+# by `.*` (each must be a variable the dashboard defines).
+python3 - "$work/dashboard.json" "$work/queries.json" "$work/dashboard-rules.yaml" <<'PY'
+import json
+import re
+import sys
+
+source, queries_out, rules_out = sys.argv[1:]
+try:
+    dashboard = json.load(open(source))
+except ValueError as err:
+    sys.exit(f"FAIL: the dashboard's JSON does not parse: {err}")
+variables = {v["name"] for v in dashboard["templating"]["list"]}
+missing = {"datasource", "namespace", "database"} - variables
+if missing:
+    sys.exit(f"FAIL: the dashboard lacks the variables {', '.join(sorted(missing))}")
+queries, rules = [], []
+
+
+def promql(where, expr):
+    """The query with the dashboard's variables replaced by what PromQL parses."""
+    expr = re.sub(r"\$\{?__(rate_interval|interval|range)\}?", "5m", expr)
+    for name in re.findall(r"\$\{?(\w+)", expr):
+        if name not in variables:
+            sys.exit(f"FAIL: {where}: ${name} is no variable of the dashboard")
+    return re.sub(r"\$\{(\w+)(:\w+)?\}|\$(\w+)", ".*", expr)
+
+
+def add(where, record, expr, labels):
+    queries.append({"where": where, "expr": expr, "labels": sorted(labels)})
+    rules.append({"record": record, "expr": promql(where, expr)})
+
+
+for v in dashboard["templating"]["list"]:
+    if v["type"] != "query":
+        continue
+    query = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+    m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+    if not m:
+        sys.exit(f"FAIL: variable {v['name']}: not label_values(selector, label): {query}")
+    add(f"variable {v['name']}", f"dashboard:variable_{v['name']}", m[1], {m[2]})
+for panel in dashboard["panels"]:
+    if panel["type"] == "row":
+        continue
+    where = f"panel {panel['title']!r}"
+    if not panel.get("targets"):
+        sys.exit(f"FAIL: {where} has no query")
+    for t in panel["targets"]:
+        if t.get("datasource", {}).get("uid") != "${datasource}" or not t.get("expr"):
+            sys.exit(f"FAIL: {where}: query {t['refId']} needs an expr and the datasource variable")
+        legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat", "")))
+        add(where, f"dashboard:panel{panel['id']}_{t['refId']}", t["expr"], legend)
+json.dump(queries, open(queries_out, "w"))
+# JSON is YAML: promtool reads it as a rules file.
+json.dump({"groups": [{"name": "dashboard", "rules": rules}]}, open(rules_out, "w"), indent=1)
+print(f"dashboard: the ConfigMap renders, its JSON parses, {len(queries)} queries")
+PY
+echo "== promtool check rules (the dashboard's queries)"
+"$BIN/promtool" check rules "$work/dashboard-rules.yaml"
+
+echo "== every metric an alert or the dashboard reads is exposed"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_for() { # url
   for _ in $(seq 1 100); do
@@ -101,47 +183,122 @@ for pg_port in "$pg_primary" "$pg_standby"; do
   metrics+=("http://127.0.0.1:$exporter_port/metrics")
 done
 
-python3 - "$work/rules.yaml" "$ROOT/charts/opshooks/files/kube-state-metrics.yaml" "http://127.0.0.1:$port/metrics" "${metrics[@]}" <<'PY'
+python3 - "$work/rules.yaml" "$work/queries.json" "$ROOT/charts/opshooks/files/kube-state-metrics.yaml" \
+  "http://127.0.0.1:$port/metrics" "${metrics[@]}" <<'PY'
+import json
 import re
 import sys
 import urllib.request
 
-rules, ksm, url, *exporters = sys.argv[1:]
-exposed = set()
+rules, queries, ksm, url, *exporters = sys.argv[1:]
+# Every exposed metric, with the labels its series carry.
+exposed = {}
+
+
+def series(line):
+    """A series line's name and label names."""
+    name, _, rest = line.partition("{")
+    if not rest:
+        return line.split()[0], set()
+    return name, set(re.findall(r'([a-zA-Z_]\w*)="(?:[^"\\]|\\.)*"', rest))
+
+
 # PostgreSQL's, as the exporters serve them: a series only (a collector
 # that found nothing prints its HELP and TYPE alone), so an alert never
 # reads a name that no instance has. Every exporter must reach its server.
+# The PodMonitor adds namespace and pod to each.
 for exporter in exporters:
     for line in urllib.request.urlopen(exporter, timeout=10).read().decode().splitlines():
         if line.startswith("pg_up "):
             if line.split()[1] != "1":
                 sys.exit(f"FAIL: {exporter} cannot query its PostgreSQL (pg_up {line.split()[1]})")
         if line.startswith("pg_"):
-            exposed.add(re.split(r"[{ ]", line, maxsplit=1)[0])
-# opshooks' own, as the binary serves them (a histogram's series too).
+            name, labels = series(line)
+            exposed.setdefault(name, {"namespace", "pod"}).update(labels)
+# opshooks' own, as the binary serves them (a histogram's series too, and
+# its name).
 for line in urllib.request.urlopen(url, timeout=5).read().decode().splitlines():
     if line.startswith("# TYPE "):
-        _, _, name, kind = line.split()
-        exposed.add(name)
-        if kind == "histogram":
-            exposed.update(f"{name}_{s}" for s in ("bucket", "sum", "count"))
-# kube-state-metrics': <metricNamePrefix>_<name> of each metric.
-prefix = None
+        exposed.setdefault(line.split()[2], set())
+    elif line and not line.startswith("#"):
+        name, labels = series(line)
+        exposed.setdefault(name, set()).update(labels)
+for name, labels in list(exposed.items()):
+    if not labels and f"{name}_bucket" in exposed:
+        labels.update(exposed[f"{name}_bucket"])
+# kube-state-metrics': <metricNamePrefix>_<name> of each metric, with the
+# keys of its resource's labelsFromPath and its own, and a state set's
+# labelName.
+resources = []  # (prefix, the resource's labels, {metric: its labels})
+indent = None  # of the labelsFromPath being read
 for line in open(ksm):
+    depth = len(line) - len(line.lstrip())
+    if indent is not None and line.strip() and depth <= indent:
+        indent = None
     m = re.match(r"\s+metricNamePrefix:\s*(\S+)", line)
     if m:
-        prefix = m[1]
+        resources.append((m[1], set(), {}))
+        metric = None
     m = re.match(r"\s+- name:\s*(\S+)", line)
-    if m and prefix:
-        exposed.add(f"{prefix}_{m[1]}")
-used = set()
+    if m and resources:
+        metric = m[1]
+        resources[-1][2][metric] = set()
+    if not resources:
+        continue
+    into = resources[-1][2][metric] if metric else resources[-1][1]
+    m = re.match(r"\s+labelsFromPath:\s*$", line)
+    if m:
+        indent = depth
+        continue
+    m = re.match(r"\s+(\w+):", line)
+    if m and indent is not None:
+        into.add(m[1])
+    m = re.match(r"\s+labelName:\s*(\S+)", line)
+    if m:
+        into.add(m[1])
+for prefix, common, metrics in resources:
+    for name, labels in metrics.items():
+        exposed[f"{prefix}_{name}"] = common | labels
+
+
+def labels_named(expr):
+    """The labels a query names: in matchers and in by, on and the like."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    named = set()
+    for inside in re.findall(r"\{([^}]*)\}", expr):
+        named.update(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", inside))
+    for inside in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", expr):
+        named.update(label.strip() for label in inside.split(",") if label.strip())
+    return named
+
+
+def check(what, queries):
+    """The metrics that queries read, each (where, expr, more labels):
+    fails on a metric nothing exposes, or a label that none of the metrics
+    its query reads has."""
+    used, wrong = set(), []
+    for where, expr, more in queries:
+        names = set(re.findall(r"\b((?:opshooks|pg)_[a-z_]+)\b", expr))
+        used |= names
+        known = set().union(*(exposed.get(name, set()) for name in names))
+        wrong += [f"{where}: {label}" for label in sorted((labels_named(expr) | set(more)) - known)]
+    missing = sorted(used - set(exposed))
+    print(f"{what} read {len(used)} metrics: {', '.join(sorted(used))}")
+    if missing:
+        sys.exit(f"FAIL: metrics {what} read that nothing exposes: {', '.join(missing)}")
+    if wrong:
+        sys.exit(f"FAIL: labels {what} name that no metric of the query has: {'; '.join(wrong)}")
+
+
+alerts = []
 for line in open(rules):
+    m = re.match(r"\s+- alert:\s*(\S+)", line)
+    if m:
+        alert = m[1]
     m = re.match(r"\s+expr:\s*(.*)", line)
     if m:
-        used.update(re.findall(r"\b((?:opshooks|pg)_[a-z_]+)\b", m[1]))
-missing = sorted(used - exposed)
-print(f"alerts read {len(used)} metrics: {', '.join(sorted(used))}")
-if missing:
-    sys.exit(f"FAIL: metrics an alert reads that nothing exposes: {', '.join(missing)}")
+        alerts.append((alert, m[1], ()))
+check("the alerts", alerts)
+check("the dashboard's queries", [(q["where"], q["expr"], q["labels"]) for q in json.load(open(queries))])
 PY
-echo "alerts: checked, unit-tested, every metric exposed"
+echo "alerts: checked, unit-tested, every metric exposed; dashboard: rendered, every query checked, every metric exposed"
