@@ -2259,3 +2259,229 @@ def test_failover_time_from_the_kill_to_the_first_acknowledged_write(template):
     # BENCHMARKS.md reports it. What must hold is that every failover
     # ended in a write the new primary acknowledged after the kill.
     assert len(figures) == RTO_RUNS and all(rto > 0 for rto in figures), figures
+
+
+# --------------------------------------------------------------------------
+# README promises (Failover) that no test checked before
+
+
+def lsn_bytes(instance: Instance, sql: str) -> int:
+    """A pg_lsn the instance answers, in bytes from 0/0."""
+    return int(float(instance.sql(f"SELECT ({sql}) - '0/0'::pg_lsn")))
+
+
+def gone(pid: int) -> bool:
+    """The process exited (a zombie is gone too)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def exits_refusing(instance: Instance, *, path: str = PG_PATH, timeout: float = 60) -> str:
+    """Starts the container, which must exit without serving: its
+    termination line (the hook reads it)."""
+    with contextlib.suppress(FileNotFoundError):
+        instance.termination_log.unlink()
+    instance.start(wait=False, path=path)
+    assert instance.proc is not None
+    deadline = time.monotonic() + timeout
+    while instance.proc.poll() is None:
+        assert instance.cluster.psql("SELECT 1").rc != 0, \
+            f"{instance.name} started a server:\n{instance.output()[-3000:]}"
+        assert time.monotonic() < deadline, f"{instance.name} neither serves nor exits:\n{instance.output()[-3000:]}"
+        time.sleep(0.2)
+    assert instance.proc.returncode != 0, instance.output()[-3000:]
+    line = instance.termination_log.read_text()
+    assert line.startswith("opshooks: ") and line.count("\n") == 1, line
+    return line
+
+
+def test_a_candidate_behind_where_another_standby_saw_the_old_primary_is_refused(database: Database):
+    """README (Failover, "The loss bound is checked against the old
+    primary"): the promote Job refuses a candidate "more than that lag
+    behind where any answering standby last saw the old primary". Here c's
+    probe recorded the old primary at X while c's own WAL receiver was
+    stuck (streaming, but not reading: its process stopped) well behind
+    X, within the 16 MiB the probes ran with; b then stopped receiving,
+    and the primary wrote on to X. The Job runs with MAX_LAG_BYTES 1 MiB
+    (maxStandbyLag just set: the Job has it, the instances' probes only
+    once they restarted). b's own record is fresh and close to its
+    position, and c is not ahead of b: only c's record shows that b is
+    more than 1 MiB behind what the old primary had, and b is refused,
+    nothing promoted. (With the same bound in the probes and the Job this
+    comparison cannot refuse a candidate the "ahead" comparison lets
+    through: c, current at X, received at least X minus the bound.)"""
+    p, b, c = database.instances
+    lag = 1 << 20
+    rw_sql(database.proxy, "CREATE TABLE w (id int, pad text)")
+    rw_sql(database.proxy, "INSERT INTO w SELECT g, 'x' FROM generate_series(1, 100) g")
+    wait_for("b and c have the rows", lambda: has_rows(b, "w", 100) and has_rows(c, "w", 100))
+    kubelet_probes([b, c], 1)
+    receiver = int(c.sql("SELECT pid FROM pg_stat_wal_receiver"))
+    os.kill(receiver, signal.SIGSTOP)
+    try:
+        rw_sql(database.proxy, "INSERT INTO w SELECT g, 'x' FROM generate_series(101, 110) g")
+        wait_for("b has the rows c did not read", lambda: has_rows(b, "w", 110))
+        kubelet_probes([b], 1)  # b's record: current, at the primary's position
+        b.sql("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1 connect_timeout=1'")
+        b.sql("SELECT pg_reload_conf()")
+        wait_for("b stopped receiving", lambda: b.sql(
+            "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'") == "0")
+        rw_sql(database.proxy, "INSERT INTO w SELECT g, repeat('x', 1000) FROM generate_series(111, 3110) g")
+        head = lsn_bytes(p, "pg_current_wal_lsn()")
+        # c's probe: its receiver still says streaming, 3 MB behind, within
+        # the probes' 16 MiB: it records the old primary at `head`.
+        r = probe(c, "live")
+        assert r.rc == 0, str(r)
+        seen = c.sql("SELECT split_part(pg_read_file('opshooks-current'), ' ', 2)")
+        assert lsn_bytes(c, f"'{seen}'::pg_lsn") >= head - 100000, (seen, head)
+        p.stop("kill")
+        # The stuck receiver never reads what p sent: killed as it is (a
+        # postmaster's children are session leaders of their own, so
+        # stop("kill") leaves it to exit, once resumed, after it wrote).
+        c.stop("kill")
+        os.kill(receiver, signal.SIGKILL)
+        wait_for("c's receiver is gone", lambda: gone(receiver))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(receiver, signal.SIGCONT)
+    database.designate(None)
+    c.start()
+    mine = lsn_bytes(b, "greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())")
+    theirs = lsn_bytes(c, "greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())")
+    assert theirs <= mine < head - lag, (theirs, mine, head)
+    database.designate(b)
+    refused = promote(b, p, [c], timeout="2", MAX_LAG_BYTES=str(lag), MAX_SILENCE_SECONDS="60")
+    assert_refused(refused, f"candidate {b.address} is at", f"where standby {c.address} saw the old primary",
+                   f"more than {lag}")
+    assert b.in_recovery() == "t" and c.in_recovery() == "t"
+
+
+def test_an_instance_on_a_newer_timeline_is_never_rewound_onto_older_data(database: Database):
+    """README (Failover, "Re-created over retained volumes"): "a standby
+    or former primary never `pg_rewind`s onto a primary on an older
+    timeline than its own newest: it refuses and says what it holds".
+    b is promoted at epoch 2 (timeline 2) and takes writes that c
+    follows; then the old primary, on timeline 1, is designated at epoch
+    3, above every recorded epoch (so the epoch records do not stop it),
+    and starts as the primary. b (a former primary) and c (a standby on
+    timeline 2) must not rewind onto it: each exits saying what it holds,
+    and b's data, designated again, still serves every row it took."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+    wait_for("b and c have the rows", lambda: has_rows(b, "t", 100) and has_rows(c, "t", 100))
+    p.stop("kill")
+    database.designate(None)
+    database.designate(b)
+    assert_promoted(promote(b, p, [c]), b)
+    rw_sql(database.proxy, "INSERT INTO t SELECT generate_series(101, 200)")
+    wait_for("c follows b", lambda: has_rows(c, "t", 200), timeout=60)
+    b.stop("fast")
+    c.stop("fast")
+    database.designate(p)  # epoch 3: the older data
+    wait_for("the mount names db-0", database.configmap.settled)
+    p.start()
+    assert p.in_recovery() == "f" and has_rows(p, "t", 100)
+    # b recorded the epoch it was promoted at; c, not restarted since, epoch 1.
+    for i, held in ((b, "holds epoch=2 primary=db-1"), (c, "holds epoch=1 primary=db-0")):
+        line = exits_refusing(i)
+        assert "newer than the primary's 1: never rewound onto older data" in line, line
+        assert line.startswith(f"opshooks: {held} ") and "timeline=2" in line, line
+    # b's data is untouched: designated again, it serves all 200 rows.
+    p.stop("fast")
+    database.designate(b)
+    wait_for("the mount names db-1", database.configmap.settled)
+    b.start()
+    assert b.in_recovery() == "f" and has_rows(b, "t", 200), b.output()[-2000:]
+
+
+def test_the_lease_wait_is_skipped_when_the_old_primary_answers_in_recovery(template):
+    """README (Failover, "Fencing first"): "With the lease, a failover's
+    Job also waits out the old primary's lease (19 s from its start)
+    whatever the old primary answers, unless it answers in recovery".
+    The old primary came back as a standby (shut down cleanly, then
+    started by start.sh with standby.signal, the role naming b): nothing
+    is left to fence, and b is promoted without the lease's wait
+    (LEASE_SECONDS + LEASE_CHECK_SECONDS + LEASE_MARGIN + 1 = 14 s here)."""
+    db = new_database(template, lease=True)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
+        wait_for("b and c have the row", lambda: has_rows(b, "t", 1) and has_rows(c, "t", 1))
+        p.stop("fast")
+        db.designate(b)
+        wait_for("the mount names db-1", db.configmap.settled)
+        (p.data / "standby.signal").touch()
+        os.chown(p.data / "standby.signal", *postgres_ids())
+        p.start()
+        assert "a standby: starting it as it is" in p.output(), p.output()
+        assert p.in_recovery() == "t"
+        began = time.monotonic()
+        done = promote(b, p, [c], timeout="2")
+        took = time.monotonic() - began
+        print(f"old primary in recovery: the promote Job took {took:.1f}s")
+        assert_promoted(done, b)
+        assert took < 8, f"the Job took {took:.1f}s: it waited for the lease\n{done}"
+        assert f"old primary {p.address} answers, in recovery: nothing to fence" in done.err, str(done)
+        assert "waiting" not in done.err, str(done)
+        assert p.in_recovery() == "t"
+    finally:
+        db.stop()
+
+
+def test_a_switchover_without_its_old_primary_is_refused_and_promotes_nothing(database: Database):
+    """README (Failover, "Minor updates"): "a primary lost ... before its
+    promote Job exists still gets a switchover Job, which refuses without
+    the old primary". The role names b for a switchover (the Service still
+    on p), then p is lost: the switchover Job refuses, saying the old
+    primary does not answer, and promotes nothing; every standby stays one
+    (the failover that follows is the hook's, after its delay)."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
+    wait_for("b and c have the row", lambda: has_rows(b, "t", 1) and has_rows(c, "t", 1))
+    database.designate(b)
+    database.route(p)
+    wait_for("the mount names db-1", database.configmap.settled)
+    p.stop("kill")
+    refused = promote(b, p, [c], mode="switchover", timeout="2")
+    assert_refused(refused, f"old primary {p.address} does not answer: a switchover needs it")
+    assert b.in_recovery() == "t" and c.in_recovery() == "t"
+    assert "pg_promote" not in refused.err, str(refused)
+
+
+def test_a_standby_past_the_fork_whose_rewind_fails_does_not_start_and_says_so(database: Database):
+    """README (Failover, "Known limits"): a standby that replayed past the
+    fork is rewound onto the primary's timeline when it restarts, "and when
+    that fails it does not start and says so: re-clone it by deleting that
+    standby's claim and pod". pg_rewind fails here (a stand-in that exits
+    1): c exits with that message, serving nothing on the dead timeline;
+    its volume emptied (the claim deleted), it clones b and follows it.
+    (test_a_rewind_that_fails_moves_the_data_aside_and_clones is the
+    former primary's case, which moves its data aside and clones.)"""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int)")
+    wait_for("c has t", lambda: c.sql("SELECT count(*) FROM pg_class WHERE relname = 't'") == "1")
+    database.designate(b)
+    database.route(p)
+    wait_for("the mount names b", database.configmap.settled)
+    assert b.sql("SELECT pg_promote(true, 60)") == "t"
+    b.sql("CHECKPOINT")
+    p.sql("INSERT INTO t SELECT generate_series(1, 1000)")  # only p and c have these
+    wait_for("c has p's last rows", lambda: has_rows(c, "t", 1000))
+    p.stop("fast")
+    database.route(b)
+    rw_sql(database.proxy, "INSERT INTO t VALUES (-1)")
+    c.stop("fast")
+    failing = pg_dir(c.volume / "failing-bin")
+    (failing / "pg_rewind").write_text("#!/bin/sh\necho 'pg_rewind: error: made to fail' >&2\nexit 1\n")
+    (failing / "pg_rewind").chmod(0o755)
+    line = exits_refusing(c, path=f"{failing}:{PG_PATH}")
+    assert "made to fail" in c.output(), c.output()
+    assert "pg_rewind could not bring it over" in line and "re-clone it" in line, line
+    assert (c.data / "PG_VERSION").exists() and not (c.volume / f"pg{MAJOR}.diverged").exists()
+    # Re-cloned: the claim deleted, the pod made again on an empty volume.
+    shutil.rmtree(c.data)
+    c.start()
+    wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t") == "1", timeout=60)
+    assert c.sql("SELECT max(id) FROM t") == "-1"
