@@ -14,6 +14,7 @@ pub mod quote;
 mod unique;
 
 pub use objects::{ObjectGroups, group_key};
+pub(crate) use objects::{namespaced_resource, serialize_typed};
 pub use pod::{ObservedContainer, ObservedPod, ObservedPodSpec, ObservedPodStatus};
 
 use std::borrow::Cow;

@@ -19,7 +19,7 @@ use crate::hook::{
 };
 
 /// How many random bytes a hook call gets.
-pub const ENTROPY: usize = 64;
+pub const ENTROPY: usize = 96;
 
 /// What a hook call may use besides the request: everything that is not a
 /// pure function of the observed state.

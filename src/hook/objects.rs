@@ -275,6 +275,65 @@ where
     })
 }
 
+/// `k8s_openapi::Resource` and `Metadata` for a namespaced type of another
+/// project (cert-manager's, the Prometheus Operator's) that the hook reads
+/// or writes: `namespaced_resource!(Type, "group", "v1", "Kind", "plural")`.
+/// The type holds `metadata: ObjectMeta`.
+macro_rules! namespaced_resource {
+    ($type:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl k8s_openapi::Resource for $type {
+            const API_VERSION: &'static str = concat!($group, "/", $version);
+            const GROUP: &'static str = $group;
+            const KIND: &'static str = $kind;
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = $plural;
+            type Scope = k8s_openapi::NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::Metadata for $type {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use namespaced_resource;
+
+/// Serializes an object of another project's type as the API takes it:
+/// its `apiVersion` and `kind`, its metadata and spec, never a status.
+pub(crate) fn serialize_typed<K, Spec, S>(
+    metadata: &ObjectMeta,
+    spec: &Spec,
+    s: S,
+) -> Result<S::Ok, S::Error>
+where
+    K: k8s_openapi::Resource,
+    Spec: Serialize,
+    S: serde::Serializer,
+{
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Wire<'a, Spec> {
+        api_version: &'static str,
+        kind: &'static str,
+        metadata: &'a ObjectMeta,
+        spec: &'a Spec,
+    }
+    Serialize::serialize(
+        &Wire {
+            api_version: K::API_VERSION,
+            kind: K::KIND,
+            metadata,
+            spec,
+        },
+        s,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

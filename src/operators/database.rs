@@ -22,6 +22,7 @@ mod certificate;
 pub mod children;
 mod foreign;
 mod lease;
+mod monitoring;
 mod observed;
 mod parameters;
 mod placement;
@@ -138,6 +139,13 @@ pub fn operator() -> Operator {
                 "the instances' certificate under spec.tls.issuerRef follows the issuer and the names; cert-manager reissues it",
             )
             .only_with(certificate::CHART_VALUE),
+            ChildResource::new(
+                "monitoring.coreos.com/v1",
+                "podmonitors",
+                "InPlace",
+                "the instances' PodMonitor under spec.monitoring.podMonitor follows the Database's labels",
+            )
+            .only_with(monitoring::CHART_VALUE),
         ],
         generate_selector: true,
         resync_period_seconds: Some(60),

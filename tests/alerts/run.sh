@@ -183,16 +183,34 @@ for pg_port in "$pg_primary" "$pg_standby"; do
   metrics+=("http://127.0.0.1:$exporter_port/metrics")
 done
 
+# The kubelet's volume metrics, read from the kubelet's own source at the
+# cluster's version (no kubelet here serves them: kwok and the process
+# node play it): the names and labels the alerts may read.
+k8s_version=$(sed -nE 's/^K8S_VERSION=(.*)/\1/p' "$ROOT/tests/e2e/build-tools.sh")
+command -v go >/dev/null 2>&1 || export PATH=/usr/local/go/bin:$PATH
+kubelet_src=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p')
+[[ -f $kubelet_src/pkg/kubelet/metrics/collectors/volume_stats.go ]] ||
+  { echo "FAIL: the kubelet's source (k8s.io/kubernetes@$k8s_version) has no volume_stats.go (module dir '$kubelet_src')" >&2; exit 1; }
+
 python3 - "$work/rules.yaml" "$work/queries.json" "$ROOT/charts/opshooks/files/kube-state-metrics.yaml" \
-  "http://127.0.0.1:$port/metrics" "${metrics[@]}" <<'PY'
+  "$kubelet_src" "http://127.0.0.1:$port/metrics" "${metrics[@]}" <<'PY'
 import json
 import re
 import sys
 import urllib.request
 
-rules, queries, ksm, url, *exporters = sys.argv[1:]
+rules, queries, ksm, kubelet, url, *exporters = sys.argv[1:]
 # Every exposed metric, with the labels its series carry.
 exposed = {}
+# The kubelet's volume metrics: each Desc of its volume stats collector,
+# its key's value from the kubelet's metrics package.
+keys = dict(re.findall(r'(\w+Key)\s*=\s*"(\w+)"', open(f"{kubelet}/pkg/kubelet/metrics/metrics.go").read()))
+subsystem = re.search(r'KubeletSubsystem\s*=\s*"(\w+)"', open(f"{kubelet}/pkg/kubelet/metrics/metrics.go").read())[1]
+collector = open(f"{kubelet}/pkg/kubelet/metrics/collectors/volume_stats.go").read()
+for key, labels in re.findall(r'BuildFQName\("", kubeletmetrics\.KubeletSubsystem, kubeletmetrics\.(\w+)\),\s*"[^"]*",\s*\[\]string\{([^}]*)\}', collector):
+    exposed[f"{subsystem}_{keys[key]}"] = set(re.findall(r'"(\w+)"', labels))
+if "kubelet_volume_stats_available_bytes" not in exposed:
+    sys.exit(f"FAIL: no kubelet volume metrics read from {kubelet}")
 
 
 def series(line):
@@ -278,7 +296,7 @@ def check(what, queries):
     its query reads has."""
     used, wrong = set(), []
     for where, expr, more in queries:
-        names = set(re.findall(r"\b((?:opshooks|pg)_[a-z_]+)\b", expr))
+        names = set(re.findall(r"\b((?:opshooks|pg|kubelet)_[a-z_]+)\b", expr))
         used |= names
         known = set().union(*(exposed.get(name, set()) for name in names))
         wrong += [f"{where}: {label}" for label in sorted((labels_named(expr) | set(more)) - known)]

@@ -379,21 +379,22 @@ kwok_stage_crd() {
 
 # The CRDs of the chart's optional objects, from their projects' Go modules,
 # so those objects are validated by their real schemas: cert-manager's
-# (Certificate, Issuer, ...) and the Prometheus Operator's ServiceMonitor.
+# (Certificate, Issuer, ...) and the Prometheus Operator's ServiceMonitor,
+# PodMonitor and PrometheusRule.
 # Only the CRDs: nothing issues certificates or scrapes in this cluster.
 cmd_chart_crds() {
   [[ -f $DIR/$MARKER && -f $DIR/env ]] || die "$DIR holds no cluster that is up; run 'up' first"
   local cm po crds=() f
   cm=$(module_dir "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION")/deploy/crds/cert-manager.io
   po=$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")/example/prometheus-operator-crd/monitoring.coreos.com
-  for f in "${cm}_certificates" "${cm}_issuers" "${cm}_clusterissuers" "${cm}_certificaterequests" "${po}_servicemonitors" "${po}_prometheusrules"; do
+  for f in "${cm}_certificates" "${cm}_issuers" "${cm}_clusterissuers" "${cm}_certificaterequests" "${po}_servicemonitors" "${po}_podmonitors" "${po}_prometheusrules"; do
     [[ -f $f.yaml ]] || die "$f.yaml not found (cert-manager $CERT_MANAGER_VERSION, prometheus-operator $PROMETHEUS_OPERATOR_VERSION)"
     crds+=(-f "$f.yaml")
   done
   BIN=$("$HERE/build-tools.sh" | tail -n 1)
   "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" apply --server-side --field-manager=opshooks-e2e "${crds[@]}" >/dev/null
   "$BIN/kubectl" --kubeconfig="$DIR/kubeconfig" wait --for=condition=Established --timeout=60s "${crds[@]}" >/dev/null
-  log "cert-manager $CERT_MANAGER_VERSION, ServiceMonitor and PrometheusRule ($PROMETHEUS_OPERATOR_VERSION) CRDs installed"
+  log "cert-manager $CERT_MANAGER_VERSION, ServiceMonitor, PodMonitor and PrometheusRule ($PROMETHEUS_OPERATOR_VERSION) CRDs installed"
 }
 
 # cert-manager's own controllers (tests/e2e/certmanager: Certificates, the

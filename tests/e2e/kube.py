@@ -44,6 +44,7 @@ RESOURCES = {
     "Stage": ("apis/kwok.x-k8s.io/v1alpha1", "stages", False),
     "Certificate": ("apis/cert-manager.io/v1", "certificates", True),
     "Issuer": ("apis/cert-manager.io/v1", "issuers", True),
+    "PodMonitor": ("apis/monitoring.coreos.com/v1", "podmonitors", True),
     "ControllerRevision": ("apis/metacontroller.k8s.io/v1alpha1", "controllerrevisions", True),
     "CompositeController": ("apis/metacontroller.k8s.io/v1alpha1", "compositecontrollers", False),
 }

@@ -107,7 +107,9 @@ loop_chart() {
   shift
   # A short resync, so a step that waits on time (not on an event) is quick.
   local cert_manager=()
-  [[ ${OPSHOOKS_E2E_CERT_MANAGER:-} != 1 ]] || cert_manager=(--set operators.database.certManager=true)
+  # cert-manager's run installs the chart's optional CRDs (cluster.sh
+  # chart-crds): the Prometheus Operator's PodMonitor among them.
+  [[ ${OPSHOOKS_E2E_CERT_MANAGER:-} != 1 ]] || cert_manager=(--set operators.database.certManager=true --set operators.database.podMonitor=true)
   helm upgrade --install opshooks "$CHART" --namespace opshooks --create-namespace \
     --set "controllers.baseUrl=$scheme://127.0.0.1:$port" "${cert_manager[@]}" \
     --set controllers.resyncPeriodSeconds=10 --wait=false "$@" >/dev/null

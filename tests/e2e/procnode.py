@@ -30,7 +30,7 @@ it, as the kubelet does:
   kubelet does, HOSTNAME); the image mapped to local programs
   (image_config: postgres:<major> to that major's server binaries and
   images/postgres/docker-entrypoint.sh, a kubectl image to the tools'
-  kubectl); a pod's kubectl reaches the API server through the `kubernetes`
+  kubectl, the postgres-exporter image to the tools' postgres_exporter); a pod's kubectl reaches the API server through the `kubernetes`
   Service with its projected ServiceAccount token;
 - exec probes (startup, liveness, readiness: initialDelay, period, timeout,
   success and failure thresholds) run in the container's namespaces;
@@ -141,6 +141,20 @@ def image_config(image):
             "user": ("kubectl", 1001, "/"),
             "tmpfs": [],
             "binds": [(KUBECTL, f"{IMAGE_DIR}/kubectl")],
+        }
+    if repo == "postgres-exporter":
+        # prometheus-community's postgres_exporter, built by build-tools.sh
+        # from its module at the version the hook's default image names.
+        exporter = os.path.join(os.path.dirname(KUBECTL or ""), "postgres_exporter")
+        if not os.path.isfile(exporter):
+            raise ImageError(f"no postgres_exporter for {image} (looked for {exporter})")
+        return {
+            "entrypoint": ["postgres_exporter"],
+            "cmd": [],
+            "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
+            "user": ("nobody", 65534, "/"),
+            "tmpfs": [],
+            "binds": [(exporter, f"{IMAGE_DIR}/postgres_exporter")],
         }
     raise ImageError(f"the process node has no stand-in for image {image}")
 

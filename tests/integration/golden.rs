@@ -119,6 +119,33 @@ fn regression_every_missing_group_of_every_hook_is_refused_naming_it() {
                         dropped += 1;
                         continue;
                     }
+                    // The Prometheus Operator's PodMonitor, also the chart's
+                    // to declare: a monitoring setting never blocks a sync
+                    // (a failover), so its absence is said in a condition.
+                    if group == "PodMonitor.monitoring.coreos.com/v1" {
+                        let answer = call.result.unwrap_or_else(|err| {
+                            panic!("{}: without {group}: {err:?}", case.display())
+                        });
+                        let text = String::from_utf8(answer.body).unwrap();
+                        assert!(
+                            !text.contains("\"kind\":\"PodMonitor\""),
+                            "{}",
+                            case.display()
+                        );
+                        // Said when asked for, unless a failed role Job says more.
+                        let monitoring = &request["parent"]["spec"]["monitoring"];
+                        let asked =
+                            monitoring["enabled"] == true && monitoring["podMonitor"] == true;
+                        assert!(
+                            !asked
+                                || text.contains("PodMonitorUnavailable")
+                                || text.contains("RoleFailed"),
+                            "{}",
+                            case.display()
+                        );
+                        dropped += 1;
+                        continue;
+                    }
                     let problem = match call.result {
                         Ok(_) => panic!("{}: {side} without {group} answered 200", case.display()),
                         Err(err) => Problem::from_hook_error(&err),

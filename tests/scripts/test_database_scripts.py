@@ -47,12 +47,13 @@ import pytest
 from pyhelpers import free_port  # tests/support, on sys.path by conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "src" / "operators" / "database"
+# OPSHOOKS_SCRIPTS_DIR: a copy of the scripts, broken on purpose, to see a test fail.
+SCRIPTS = Path(os.environ.get("OPSHOOKS_SCRIPTS_DIR") or REPO / "src" / "operators" / "database")
 # restore.sh runs in test_restore_scripts.py; it is checked here with the rest.
 # start.sh, promote.sh and probe.sh run in test_failover_scripts.py too; tls.sh in
 # test_tls_scripts.py.
 SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "probe.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
-                "restore.sh", "tls.sh", "lease.sh"]
+                "restore.sh", "tls.sh", "lease.sh", "monitor-role.sh"]
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /bin/sh of the images the scripts run in: dash (Debian-based postgres
@@ -811,6 +812,45 @@ def test_init_app_under_other_shells(primary: Primary, shell):
     assert r.rc == 0, str(r)
     assert c.sql("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :'d'", d=db) == user
     assert not PWNED_APP.exists()
+
+
+def test_monitor_role_reads_statistics_and_nothing_more(primary: Primary):
+    """monitor-role.sh (spec.monitoring): the exporters' role logs in, is a
+    member of pg_monitor and of nothing else, holds no other power, and a
+    rerun with a new password (a new Secret) changes only its password. A
+    password with a quote is data."""
+    c = primary.cluster
+    user = "opshooks_monitor"
+    first_password = "mon'; DROP ROLE postgres; --"
+
+    def env(password: str) -> dict[str, str]:
+        e = init_app_env(c)
+        for k in ("APP_USER", "APP_PASSWORD", "APP_DATABASE"):
+            del e[k]
+        return {**e, "MONITOR_USER": user, "MONITOR_PASSWORD": password}
+
+    r = run_script("monitor-role.sh", env(first_password))
+    assert r.rc == 0, str(r)
+    assert c.sql("SELECT format('%s|%s|%s|%s|%s|%s', rolcanlogin, rolsuper, rolreplication, rolcreatedb, "
+                 "rolcreaterole, rolbypassrls) FROM pg_roles WHERE rolname = :'u'", u=user) == "t|f|f|f|f|f"
+    assert c.sql("SELECT string_agg(b.rolname, ',') FROM pg_auth_members m JOIN pg_roles b ON b.oid = m.roleid "
+                 "JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = :'u'", u=user) == "pg_monitor"
+    assert c.sql("SELECT count(*) FROM pg_roles WHERE rolname = 'postgres'") == "1"
+    # It reads the statistics the exporter reads, and not the catalog's secrets.
+    as_monitor = {"user": user, "password": first_password, "database": "postgres"}
+    assert c.sql("SELECT pg_is_in_recovery()", **as_monitor) == "f"
+    assert int(c.sql("SELECT count(*) FROM pg_stat_activity WHERE query IS NOT NULL", **as_monitor)) >= 1
+    denied = c.psql("SELECT rolpassword FROM pg_authid", **as_monitor)
+    assert denied.rc != 0 and "permission denied" in denied.err, str(denied)
+
+    before = catalog(c)
+    again = run_script("monitor-role.sh", env("a new one"))
+    assert again.rc == 0, str(again)
+    changed = [(a, b) for a, b in zip(before.splitlines(), catalog(c).splitlines()) if a != b]
+    assert len(changed) == 1 and f" {user} " in changed[0][0], changed
+    assert c.sql("SELECT current_user", user=user, password="a new one", database="postgres") == user
+    old = c.psql("SELECT 1", **as_monitor)
+    assert old.rc != 0 and "password authentication failed" in old.err, str(old)
 
 
 def test_init_app_names_longer_than_63_bytes(primary: Primary):

@@ -43,22 +43,7 @@ pub struct Certificate {
 impl Serialize for Certificate {
     /// As the API takes it: with its type, without the status.
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire<'a> {
-            api_version: &'static str,
-            kind: &'static str,
-            metadata: &'a ObjectMeta,
-            spec: &'a CertificateSpec,
-        }
-        use k8s_openapi::Resource;
-        Wire {
-            api_version: Self::API_VERSION,
-            kind: Self::KIND,
-            metadata: &self.metadata,
-            spec: &self.spec,
-        }
-        .serialize(s)
+        crate::hook::serialize_typed::<Self, _, _>(&self.metadata, &self.spec, s)
     }
 }
 
@@ -116,24 +101,13 @@ pub struct CertificateCondition {
     pub message: Option<String>,
 }
 
-impl k8s_openapi::Resource for Certificate {
-    const API_VERSION: &'static str = "cert-manager.io/v1";
-    const GROUP: &'static str = "cert-manager.io";
-    const KIND: &'static str = "Certificate";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "certificates";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for Certificate {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::hook::namespaced_resource!(
+    Certificate,
+    "cert-manager.io",
+    "v1",
+    "Certificate",
+    "certificates"
+);
 
 /// The instances' template annotation that names the certificate's issue
 /// they must serve (its `notBefore`).

@@ -25,6 +25,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::certificate;
 use super::lease;
+use super::monitoring;
 use super::observed::Observed;
 use super::parameters;
 use super::placement;
@@ -144,6 +145,16 @@ pub fn build(
     if plan.init_job {
         out.push(Child::new(&init_job(db, plan)));
     }
+    out.extend(
+        monitoring::role_job(db, seen, plan)
+            .as_ref()
+            .map(Child::new),
+    );
+    out.extend(
+        monitoring::pod_monitor(db, seen, APP)
+            .as_ref()
+            .map(Child::new),
+    );
     out.extend(promote_jobs(db, seen, plan).iter().map(Child::new));
     out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
     if plan.restore_job {
@@ -233,6 +244,12 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
                 ("username".to_string(), ByteString(user.into_bytes())),
                 ("password".to_string(), password(&e[42..63])),
             ]),
+        ));
+    }
+    if monitoring::enabled(db).is_some() {
+        wanted.push((
+            monitoring::secret_name(db),
+            monitoring::secret_data(password(&e[63..84])),
         ));
     }
     wanted
@@ -334,7 +351,7 @@ pub fn role(db: &Database, plan: &Plan) -> ConfigMap {
 /// stay beside them.
 pub fn hba_config(db: &Database, seen: &Observed) -> ConfigMap {
     let lines = hba_lines(db);
-    let mut data = BTreeMap::from([(HBA_KEY.to_string(), parameters::hba_conf(lines))]);
+    let mut data = BTreeMap::from([(HBA_KEY.to_string(), instance_hba(db))]);
     let old_template = seen.running_parameters().get("hba_file")
         == Some(&format!("{HBA_DIR}/{HBA_KEY_WITHOUT_TLS}"))
         || (seen.config_maps.contains(&hba_name(db)) && seen.rollout_in_flight());
@@ -349,6 +366,13 @@ pub fn hba_config(db: &Database, seen: &Observed) -> ConfigMap {
         data: Some(data),
         ..ConfigMap::default()
     }
+}
+
+/// The pg_hba.conf the instances read: the operator's rules (the
+/// exporter's among them under `spec.monitoring`) and `spec.postgresql.pgHba`'s.
+fn instance_hba(db: &Database) -> String {
+    let monitor = monitoring::enabled(db).map(|_| monitoring::ROLE);
+    parameters::hba_conf(hba_lines(db), monitor)
 }
 
 /// `spec.postgresql.pgHba`'s lines.
@@ -495,7 +519,7 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed, primary: &Primary) ->
     }
 }
 
-fn secret_env(var: &str, secret: String, key: &str) -> EnvVar {
+pub(super) fn secret_env(var: &str, secret: String, key: &str) -> EnvVar {
     backup_job::env_credential(
         var,
         &Credential::Secret {
@@ -625,7 +649,7 @@ fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
     let mut pod_labels = labels(db);
     pod_labels.extend(selector_labels(APP, name(db)));
     // The rules this template reads: a change of them is a new template.
-    let hba = parameters::hba_conf(hba_lines(db));
+    let hba = instance_hba(db);
     let mut volumes = vec![
         initdb_volume(db),
         config_volume("role", role_name(db)),
@@ -681,6 +705,7 @@ fn instance_pod(
     if lease::enabled(db) {
         lease::apply(db, plan.images.image(plan.version), &mut pod, "postgres");
     }
+    monitoring::apply(db, &mut pod);
     pod
 }
 
@@ -1095,15 +1120,21 @@ pub(super) fn kept_job(db: &Database, job_name: &str) -> Job {
     }
 }
 
-/// The initial configuration: the application user and database.
-pub fn init_job(db: &Database, plan: &Plan) -> Job {
-    let mut env = vec![
+/// How a Job reaches the primary as the superuser: through the read-write
+/// Service.
+pub(super) fn superuser_env(db: &Database) -> Vec<EnvVar> {
+    vec![
         value_env("PGHOST", format!("{}.{}.svc", name(db), namespace(db))),
         value_env("PGPORT", PORT.to_string()),
         value_env("PGUSER", "postgres"),
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
         value_env("PGCONNECT_TIMEOUT", "30"),
-    ];
+    ]
+}
+
+/// The initial configuration: the application user and database.
+pub fn init_job(db: &Database, plan: &Plan) -> Job {
+    let mut env = superuser_env(db);
     env.extend(app_env(db));
     let container = script_container(
         ("init", plan.images.image(plan.version)),
@@ -1283,7 +1314,7 @@ pub fn upgrade_job(db: &Database, plan: &Plan, from: Major, to: Major) -> Job {
 /// A container that runs one of our scripts with `/bin/sh -c`, as an
 /// unprivileged user: `(name, image)`, the script, its environment (every
 /// user value travels there, never in the script) and its mounts.
-fn script_container(
+pub(super) fn script_container(
     (name, image): (&str, String),
     script: &str,
     env: Vec<EnvVar>,
@@ -1515,6 +1546,29 @@ mod tests {
     use super::*;
     use crate::fixtures;
     use serde_json::json;
+
+    /// README Failover: a StatefulSet made before failover keeps
+    /// `OrderedReady` (the API server refuses a change of the field, and
+    /// a refused StatefulSet would stop every answer); a new one starts its
+    /// instances in parallel, since the primary need not be instance 0.
+    #[test]
+    fn a_statefulset_made_before_failover_keeps_ordered_ready() {
+        let with = |policy: Option<&str>| Observed {
+            statefulset: Some(
+                fixtures::statefulset("orders")
+                    .set("/spec/podManagementPolicy", json!(policy))
+                    .typed(),
+            ),
+            ..Observed::default()
+        };
+        assert_eq!(
+            pod_management_policy(&with(Some("OrderedReady"))),
+            "OrderedReady"
+        );
+        assert_eq!(pod_management_policy(&with(Some("Parallel"))), "Parallel");
+        assert_eq!(pod_management_policy(&with(None)), "Parallel");
+        assert_eq!(pod_management_policy(&Observed::default()), "Parallel");
+    }
 
     /// An instance of a template from before TLS serves no TLS: the rules
     /// it reads (`pg_hba.conf`) must keep letting it be reached without

@@ -23,6 +23,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use super::certificate::{Certificate, certificate_name};
 use super::children::{hba_name, headless_name, kept_job, read_only_name};
 use super::lease;
+use super::monitoring::{self, PodMonitor};
 use super::plan::{generated_credentials_name, jobs, superuser_secret_name};
 use super::primary::is_promote_job;
 use super::spec::{Database, Major, backup_cron_name, name, role_name, verify_name};
@@ -63,6 +64,10 @@ pub(super) fn keep_or_refuse(
             true => names::<Certificate>(children)?,
             false => Vec::new(),
         },
+        match children.has::<PodMonitor>() {
+            true => names::<PodMonitor>(children)?,
+            false => Vec::new(),
+        },
     ];
     if deleting {
         return Ok(());
@@ -96,7 +101,10 @@ fn names<K: Resource>(children: &ObjectGroups) -> Result<Vec<(String, &str)>, Ho
 fn is_built(db: &Database, group: &str, object: &str) -> bool {
     let own = name(db);
     let exact: Vec<String> = match group {
-        g if g == group_key::<StatefulSet>() || g == group_key::<PodDisruptionBudget>() => {
+        g if g == group_key::<StatefulSet>()
+            || g == group_key::<PodDisruptionBudget>()
+            || g == group_key::<PodMonitor>() =>
+        {
             vec![own.to_string()]
         }
         g if g == group_key::<Service>() => {
@@ -111,7 +119,11 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             super::trust::config_map_name(db),
         ],
         g if g == group_key::<Secret>() => {
-            vec![superuser_secret_name(db), generated_credentials_name(db)]
+            vec![
+                superuser_secret_name(db),
+                generated_credentials_name(db),
+                monitoring::secret_name(db),
+            ]
         }
         g if g == group_key::<CronJob>() => vec![backup_cron_name(db), verify_name(db)],
         g if g == group_key::<Certificate>() => vec![certificate_name(db)],
@@ -131,6 +143,7 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             let prefixes = [
                 format!("{}-", grow_name(db)),
                 format!("{}-", verify_name(db)),
+                monitoring::role_job_prefix(db),
             ];
             if prefixes.iter().any(|p| object.starts_with(p.as_str())) {
                 return true;

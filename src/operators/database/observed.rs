@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use super::certificate::{self, Certificate};
+use super::monitoring::PodMonitor;
 use super::parameters;
 use super::spec::{
     ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
@@ -180,6 +181,9 @@ pub struct Observed {
     /// cert-manager's Certificates, when the controller manages them
     /// (`None`: the chart does not declare the type).
     pub certificates: Option<Vec<Certificate>>,
+    /// Whether the controller manages Prometheus Operator PodMonitors (the
+    /// chart declares the type: `operators.database.podMonitor`).
+    pub pod_monitors_managed: bool,
     /// cert-manager's CertificateRequests labelled as this Database's
     /// (related objects, asked for only under `spec.tls.issuerRef`).
     pub certificate_requests: Vec<CertificateRequest>,
@@ -242,6 +246,7 @@ impl Observed {
                 .has::<Certificate>()
                 .then(|| req.children.of::<Certificate>())
                 .transpose()?,
+            pod_monitors_managed: req.children.has::<PodMonitor>(),
             // A group asked for and missing is refused (never read as none).
             certificate_requests: match certificate::issuer(db) {
                 Some(_) => req.related.of::<CertificateRequest>()?,

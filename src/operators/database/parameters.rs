@@ -446,9 +446,16 @@ const HBA_LAST_WITHOUT_TLS: &str = "host all all all scram-sha-256\n";
 
 /// The pg_hba.conf of instances given `lines`: the operator's rules,
 /// the lines, then the last rule.
-pub(super) fn hba_conf(lines: &[String]) -> String {
+pub(super) fn hba_conf(lines: &[String], monitor: Option<&str>) -> String {
+    let first = match monitor {
+        // Before the user's lines, which may reject what they do not name.
+        Some(role) => format!(
+            "{HBA_FIRST}# The exporter (spec.monitoring), over the pod's loopback.\nhostssl all {role} 127.0.0.1/32 scram-sha-256\n"
+        ),
+        None => HBA_FIRST.to_string(),
+    };
     hba_conf_of(
-        HBA_FIRST,
+        &first,
         lines,
         "# Everyone else, by password, over TLS.\n",
         HBA_LAST,
@@ -839,7 +846,7 @@ mod tests {
 
     #[test]
     fn the_operators_rules_come_first_and_the_catch_all_last() {
-        let conf = hba_conf(&["host all all 10.0.0.0/8 md5".to_string()]);
+        let conf = hba_conf(&["host all all 10.0.0.0/8 md5".to_string()], None);
         let rules: Vec<&str> = conf.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(rules[2], "hostnossl all all all reject");
         assert_eq!(rules[3], "hostnossl replication all all reject");

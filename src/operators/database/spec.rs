@@ -187,6 +187,55 @@ pub struct DatabaseSpec {
     /// Databases whose nodes must drain without waiting.
     #[serde(default, rename = "enablePDB", skip_serializing_if = "Option::is_none")]
     pub enable_pdb: Option<bool>,
+    /// PostgreSQL's metrics: prometheus-community's postgres_exporter
+    /// beside each instance, and optionally a PodMonitor. Turning it on or
+    /// off rolls the instances, standbys first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitoring: Option<Monitoring>,
+}
+
+/// PostgreSQL's metrics (README "Monitoring").
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Monitoring {
+    /// Runs postgres_exporter beside each instance, serving PostgreSQL's
+    /// metrics on port 9187 (`metrics`), connected over the pod's loopback
+    /// as the role `opshooks_monitor`, a member of `pg_monitor` (a Job
+    /// creates it on the primary; its password is in the Secret
+    /// `<name>-monitor`).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Also a Prometheus Operator `PodMonitor` `<name>` over the instances'
+    /// `metrics` port, labelled with the Database's own labels (so
+    /// `kubectl label` on the Database selects it for a Prometheus). Needs
+    /// the chart's `operators.database.podMonitor` (where the Prometheus
+    /// Operator's CRDs are installed); without it the `Monitoring`
+    /// condition says so and the exporter runs without one.
+    #[serde(default)]
+    pub pod_monitor: bool,
+    /// The exporter's image; `quay.io/prometheuscommunity/postgres-exporter:v0.17.1`
+    /// when omitted (a mirror of it in a private registry, with
+    /// `spec.imagePullSecrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub image: Option<String>,
+    /// Queries of your own, in postgres_exporter's `queries.yaml` format,
+    /// from a ConfigMap's key (`--extend.query-path`, which the exporter's
+    /// maintainers mark deprecated but still serve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<ConfigMapKey>,
+}
+
+/// A key of a ConfigMap in the Database's namespace.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct ConfigMapKey {
+    /// The ConfigMap's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key; `queries.yaml` when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: Option<String>,
 }
 
 /// PostgreSQL's own settings.
@@ -872,6 +921,9 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         db.spec.affinity.as_ref(),
         db.spec.topology_spread_constraints.as_deref(),
     )?;
+    if let Some(monitoring) = &db.spec.monitoring {
+        super::monitoring::validate(db, monitoring)?;
+    }
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
         let field = format!("spec.imagePullSecrets[{i}].name");
         validate::object_name(&field, &secret.name, "Secret")?;

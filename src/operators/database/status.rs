@@ -65,6 +65,7 @@ pub fn status(
     }
     observations.extend(parameters_condition(db, plan));
     observations.extend(super::certificate::condition(db, seen));
+    observations.extend(super::monitoring::condition(db, seen, plan));
     observations.extend(plan.growth.observation(db, seen));
     let restored_from = restored_from(db, seen, plan, ctx);
     let (verified_condition, last_verified_backup) = verified(db, seen, ctx);

@@ -96,24 +96,13 @@ pub struct RequestCondition {
     pub status: String,
 }
 
-impl k8s_openapi::Resource for CertificateRequest {
-    const API_VERSION: &'static str = "cert-manager.io/v1";
-    const GROUP: &'static str = "cert-manager.io";
-    const KIND: &'static str = "CertificateRequest";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "certificaterequests";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for CertificateRequest {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::hook::namespaced_resource!(
+    CertificateRequest,
+    "cert-manager.io",
+    "v1",
+    "CertificateRequest",
+    "certificaterequests"
+);
 
 /// The ConfigMap's name.
 pub(super) fn config_map_name(db: &Database) -> String {

@@ -196,9 +196,61 @@ def scenario_real_database(s):
 
     s.wait("every acknowledged row on the standby, read through the read-only Service", replicated, 60, every=1)
 
+    monitored(s, name)
+
     s.step("delete it (policy Delete): the instances stopped, the volumes gone")
     k.delete("Database", ns, name)
     db_gone(s, name, timeout=180)
+
+
+def monitored(s, name):
+    """spec.monitoring: the real postgres_exporter beside each instance,
+    under the role the role Job made, scraped on the pod's port 9187 as a
+    Prometheus would: pg_up 1 on both, pg_replication_is_replica 0 on the
+    primary and 1 on the standby; a PodMonitor where the chart manages them
+    (the cert-manager run installs its CRD)."""
+    k, ns = s.k, s.ns
+    s.step("spec.monitoring: an exporter beside each instance, scraped on port 9187")
+    k.patch("Database", ns, name, {"spec": {"monitoring": {"enabled": True, "podMonitor": True}}})
+    managed = os.environ.get("OPSHOOKS_E2E_CERT_MANAGER") == "1"
+
+    def exporting():
+        db = s.parent("Database", name)
+        c = condition(db, "Monitoring") or {}
+        want = "Exporting" if managed else "PodMonitorUnavailable"
+        need(c.get("reason") == want, f"Monitoring {c.get('reason')}: {c.get('message')}, want {want}")
+        return db
+
+    s.wait(f"the Monitoring condition {'Exporting' if managed else 'PodMonitorUnavailable'}", exporting, 300, every=2)
+    primary = (s.parent("Database", name).get("status") or {}).get("currentPrimary")
+
+    def scraped():
+        out = {}
+        for i in range(2):
+            pod = k.get("Pod", ns, f"{name}-{i}")
+            statuses = {c["name"]: c for c in (pod or {}).get("status", {}).get("containerStatuses") or []}
+            need("exporter" in statuses and statuses["exporter"].get("ready"), f"{name}-{i}: no ready exporter")
+            ip = pod["status"].get("podIP")
+            get = f"import urllib.request; print(urllib.request.urlopen('http://{ip}:9187/metrics', timeout=5).read().decode())"
+            code, text = on_the_node(s, ["python3", "-c", get])
+            need(code == 0, f"scrape {name}-{i} at {ip}: {text[-200:]}")
+            series = {}
+            for line in text.splitlines():
+                if line.startswith(("pg_up ", "pg_replication_is_replica ")):
+                    key, value = line.split()
+                    series[key] = float(value)
+            want_replica = 0.0 if pod["metadata"]["name"] == primary else 1.0
+            need(series.get("pg_up") == 1.0, f"{name}-{i}: pg_up {series.get('pg_up')}")
+            need(series.get("pg_replication_is_replica") == want_replica, f"{name}-{i}: pg_replication_is_replica {series.get('pg_replication_is_replica')}, want {want_replica}")
+            out[pod["metadata"]["name"]] = series
+        return out
+
+    series = s.wait("each instance's exporter answers pg_up 1 and its role", scraped, 300, every=2)
+    print(f"scraped: {series}", flush=True)
+    monitor = k.get("PodMonitor", ns, name) if managed else None
+    s.expect(not managed or monitor is not None, "no PodMonitor made though the chart manages them")
+    if monitor:
+        s.expect(monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics"}], f"PodMonitor {monitor['spec']}")
 
 
 def on_the_node_or_not_yet(s, argv, env=None):
