@@ -303,6 +303,28 @@ build_postgres_exporter() {
     "$src" "$BIN/.postgres_exporter.tmp"
 }
 
+# ---- the AWS CLI -------------------------------------------------------------
+# The amazon/aws-cli image's stand-in on the process node (procnode.py): the
+# AWS CLI v1 from PyPI (the s3 and s3api commands the backup Jobs run, as
+# tests/scripts does), installed into $BIN/awscli-lib for the machine's own
+# /usr/bin/python3, which every container's user can run (the Python that
+# runs this script may sit under a home only root can enter), and a
+# wrapper $BIN/aws that procnode.py binds into the container beside it.
+AWSCLI_VERSION=$(sed -nE 's/^awscli==(.*)/\1/p' "$REPO_E2E/../scripts/requirements.txt")
+build_awscli() {
+  local python=${PYTHON:-python3}
+  command -v "$python" >/dev/null 2>&1 || python=python3
+  build_one aws "$AWSCLI_VERSION" -- bash -c '
+    set -e
+    rm -rf "$1/awscli-lib.tmp"
+    "$3" -m pip install --quiet --disable-pip-version-check --no-compile --target "$1/awscli-lib.tmp" "awscli==$2"
+    rm -rf "$1/awscli-lib" && mv "$1/awscli-lib.tmp" "$1/awscli-lib"
+    printf "%s\n" "#!/bin/sh" "# The AWS CLI v1 on the system Python, from awscli-lib bound beside it." \
+      "here=\$(dirname \"\$0\")" "PYTHONPATH=\"\$here/awscli-lib\" exec /usr/bin/python3 -m awscli \"\$@\"" >"$1/.aws.tmp"
+    chmod 755 "$1/.aws.tmp"
+  ' _ "$BIN" "$AWSCLI_VERSION" "$python"
+}
+
 # ---- cert-manager ---------------------------------------------------------
 # cert-manager's own controllers from its main module's packages, started by
 # tests/e2e/certmanager/main.go: its controller binary (the module
@@ -338,6 +360,7 @@ build_metacontroller
 build_kwok
 build_promtool
 build_postgres_exporter
+build_awscli
 build_cert_manager
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"

@@ -30,7 +30,8 @@ it, as the kubelet does:
   kubelet does, HOSTNAME); the image mapped to local programs
   (image_config: postgres:<major> to that major's server binaries and
   images/postgres/docker-entrypoint.sh, a kubectl image to the tools'
-  kubectl, the postgres-exporter image to the tools' postgres_exporter); a pod's kubectl reaches the API server through the `kubernetes`
+  kubectl, the postgres-exporter image to the tools' postgres_exporter,
+  the aws-cli image to the tools' AWS CLI); a pod's kubectl reaches the API server through the `kubernetes`
   Service with its projected ServiceAccount token;
 - exec probes (startup, liveness, readiness: initialDelay, period, timeout,
   success and failure thresholds) run in the container's namespaces;
@@ -141,6 +142,21 @@ def image_config(image):
             "user": ("kubectl", 1001, "/"),
             "tmpfs": [],
             "binds": [(KUBECTL, f"{IMAGE_DIR}/kubectl")],
+        }
+    if repo == "aws-cli":
+        # amazon/aws-cli: the AWS CLI v1 build-tools.sh installs for the
+        # system Python (the same s3 and s3api commands), bound with its
+        # library.
+        aws = os.path.join(os.path.dirname(KUBECTL or ""), "aws")
+        if not os.path.isfile(aws):
+            raise ImageError(f"no AWS CLI for {image} (looked for {aws})")
+        return {
+            "entrypoint": ["aws"],
+            "cmd": [],
+            "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
+            "user": ("root", 0, "/root"),
+            "tmpfs": [],
+            "binds": [(aws, f"{IMAGE_DIR}/aws"), (os.path.join(os.path.dirname(aws), "awscli-lib"), f"{IMAGE_DIR}/awscli-lib")],
         }
     if repo == "postgres-exporter":
         # prometheus-community's postgres_exporter, built by build-tools.sh
@@ -530,8 +546,11 @@ class Container:
         os.chmod(term, 0o666)
         mounts.append(("file", term, c.get("terminationMessagePath") or "/dev/termination-log", "rw"))
         mounts_file = os.path.join(run_dir, "mounts")
-        # Parents before children: a mount inside another volume lands on it.
-        mounts.sort(key=lambda m: m[2].rstrip("/").count("/"))
+        # The image's files first (under IMAGE_DIR, where no volume goes): a
+        # volume mounted over a directory that holds a bind's source (an
+        # emptyDir at /work over a checkout under /work) would hide it. Then
+        # parents before children: a mount inside another volume lands on it.
+        mounts.sort(key=lambda m: (not m[2].startswith(IMAGE_DIR + "/"), m[2].rstrip("/").count("/")))
         with open(mounts_file, "w") as f:
             for m in mounts:
                 f.write("|".join(m) + "\n")
@@ -850,6 +869,7 @@ class PodWorker:
             f.write(f"root:x:0:\n{name}:x:{gid}:\n")
         mounts = [("file", os.path.join(etc, n), f"/etc/{n}", "ro") for n in ("hosts", "resolv.conf", "hostname")]
         mounts += [("file", os.path.join(etc, f"{n}-{c['name']}"), f"/etc/{n}", "ro") for n in ("passwd", "group")]
+        mounts += [("dir" if os.path.isdir(src) else "file", src, dst, "ro") for src, dst in img.get("binds", [])]
         for m in c.get("volumeMounts") or []:
             if m["name"] not in self.volumes:
                 raise ConfigError(f"volumeMount {m['name']}: no such volume")
@@ -859,7 +879,6 @@ class PodWorker:
             kind = "file" if os.path.isfile(src) else "dir"
             mounts.append((kind, src, m["mountPath"], "ro" if m.get("readOnly") else "rw"))
         mounts += [("tmpfs", "tmpfs", t, "2775") for t in img["tmpfs"]]
-        mounts += [("dir" if os.path.isdir(src) else "file", src, dst, "ro") for src, dst in img.get("binds", [])]
         return mounts
 
     # ---- the loop ----
