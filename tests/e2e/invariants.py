@@ -405,8 +405,13 @@ class Recorder:
                 for p in self.parents.values()
                 if p["kind"] == "Database" and p["ns"] == rec["ns"] and p["name"] == rec["db"]
             ]
-            if candidates:
-                return candidates[-1]
+            # The incarnation that existed when the object's fact was
+            # written: a Database deleted and created again under its name
+            # is another one, and its predecessor's claims may finish
+            # going after the new one appeared.
+            before = [p for p in candidates if p["policies"] and p["policies"][0][0] < rec["rv"]]
+            if before or candidates:
+                return (before or candidates)[-1]
         return None
 
     def job_outcomes(self, ns, name):

@@ -53,6 +53,7 @@ container's processes are those in the pod's network namespace
 
 import argparse
 import base64
+import glob
 import json
 import os
 import re
@@ -108,13 +109,24 @@ def image_config(image):
     if repo == "postgres":
         major = re.match(r"\d+", tag or "")
         bindir = f"/usr/lib/postgresql/{major[0]}/bin" if major else None
-        if not bindir or not os.path.isfile(f"{bindir}/postgres"):
+        binds = [(f"{HERE}/images/postgres", f"{IMAGE_DIR}/postgres")]
+        path = f"{IMAGE_DIR}/postgres:{bindir}:{BASE_PATH}"
+        other = os.path.join(os.path.dirname(KUBECTL or ""), f"postgresql-{major[0]}") if major else ""
+        if bindir and not os.path.isfile(f"{bindir}/postgres") and os.path.isfile(f"{other}/bin/postgres"):
+            # A major this machine's packages lack (build-tools.sh's
+            # postgres-16): its server binaries, bound, then the machine's
+            # own client tools (psql, pg_isready, pg_restore), which talk
+            # to a newer server.
+            client = max(glob.glob("/usr/lib/postgresql/*/bin/psql"), default="/usr/bin/psql")
+            binds.append((other, f"{IMAGE_DIR}/postgresql-{major[0]}"))
+            path = f"{IMAGE_DIR}/postgres:{IMAGE_DIR}/postgresql-{major[0]}/bin:{os.path.dirname(client)}:{BASE_PATH}"
+        elif not bindir or not os.path.isfile(f"{bindir}/postgres"):
             raise ImageError(f"no PostgreSQL server binaries for {image} (looked for {bindir})")
         return {
             "entrypoint": ["docker-entrypoint.sh"],
             "cmd": ["postgres"],
             "env": {
-                "PATH": f"{IMAGE_DIR}/postgres:{bindir}:{BASE_PATH}",
+                "PATH": path,
                 "PG_MAJOR": major[0],
                 "PGDATA": "/var/lib/postgresql/data",
                 # The image says en_US.utf8, which this machine may not have.
@@ -127,7 +139,7 @@ def image_config(image):
             "tmpfs": ["/var/run/postgresql"],
             # Bound, not read in place: the checkout may sit under a
             # directory the postgres user cannot enter (mktemp -d is 0700).
-            "binds": [(f"{HERE}/images/postgres", f"{IMAGE_DIR}/postgres")],
+            "binds": binds,
         }
     if repo == "kubectl":
         # rancher/kubectl, bitnami/kubectl, ...: the tools' kubectl (the

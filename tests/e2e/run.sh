@@ -18,7 +18,7 @@
 #      real Metacontroller, kube-scheduler and kwok drive every operator's
 #      whole life on a fresh cluster, with invariants checked throughout;
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
-#      dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup, then
+#      dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup,dbrealupgrade, then
 #      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition, then
 #      dbrealstall alone, then dbreallostvolume,dbrealrecreate,dbrealstale)
 #      on a fresh cluster each with the process node (procnode.py), under
@@ -177,7 +177,7 @@ server_pid=""
 step "control loop (loop.sh)"
 "$HERE/loop.sh"
 
-step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup)"
+step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup,dbrealupgrade)"
 # A fresh cluster with proc-node-0, whose pods run as processes (procnode.py):
 # a kubectl pod, the Database's instances and Jobs on PostgreSQL 15, clients
 # writing through the Services; the primary killed and restarted in place,
@@ -185,13 +185,14 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,d
 # candidate does not stream: the old primary must serve on, never
 # restarted, no failover; it waits out the Job's 150 s), and a Database
 # whose certificate cert-manager's own controllers issue and renew, and a
-# Database backed up to a real S3 server (moto), each dump verified, and
-# restored into a second Database. The six run side by side: about 7
-# minutes for the step here, most of it dbrealrefused. One apply strategy, Metacontroller's default (dynamic-apply):
+# Database backed up to a real S3 server (moto), each dump verified,
+# restored into a second Database, snapshotted at its deletion and brought
+# back from the snapshot, and one upgraded from 15 to 16. The seven run
+# side by side: about 7 minutes for the step here, most of it dbrealrefused. One apply strategy, Metacontroller's default (dynamic-apply):
 # the strategy decides how Metacontroller writes the children, which the
 # played scenarios above check under both; a second pass would cost about
 # 2.5 more minutes.
-OPSHOOKS_E2E_PROC_NODE=1 OPSHOOKS_E2E_CERT_MANAGER=1 "$HERE/loop.sh" --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup --strategies dynamic-apply
+OPSHOOKS_E2E_PROC_NODE=1 OPSHOOKS_E2E_CERT_MANAGER=1 "$HERE/loop.sh" --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup,dbrealupgrade --strategies dynamic-apply
 
 step "real PostgreSQL, a standby takes over (loop.sh --only dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition)"
 # The faults where a standby takes over, each a large Database of its own:

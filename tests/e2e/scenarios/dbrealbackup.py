@@ -18,8 +18,11 @@ restore Job chooses the newest dump with the AWS CLI, creates the
 application user and database, and restores into its primary before the
 read-write Service exists; every acknowledged row of the first is read
 back through the second's read-write Service as the second's own
-application user, and `status.restoredFrom` names the dump. Both are then
-deleted with their volumes.
+application user, and `status.restoredFrom` names the dump. The first,
+given a row more, is deleted under Snapshot: its snapshot Job dumps it
+into the bucket before its volume goes; created again from its own name
+(`spec.bootstrap.database` naming itself), it serves every row, the last
+one too, from the snapshot. Both are then deleted with their volumes.
 
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbrealbackup."""
 
@@ -36,19 +39,26 @@ from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, node_ns, on_
 
 # The node's own address in its network namespace (procnet.py's NODE_IP).
 NODE_IP = "10.89.0.1"
-S3_PORT = 19000
+# One server per scenario: they run side by side in the node's namespace.
+S3_PORTS = {"dbrealbackup": 19000, "dbrealupgrade": 19001}
 BUCKET = "e2e-real-backups"
 ACCESS_KEY = "e2e-access-key"
 SECRET_KEY = "e2e-secret-key-not-for-logs"
+# How long a new instance may take to run: kube-scheduler 1.34 sometimes
+# parks a pod whose claim the hostpath provisioner binds a moment after
+# its first try ("unbound immediate PersistentVolumeClaims") until its
+# five-minute flush of unschedulable pods (seen once here).
+PLACED = 420
 
 
 @contextlib.contextmanager
-def s3_server(s):
+def s3_server(s, scenario):
     """moto's S3 server in the node's network namespace, stopped after."""
-    endpoint = f"http://{NODE_IP}:{S3_PORT}"
+    port = S3_PORTS[scenario]
+    endpoint = f"http://{NODE_IP}:{port}"
     log = open(f"{s.suite.dir}/moto-{s.ns}.log", "w")
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", node_ns(s), sys.executable, "-m", "moto.server", "-H", NODE_IP, "-p", str(S3_PORT)],
+        ["ip", "netns", "exec", node_ns(s), sys.executable, "-m", "moto.server", "-H", NODE_IP, "-p", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -85,38 +95,82 @@ def placed(db):
     return db
 
 
+def bucket_and_keys(s, endpoint, prefix):
+    """The bucket and the keys' Secret `s3-creds`: the destination under
+    `prefix`."""
+    code, out = s3(s, endpoint, f"c.create_bucket(Bucket='{BUCKET}')")
+    need(code == 0, f"create_bucket: {out}")
+    s.k.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-creds", "namespace": s.ns},
+            "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
+        }
+    )
+    return {"s3Bucket": BUCKET, "s3Prefix": prefix, "endpoint": endpoint, "credentialsSecret": "s3-creds"}
+
+
+def with_rows(s, name, policy, destination, rows):
+    """A small Database on 15 placed on the process node, backups off, and
+    `rows` rows (n = 1..rows) acknowledged in its table `acked`: its
+    read-write Service's address and the application login."""
+    db = placed(database(s.ns, name, "15", "small", policy=policy))
+    db["spec"]["backup"] = {"enabled": False, "destination": destination}
+    s.k.apply(db)
+    db_running(s, name, 1, "15", timeout=PLACED)
+    cip = s.k.get("Service", s.ns, name)["spec"]["clusterIP"]
+    login = s.wait(f"{name}'s application login", lambda: app_login(s, name), 30)
+
+    def table():
+        code, out = psql(s, cip, login, "CREATE TABLE IF NOT EXISTS acked (n int PRIMARY KEY, note text)")
+        need(code == 0, f"psql through {cip}: {out}")
+
+    s.wait(f"a connection through {cip}", table, 60, every=1)
+    code, out = psql(s, cip, login, f"INSERT INTO acked SELECT n, 'row ' || n FROM generate_series(1, {rows}) n RETURNING 1")
+    s.expect(code == 0 and len(out.split()) == rows, f"{rows} rows acknowledged: {code} {out[-200:]}")
+    return cip, login
+
+
+def restored(s, name, source, destination):
+    """A small Database `name` created from `source`'s newest dump: its
+    rows' count, sum and the table's owner, read through its read-write
+    Service as its own application user (who must own the table), and
+    its status."""
+    db = placed(database(s.ns, name, "15", "small", policy="Delete"))
+    db["spec"].pop("backup")
+    db["spec"]["bootstrap"] = {"database": source, "destination": destination}
+    s.k.apply(db)
+    db_running(s, name, 1, "15", timeout=PLACED)
+    cip = s.k.get("Service", s.ns, name)["spec"]["clusterIP"]
+    login = s.wait(f"{name}'s application login", lambda: app_login(s, name), 30)
+
+    def read():
+        code, out = psql(s, cip, login, "SELECT count(*), sum(n), pg_get_userbyid(relowner) = current_user FROM acked JOIN pg_class ON relname = 'acked' GROUP BY relowner")
+        need(code == 0, f"psql through {cip}: {out}")
+        return out
+
+    out = s.wait(f"{source}'s rows read back from {name}", read, 60, every=1)
+    return out, s.parent("Database", name).get("status") or {}
+
+
+def dumps_in(s, endpoint, prefix):
+    """The dumps under `prefix` (mark.sh leaves <dump>.verified beside a
+    verified one), sorted."""
+    code, out = s3(s, endpoint, f"print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='{prefix}').get('Contents', [])))")
+    need(code == 0, f"list {prefix}: {out}")
+    return sorted(key for key in out.split() if key.endswith(".pgdump"))
+
+
 def scenario_real_backup_restore(s):
     k, ns = s.k, s.ns
     on_proc_node(s)
-    with s3_server(s) as endpoint:
-        s.step(f"a bucket on the S3 server, and the keys' Secret")
-        code, out = s3(s, endpoint, f"c.create_bucket(Bucket='{BUCKET}')")
-        need(code == 0, f"create_bucket: {out}")
-        k.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "s3-creds", "namespace": ns},
-                "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
-            }
-        )
-        destination = {"s3Bucket": BUCKET, "s3Prefix": "real/", "endpoint": endpoint, "credentialsSecret": "s3-creds"}
+    with s3_server(s, "dbrealbackup") as endpoint:
+        s.step("a bucket on the S3 server, and the keys' Secret")
+        destination = bucket_and_keys(s, endpoint, "real/")
 
         s.step("a small Database (15) with a destination, backups off; rows written")
-        src = placed(database(ns, "src", "15", "small", policy="Delete"))
-        src["spec"]["backup"] = {"enabled": False, "destination": destination}
-        k.apply(src)
-        db_running(s, "src", 1, "15", timeout=300)
-        cip = k.get("Service", ns, "src")["spec"]["clusterIP"]
-        login = s.wait("src's application login", lambda: app_login(s, "src"), 30)
-
-        def table():
-            code, out = psql(s, cip, login, "CREATE TABLE IF NOT EXISTS acked (n int PRIMARY KEY, note text)")
-            need(code == 0, f"psql through {cip}: {out}")
-
-        s.wait(f"a connection through {cip}", table, 60, every=1)
-        code, out = psql(s, cip, login, "INSERT INTO acked SELECT n, 'row ' || n FROM generate_series(1, 500) n RETURNING 1")
-        s.expect(code == 0 and len(out.split()) == 500, f"500 rows acknowledged: {code} {out[-200:]}")
+        cip, login = with_rows(s, "src", "Snapshot", destination, 500)
 
         s.step("backups on, every minute: the CronJob's Job dumps through the read-write Service and uploads")
         k.patch("Database", ns, "src", {"spec": {"backup": {"enabled": True, "schedule": "* * * * *", "verify": {"afterEachBackup": True}}}})
@@ -124,10 +178,8 @@ def scenario_real_backup_restore(s):
         def backed_up():
             st = (s.parent("Database", "src").get("status") or {})
             need(st.get("lastBackupTime"), f"no lastBackupTime yet; jobs: {[j['metadata']['name'] for j in k.list('Job', ns)]}")
-            code, out = s3(s, endpoint, f"print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='real/').get('Contents', [])))")
-            need(code == 0, f"list: {out}")
-            keys = [key for key in out.split() if key.startswith("real/src-") and key.endswith(".pgdump")]
-            need(keys, f"no dump of src in the bucket: {out!r}")
+            keys = dumps_in(s, endpoint, "real/src-")
+            need(keys, "no dump of src in the bucket")
             return st["lastBackupTime"], keys
 
         at, keys = s.wait("a backup recorded and its dump in the bucket", backed_up, 240, every=2)
@@ -150,27 +202,64 @@ def scenario_real_backup_restore(s):
         k.patch("Database", ns, "src", {"spec": {"backup": {"enabled": False}}})
 
         s.step("a second Database restored from it (spec.bootstrap.database: src)")
-        dst = placed(database(ns, "dst", "15", "small", policy="Delete"))
-        dst["spec"].pop("backup")
-        dst["spec"]["bootstrap"] = {"database": "src", "destination": destination}
-        k.apply(dst)
-        db_running(s, "dst", 1, "15", timeout=300)
-        dst_ip = k.get("Service", ns, "dst")["spec"]["clusterIP"]
-        dst_login = s.wait("dst's application login", lambda: app_login(s, "dst"), 30)
+        out, st = restored(s, "dst", "src", destination)
+        s.expect(out == "500|125250|t", f"dst answers {out!r}, want 500 rows, the table its user's")
+        # The newest of src's scheduled dumps (src-2…, not the snapshot):
+        # one more may have been taken before the schedule stopped (each
+        # holds the same 500 rows).
+        dumps = dumps_in(s, endpoint, "real/src-2")
+        s.expect(dumps and (st.get("restoredFrom") or {}).get("object") == f"s3://{BUCKET}/{dumps[-1]}", f"status.restoredFrom {st.get('restoredFrom')}, want the newest of {dumps}")
 
-        def restored():
-            code, out = psql(s, dst_ip, dst_login, "SELECT count(*), sum(n), pg_get_userbyid(relowner) FROM acked JOIN pg_class ON relname = 'acked' GROUP BY relowner")
-            need(code == 0, f"psql through {dst_ip}: {out}")
-            return out
+        s.step("a row more, then src deleted under Snapshot: the snapshot Job dumps it before its volume goes")
+        code, out = psql(s, cip, login, "INSERT INTO acked VALUES (501, 'after the backup') RETURNING n")
+        s.expect(code == 0 and out == "501", f"row 501 acknowledged: {code} {out[-200:]}")
+        k.delete("Database", ns, "src")
+        db_gone(s, "src", timeout=240)
+        snapshots = dumps_in(s, endpoint, "real/src-snapshot-")
+        s.expect(len(snapshots) == 1, f"one snapshot of src in the bucket: {snapshots}")
 
-        out = s.wait("every acknowledged row of src read back from dst", restored, 60, every=1)
-        s.expect(out == f"500|125250|{dst_login[0]}", f"dst answers {out!r}, want 500 rows owned by {dst_login[0]}")
-        st = s.parent("Database", "dst").get("status") or {}
-        key = (st.get("restoredFrom") or {}).get("object", "")
-        s.expect(key in [f"s3://{BUCKET}/{k}" for k in keys], f"status.restoredFrom {st.get('restoredFrom')}, want one of {keys}")
+        s.step("src created again from its own snapshot (spec.bootstrap.database: src): every row, the last one too")
+        out, st = restored(s, "src", "src", destination)
+        s.expect(out == "501|125751|t", f"src answers {out!r}, want 501 rows (the snapshot's, not the backup's 500)")
+        s.expect((st.get("restoredFrom") or {}).get("object") == f"s3://{BUCKET}/{snapshots[0]}", f"status.restoredFrom {st.get('restoredFrom')}, want the snapshot {snapshots}")
 
         s.step("delete both (policy Delete)")
         k.delete("Database", ns, "dst")
         k.delete("Database", ns, "src")
         db_gone(s, "dst", timeout=180)
         db_gone(s, "src", timeout=180)
+
+
+def scenario_real_major_upgrade(s):
+    """dbrealupgrade: a small Database on PostgreSQL 15 upgraded to 16 for
+    real. The process node's postgres:16 runs zonky's PostgreSQL 16 server
+    binaries (build-tools.sh; the machine's client tools after them): the
+    pre-upgrade Job dumps 15 into the bucket, the instances stop, the
+    upgrade Job initializes 16 beside the old data and restores the dump,
+    and the instance starts on 16 with every row, its application user
+    logging in with the password it had."""
+    k, ns = s.k, s.ns
+    on_proc_node(s)
+    with s3_server(s, "dbrealupgrade") as endpoint:
+        s.step("a bucket and the keys' Secret; a small Database (15), rows written")
+        destination = bucket_and_keys(s, endpoint, "up/")
+        cip, login = with_rows(s, "up", "Delete", destination, 300)
+
+        s.step("spec.version 16: the pre-upgrade dump, the upgrade Job's restore into 16, the instance on 16")
+        k.patch("Database", ns, "up", {"spec": {"version": "16"}})
+        db_running(s, "up", 1, "16", timeout=600)
+        cip = k.get("Service", ns, "up")["spec"]["clusterIP"]
+
+        def upgraded():
+            code, out = psql(s, cip, login, "SELECT current_setting('server_version_num')::int / 10000, count(*), sum(n) FROM acked")
+            need(code == 0, f"psql through {cip}: {out}")
+            return out
+
+        out = s.wait("every row read back from PostgreSQL 16, as the same user with the same password", upgraded, 120, every=1)
+        s.expect(out == "16|300|45150", f"the upgraded Database answers {out!r}, want 16|300|45150")
+        pre = dumps_in(s, endpoint, "up/up-pre-upgrade-16-")
+        s.expect(len(pre) == 1, f"the pre-upgrade dump in the bucket: {pre}")
+
+        s.step("delete it (policy Delete)")
+        k.delete("Database", ns, "up")
+        db_gone(s, "up", timeout=180)
