@@ -166,7 +166,10 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
             secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
                 name: secret_name(db),
                 key: PASSWORD_KEY.to_string(),
-                optional: None,
+                // Turned off, the Secret goes while the old template may
+                // still start an instance (the primary is held on it):
+                // the exporter must not keep that instance from starting.
+                optional: Some(true),
             }),
             ..Default::default()
         }),
@@ -239,9 +242,12 @@ fn current_role_job(db: &Database, seen: &Observed, plan: &Plan) -> Option<Strin
 pub(super) fn role_job(db: &Database, seen: &Observed, plan: &Plan) -> Option<Job> {
     enabled(db)?;
     let job_name = current_role_job(db, seen, plan)?;
+    // Through the read-write Service: only while it reaches a primary
+    // that serves, not one being promoted or fenced (a read-only server
+    // would use up the Job's tries).
     let serving = plan.restore.lets_serve()
         && matches!(plan.upgrade, Upgrade::None)
-        && seen.is_instance_ready(db, plan.primary.designated);
+        && super::primary::is_serving(db, seen, &plan.primary);
     if !(serving || seen.jobs.contains_key(&job_name)) {
         return None;
     }
@@ -314,6 +320,10 @@ pub(super) fn pod_monitor(db: &Database, seen: &Observed, app: &str) -> Option<P
     }
     let mut metadata = meta(db, name(db).to_string());
     let mut labels = db.metadata.labels.clone().unwrap_or_default();
+    // Metacontroller puts its own on every child; a Database carrying one
+    // (made by another controller) would fail its selector check, and the
+    // whole sync with it.
+    labels.remove("controller-uid");
     labels.extend(metadata.labels.take().unwrap_or_default());
     metadata.labels = Some(labels);
     Some(PodMonitor {

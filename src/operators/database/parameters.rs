@@ -450,7 +450,7 @@ pub(super) fn hba_conf(lines: &[String], monitor: Option<&str>) -> String {
     let first = match monitor {
         // Before the user's lines, which may reject what they do not name.
         Some(role) => format!(
-            "{HBA_FIRST}# The exporter (spec.monitoring), over the pod's loopback.\nhostssl all {role} 127.0.0.1/32 scram-sha-256\n"
+            "{HBA_FIRST}# The exporter (spec.monitoring), over the pod's loopback only.\nhostssl all {role} 127.0.0.1/32 scram-sha-256\nhost all {role} all reject\n"
         ),
         None => HBA_FIRST.to_string(),
     };
@@ -853,5 +853,20 @@ mod tests {
         assert_eq!(rules[4], "hostssl replication replicator all scram-sha-256");
         assert_eq!(rules[6], "host all all 10.0.0.0/8 md5");
         assert_eq!(rules.last(), Some(&"hostssl all all all scram-sha-256"));
+        // The exporter's role logs in from its own pod only, whatever the
+        // user's lines and the catch-all admit.
+        let monitored = hba_conf(
+            &["host all all 0.0.0.0/0 scram-sha-256".to_string()],
+            Some("opshooks_monitor"),
+        );
+        let rules: Vec<&str> = monitored.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            rules[6..9],
+            [
+                "hostssl all opshooks_monitor 127.0.0.1/32 scram-sha-256",
+                "host all opshooks_monitor all reject",
+                "host all all 0.0.0.0/0 scram-sha-256",
+            ]
+        );
     }
 }
