@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::children::{TLS_CONTAINER, headless_name, meta, read_only_name};
 use super::observed::Observed;
-use super::spec::{Database, IssuerRef, name, namespace};
+use super::spec::{Database, IssuerRef, name, namespace, shows_condition};
 use super::trust;
 use crate::hook::SyncRequest;
 use crate::hook::conditions::Observation;
@@ -273,10 +273,7 @@ pub(super) fn require_group(req: &SyncRequest<Database>) -> Result<(), HookError
 /// status counts; the Secret's presence is the kubelet's to wait for.
 pub(super) fn condition(db: &Database, seen: &Observed) -> Option<Observation> {
     const TYPE: &str = "CertificateReady";
-    let shown = db
-        .status
-        .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == TYPE));
+    let shown = shows_condition(db, TYPE);
     let wanted = certificate_name(db);
     if issuer(db).is_none() {
         return shown.then(|| {

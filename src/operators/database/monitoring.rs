@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::children::{meta, mount, script_container, script_job, secret_env, superuser_env};
 use super::observed::Observed;
 use super::plan::{Plan, Upgrade};
-use super::spec::{Database, Monitoring, PORT, name};
+use super::spec::{Database, Monitoring, PORT, name, shows_condition};
 use crate::hook::conditions::Observation;
 use crate::hook::digest;
 use crate::operators::backup_job::RunStatus;
@@ -345,10 +345,7 @@ pub(super) fn pod_monitor(db: &Database, seen: &Observed, app: &str) -> Option<P
 /// condition does not stay as last written): whether the role is in place
 /// and the PodMonitor asked for can be made.
 pub(super) fn condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<Observation> {
-    let shown = db
-        .status
-        .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Monitoring"));
+    let shown = shows_condition(db, "Monitoring");
     let Some(monitoring) = enabled(db) else {
         return shown.then(|| {
             Observation::new(

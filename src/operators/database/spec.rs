@@ -762,6 +762,14 @@ pub fn role_name(db: &Database) -> String {
     format!("{}-role", name(db))
 }
 
+/// Whether the status shows a condition of this type. A condition shown
+/// once is kept answered: one left out would stay as it was last written.
+pub fn shows_condition(db: &Database, type_: &str) -> bool {
+    db.status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_))
+}
+
 /// The parent's name.
 pub fn name(db: &Database) -> &str {
     db.metadata.name.as_deref().unwrap_or_default()

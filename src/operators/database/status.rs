@@ -8,7 +8,7 @@ use super::primary::{Primary, is_serving, pod_name};
 use super::rollout::Step;
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
-    database_name, endpoint,
+    database_name, endpoint, shows_condition,
 };
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
@@ -56,10 +56,7 @@ pub fn status(
     ];
     // Shown once there are standbys, and kept true after: a condition
     // left out would stay in the status as it was last written.
-    let shown = db
-        .status
-        .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "FailingOver"));
+    let shown = shows_condition(db, "FailingOver");
     if instances > 1 || shown {
         observations.push(failover::condition(db, seen, &plan.primary));
     }
@@ -347,10 +344,7 @@ fn rollout_words(db: &Database, plan: &Plan) -> Option<String> {
 /// instances' template carries every parameter asked for, or which
 /// decreases it holds and how to make them.
 fn parameters_condition(db: &Database, plan: &Plan) -> Option<Observation> {
-    let shown = db
-        .status
-        .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == PARAMETERS_APPLIED));
+    let shown = shows_condition(db, PARAMETERS_APPLIED);
     if db.spec.postgresql.is_none() && !shown {
         return None;
     }

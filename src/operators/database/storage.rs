@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
 use super::observed::Observed;
-use super::spec::{Database, VOLUME, name, namespace};
+use super::spec::{Database, VOLUME, name, namespace, shows_condition};
 use crate::hook::conditions::{ConditionStatus, Observation};
 use crate::hook::digest;
 use crate::operators::backup_job::{RunStatus, run_status};
@@ -235,10 +235,7 @@ impl Growth {
     /// The `StorageResized` condition, once a claim is or was smaller than
     /// the spec (a Database that never grew does not show it).
     pub fn observation(&self, db: &Database, seen: &Observed) -> Option<Observation> {
-        let shown = db
-            .status
-            .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION));
+        let shown = shows_condition(db, CONDITION);
         // Short: requesting less, or holding less than it requests. A
         // claim not yet bound has no capacity to judge.
         let short = |c: &Claim| {
