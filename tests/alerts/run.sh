@@ -204,8 +204,9 @@ rules, queries, ksm, kubelet, url, *exporters = sys.argv[1:]
 exposed = {}
 # The kubelet's volume metrics: each Desc of its volume stats collector,
 # its key's value from the kubelet's metrics package.
-keys = dict(re.findall(r'(\w+Key)\s*=\s*"(\w+)"', open(f"{kubelet}/pkg/kubelet/metrics/metrics.go").read()))
-subsystem = re.search(r'KubeletSubsystem\s*=\s*"(\w+)"', open(f"{kubelet}/pkg/kubelet/metrics/metrics.go").read())[1]
+metrics_go = open(f"{kubelet}/pkg/kubelet/metrics/metrics.go").read()
+keys = dict(re.findall(r'(\w+Key)\s*=\s*"(\w+)"', metrics_go))
+subsystem = re.search(r'KubeletSubsystem\s*=\s*"(\w+)"', metrics_go)[1]
 collector = open(f"{kubelet}/pkg/kubelet/metrics/collectors/volume_stats.go").read()
 for key, labels in re.findall(r'BuildFQName\("", kubeletmetrics\.KubeletSubsystem, kubeletmetrics\.(\w+)\),\s*"[^"]*",\s*\[\]string\{([^}]*)\}', collector):
     exposed[f"{subsystem}_{keys[key]}"] = set(re.findall(r'"(\w+)"', labels))
