@@ -78,8 +78,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 IMAGE_DIR = "/run/opshooks-e2e"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VOLUME_REFRESH = 60
-# The tools' kubectl (--bin), the kubectl image's stand-in.
-KUBECTL = None
+# The tools' directory (--bin): the kubectl, aws-cli and postgres-exporter
+# images' stand-ins, and the server binaries of a major this machine lacks.
+TOOLS = None
 K8S_VERSION = "v1.34.10"
 
 
@@ -111,7 +112,7 @@ def image_config(image):
         bindir = f"/usr/lib/postgresql/{major[0]}/bin" if major else None
         binds = [(f"{HERE}/images/postgres", f"{IMAGE_DIR}/postgres")]
         path = f"{IMAGE_DIR}/postgres:{bindir}:{BASE_PATH}"
-        other = os.path.join(os.path.dirname(KUBECTL or ""), f"postgresql-{major[0]}") if major else ""
+        other = os.path.join(TOOLS or "", f"postgresql-{major[0]}") if major else ""
         if bindir and not os.path.isfile(f"{bindir}/postgres") and os.path.isfile(f"{other}/bin/postgres"):
             # A major this machine's packages lack (build-tools.sh's
             # postgres-16): its server binaries, bound, then the machine's
@@ -143,48 +144,34 @@ def image_config(image):
         }
     if repo == "kubectl":
         # rancher/kubectl, bitnami/kubectl, ...: the tools' kubectl (the
-        # cluster's version, whatever the tag), bound into the container
-        # under /run (its mount point stays on the host's /run, a tmpfs).
-        if not KUBECTL or not os.path.isfile(KUBECTL):
-            raise ImageError(f"no kubectl for {image} (looked for {KUBECTL})")
-        return {
-            "entrypoint": ["kubectl"],
-            "cmd": [],
-            "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
-            "user": ("kubectl", 1001, "/"),
-            "tmpfs": [],
-            "binds": [(KUBECTL, f"{IMAGE_DIR}/kubectl")],
-        }
+        # cluster's version, whatever the tag).
+        return tool_image(image, "kubectl", ("kubectl", 1001, "/"))
     if repo == "aws-cli":
         # amazon/aws-cli: the AWS CLI v1 build-tools.sh installs for the
-        # system Python (the same s3 and s3api commands), bound with its
-        # library.
-        aws = os.path.join(os.path.dirname(KUBECTL or ""), "aws")
-        if not os.path.isfile(aws):
-            raise ImageError(f"no AWS CLI for {image} (looked for {aws})")
-        return {
-            "entrypoint": ["aws"],
-            "cmd": [],
-            "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
-            "user": ("root", 0, "/root"),
-            "tmpfs": [],
-            "binds": [(aws, f"{IMAGE_DIR}/aws"), (os.path.join(os.path.dirname(aws), "awscli-lib"), f"{IMAGE_DIR}/awscli-lib")],
-        }
+        # system Python (the same s3 and s3api commands), with its library.
+        return tool_image(image, "aws", ("root", 0, "/root"), "awscli-lib")
     if repo == "postgres-exporter":
         # prometheus-community's postgres_exporter, built by build-tools.sh
         # from its module at the version the hook's default image names.
-        exporter = os.path.join(os.path.dirname(KUBECTL or ""), "postgres_exporter")
-        if not os.path.isfile(exporter):
-            raise ImageError(f"no postgres_exporter for {image} (looked for {exporter})")
-        return {
-            "entrypoint": ["postgres_exporter"],
-            "cmd": [],
-            "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
-            "user": ("nobody", 65534, "/"),
-            "tmpfs": [],
-            "binds": [(exporter, f"{IMAGE_DIR}/postgres_exporter")],
-        }
+        return tool_image(image, "postgres_exporter", ("nobody", 65534, "/"))
     raise ImageError(f"the process node has no stand-in for image {image}")
+
+
+def tool_image(image, tool, user, *beside):
+    """An image whose entrypoint is one of the tools (--bin), bound into the
+    container under /run (its mount point stays on the host's /run, a
+    tmpfs) with the tools' entries it needs beside it."""
+    path = os.path.join(TOOLS or "", tool)
+    if not TOOLS or not os.path.isfile(path):
+        raise ImageError(f"no {tool} for {image} (looked for {path})")
+    return {
+        "entrypoint": [tool],
+        "cmd": [],
+        "env": {"PATH": f"{IMAGE_DIR}:{BASE_PATH}"},
+        "user": user,
+        "tmpfs": [],
+        "binds": [(os.path.join(TOOLS, name), f"{IMAGE_DIR}/{name}") for name in (tool, *beside)],
+    }
 
 
 # ---- $(VAR) and the environment -----------------------------------------------------
@@ -1245,8 +1232,8 @@ def main():
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("procnode.py needs root (network and mount namespaces)")
-    global KUBECTL
-    KUBECTL = os.path.join(args.bin, "kubectl")
+    global TOOLS
+    TOOLS = args.bin
     node = Node(args)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

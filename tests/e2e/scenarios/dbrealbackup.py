@@ -111,16 +111,24 @@ def bucket_and_keys(s, endpoint, prefix):
     return {"s3Bucket": BUCKET, "s3Prefix": prefix, "endpoint": endpoint, "credentialsSecret": "s3-creds"}
 
 
+def running(s, db):
+    """`db` (a small Database on 15) applied and running: its read-write
+    Service's address and its application login."""
+    name = db["metadata"]["name"]
+    s.k.apply(db)
+    db_running(s, name, 1, "15", timeout=PLACED)
+    cip = s.k.get("Service", s.ns, name)["spec"]["clusterIP"]
+    login = s.wait(f"{name}'s application login", lambda: app_login(s, name), 30)
+    return cip, login
+
+
 def with_rows(s, name, policy, destination, rows):
     """A small Database on 15 placed on the process node, backups off, and
     `rows` rows (n = 1..rows) acknowledged in its table `acked`: its
     read-write Service's address and the application login."""
     db = placed(database(s.ns, name, "15", "small", policy=policy))
     db["spec"]["backup"] = {"enabled": False, "destination": destination}
-    s.k.apply(db)
-    db_running(s, name, 1, "15", timeout=PLACED)
-    cip = s.k.get("Service", s.ns, name)["spec"]["clusterIP"]
-    login = s.wait(f"{name}'s application login", lambda: app_login(s, name), 30)
+    cip, login = running(s, db)
 
     def table():
         code, out = psql(s, cip, login, "CREATE TABLE IF NOT EXISTS acked (n int PRIMARY KEY, note text)")
@@ -140,10 +148,7 @@ def restored(s, name, source, destination):
     db = placed(database(s.ns, name, "15", "small", policy="Delete"))
     db["spec"].pop("backup")
     db["spec"]["bootstrap"] = {"database": source, "destination": destination}
-    s.k.apply(db)
-    db_running(s, name, 1, "15", timeout=PLACED)
-    cip = s.k.get("Service", s.ns, name)["spec"]["clusterIP"]
-    login = s.wait(f"{name}'s application login", lambda: app_login(s, name), 30)
+    cip, login = running(s, db)
 
     def read():
         code, out = psql(s, cip, login, "SELECT count(*), sum(n), pg_get_userbyid(relowner) = current_user FROM acked JOIN pg_class ON relname = 'acked' GROUP BY relowner")
