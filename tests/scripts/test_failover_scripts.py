@@ -218,7 +218,7 @@ class LeaseSidecar:
     """A pod's lease sidecar: every `every` seconds it reads the role
     ConfigMap from the API server (`configmap.published`, not the kubelet's
     mount) and rewrites the pod's lease file atomically: `<seconds since
-    boot> <epoch> <primary>`. cut() is a partition between the pod and the
+    boot> <epoch> <primary> <initialized>`. cut() is a partition between the pod and the
     API server: the file is no longer rewritten. The script tests feed the
     file this way; the sidecar's own `kubectl` against a real API server is
     not part of them."""
@@ -236,7 +236,7 @@ class LeaseSidecar:
         with self.configmap.lock:
             data = dict(self.configmap.published)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(f"{uptime()} {data['epoch']} {data['primary']}\n")
+        tmp.write_text(f"{uptime()} {data['epoch']} {data['primary']} {data['initialized']}\n")
         tmp.chmod(0o644)
         tmp.rename(self.path)
 
@@ -808,6 +808,51 @@ def test_designated_primary_refuses_an_empty_volume_once_initialized(shell):
     assert r.rc != 0 and not (volume / "exec-ran").exists(), str(r)
 
 
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_a_stale_mount_that_says_never_initialized_is_confirmed_by_the_lease(shell):
+    """The mount lags a minute: a primary whose pod started before the init
+    Job succeeded, and whose volume is lost within that minute, still
+    reads initialized=false there (the real loop's dbreallostvolume found
+    it initialize an empty cluster so). With a lease, a first start waits
+    for a fresh one and initializes only when it says false too."""
+    volume = pg_dir(fresh_path("stale-mount-primary"))
+    pgdata = pg_dir(volume / f"pg{MAJOR}")
+    roles = fresh_path("role")
+    roles.mkdir()
+    write_roles(roles, "orders-0", 1, initialized="false")
+    (volume / "lease").mkdir()
+    lease = volume / "lease" / "role"
+    log = volume / "termination-log"
+    env = {
+        "PATH": PG_PATH, "HOME": str(volume), "HOSTNAME": "orders-0", "PGDATA": str(pgdata),
+        "ROLE_DIR": str(roles), "RW_HOST": "127.0.0.1", "RW_PORT": str(dbs.free_port()),
+        "REPLICATION_PASSWORD": REPLICATION_PASSWORD, "POSTGRES_PASSWORD": SUPERUSER_PASSWORD,
+        "TERMINATION_LOG": str(log), "LEASE_FILE": str(lease), "LEASE_SECONDS": str(LEASE_SECONDS),
+    }
+    argv = script_argv("start.sh") + ["start", "touch", str(volume / "exec-ran")]
+    lease.write_text(f"{uptime()} 1 orders-0 true\n")
+    r = run(argv, env, as_postgres=True, timeout=20, executable=shell_path(shell))
+    assert r.rc != 0, str(r)
+    assert not (volume / "exec-ran").exists(), f"start.sh initialized over lost data on a stale mount:\n{r}"
+    assert list(pgdata.iterdir()) == [], "something was written to the empty PGDATA"
+    text = log.read_text()
+    assert "empty although the Database was initialized (the lease says so" in text, text
+
+    # A lease too old to tell: it waits (the entrypoint never runs).
+    log.unlink()
+    lease.write_text(f"{uptime() - LEASE_SECONDS - 30} 1 orders-0 false\n")
+    with pytest.raises(AssertionError, match="timed out") as waited:
+        run(argv, env, as_postgres=True, timeout=4, executable=shell_path(shell))
+    assert not (volume / "exec-ran").exists(), "start.sh initialized on an old lease"
+    assert "to confirm the Database was never initialized" in str(waited.value)[-600:], str(waited.value)[-600:]
+
+    # A fresh lease that says false too: the first start.
+    lease.write_text(f"{uptime()} 1 orders-0 false\n")
+    r = run(argv, env, as_postgres=True, timeout=20, executable=shell_path(shell))
+    assert r.rc == 0, str(r)
+    assert (volume / "exec-ran").exists(), str(r)
+
+
 # --------------------------------------------------------------------------
 # start.sh: a standby clones from the read-write Service, once it is a primary
 
@@ -1244,7 +1289,7 @@ def test_probes(database: Database):
     # Before, p was fenced whenever the lease and the mount differed.
     dns = resolving(f"{b.name}.db-headless.ns.svc")
     lease = pg_dir(fresh_path("lease")) / "role"
-    lease.write_text(f"{uptime()} 4 {b.name}\n")
+    lease.write_text(f"{uptime()} 4 {b.name} true\n")
     lease.chmod(0o644)
     database.configmap.hosts[p.name] = f"{p.name}.db-headless.ns.svc:{b.port}"
     database.configmap.publish(p.name, 3, now=True)

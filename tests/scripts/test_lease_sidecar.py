@@ -79,9 +79,9 @@ class ApiServer:
         self.httpd.server_close()
 
 
-def configmap(primary: str, epoch: int) -> dict:
+def configmap(primary: str, epoch: int, initialized: str = "true") -> dict:
     return {"kind": "ConfigMap", "metadata": {"name": NAME, "namespace": NS},
-            "data": {"primary": primary, "epoch": str(epoch), "initialized": "true"}}
+            "data": {"primary": primary, "epoch": str(epoch), "initialized": initialized}}
 
 
 def uptime() -> int:
@@ -103,14 +103,14 @@ class Sidecar:
         self.proc = subprocess.Popen(script_argv("lease.sh"), env=env, executable=shell_path("dash"),
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), start_new_session=True)
 
-    def lease(self) -> tuple[int, str, str] | None:
+    def lease(self) -> tuple[int, str, str, str] | None:
         try:
-            at, epoch, primary = self.file.read_text().split()
+            at, epoch, primary, initialized = self.file.read_text().split()
         except (OSError, ValueError):
             return None
-        return int(at), epoch, primary
+        return int(at), epoch, primary, initialized
 
-    def wait(self, want: tuple[str, str], timeout: float = 15) -> tuple[int, str, str]:
+    def wait(self, want: tuple[str, str, str], timeout: float = 15) -> tuple[int, str, str, str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             got = self.lease()
@@ -138,12 +138,12 @@ def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Pat
     car = Sidecar(scratch / "pod", api.port, pki["ca"][1])
     try:
         before = uptime()
-        at, _, _ = car.wait(("1", "orders-0"))
+        at, _, _, _ = car.wait(("1", "orders-0", "true"))
         assert before - 1 <= at <= uptime(), f"the lease's time {at} is not the time of its request ({before}..)"
         assert api.tokens and all(t == "Bearer token-one" for t in api.tokens), api.tokens
         # The role changes: the lease follows within a renewal.
-        api.answer = (200, configmap("orders-1", 2))
-        car.wait(("2", "orders-1"))
+        api.answer = (200, configmap("orders-1", 2, "false"))
+        car.wait(("2", "orders-1", "false"))
         # The token is read again on each request (the kubelet rotates it).
         (car.creds / "token").write_text("token-two")
         deadline = time.monotonic() + 10
@@ -155,6 +155,9 @@ def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Pat
         for answer in [(403, {"kind": "Status", "message": "configmaps \"orders-role\" is forbidden"}),
                        (200, configmap("orders-1; touch /tmp/x", 3)),
                        (200, configmap("orders-1", "3 orders-9")),
+                       (200, configmap("orders-1", 3, "yes")),
+                       (200, configmap("orders-1", 3, "true orders-9")),
+                       (200, {"kind": "ConfigMap", "data": {"primary": "orders-1", "epoch": "3"}}),
                        (200, {"kind": "ConfigMap", "data": {"primary": "orders-1"}}),
                        (200, {"kind": "ConfigMap"})]:
             api.answer = answer
@@ -163,7 +166,7 @@ def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Pat
             assert car.lease() == kept, f"{answer}: the lease was rewritten to {car.lease()}"
         assert "HTTP 403" in car.log.read_text(), car.log.read_text()
         api.answer = (200, configmap("orders-1", 4))
-        car.wait(("4", "orders-1"))
+        car.wait(("4", "orders-1", "true"))
         api.close()
         kept = car.lease()
         time.sleep(2.5)

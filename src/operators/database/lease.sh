@@ -4,11 +4,15 @@
 # $NAMESPACE) from the API server itself, not through the kubelet's mount
 # (which lags a minute, and never changes while the node is cut off), and
 # rewrites LEASE_FILE atomically with one line:
-#   `<seconds since boot when the request was sent> <epoch> <primary>`.
+#   `<seconds since boot when the request was sent> <epoch> <primary>
+#   <initialized>`.
 # start.sh's watchdog stops a primary whose lease is older than
 # LEASE_SECONDS or names another pod; promote.sh waits that long after the
 # role names the candidate before promoting it (a failover), and reads the
-# file on every instance before anything is promoted.
+# file on every instance before anything is promoted; start.sh confirms
+# with it that a Database was never initialized before a first start
+# initializes an empty data directory (the mount may still say so a
+# minute after it was).
 #
 # The time is taken before the request: the API server answers with the
 # ConfigMap as it was at some moment after that (a GET reads etcd with a
@@ -22,8 +26,9 @@
 # and against the address dialled. The ServiceAccount token is read again
 # on each request (the kubelet rotates it), and reaches openssl through a
 # pipe from the shell's builtin printf, never a command line. The answer
-# must be a 200 whose JSON has `data.epoch` (digits) and `data.primary` (a
-# pod name); anything else leaves the file as it was, so it ages.
+# must be a 200 whose JSON has `data.epoch` (digits), `data.primary` (a
+# pod name) and `data.initialized` (true or false); anything else leaves
+# the file as it was, so it ages.
 #
 # Values: NAMESPACE, CONFIGMAP, LEASE_FILE, LEASE_CREDENTIALS (the projected
 # token and ca.crt, default /var/run/secrets/opshooks/lease),
@@ -56,7 +61,7 @@ path="/api/v1/namespaces/$namespace/configmaps/$configmap"
 dir="$(dirname "$file")"
 now_s() { read -r up _ </proc/uptime && printf '%s\n' "${up%.*}"; }
 
-# The answer on stdin: `<epoch> <primary>` from a 200, else a reason on
+# The answer on stdin: `<epoch> <primary> <initialized>` from a 200, else a reason on
 # stderr and a non-zero exit.
 # shellcheck disable=SC2016 # perl's own variables
 parse='
@@ -76,12 +81,13 @@ if ($status ne "200") {
 }
 my $data = eval { decode_json($body // "")->{data} };
 if (ref $data ne "HASH") { print STDERR "the answer is not a ConfigMap with data\n"; exit 1; }
-my ($epoch, $primary) = ($data->{epoch} // "", $data->{primary} // "");
-if ($epoch !~ /\A[0-9]{1,18}\z/ || $primary !~ /\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\z/) {
-    print STDERR "no valid epoch and primary in the ConfigMap\n";
+my ($epoch, $primary, $initialized) = map { $data->{$_} // "" } qw(epoch primary initialized);
+if ($epoch !~ /\A[0-9]{1,18}\z/ || $primary !~ /\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\z/
+    || $initialized !~ /\A(true|false)\z/) {
+    print STDERR "no valid epoch, primary and initialized in the ConfigMap\n";
     exit 1;
 }
-print "$epoch $primary\n";
+print "$epoch $primary $initialized\n";
 '
 last=""
 failing=""
@@ -99,7 +105,7 @@ while :; do
             say "cannot write $file"
         fi
         [ -z "$failing" ] || say "renewed again after failing since ${failing}s since boot"
-        [ "$role" = "$last" ] || say "the role names $role (epoch, primary)"
+        [ "$role" = "$last" ] || say "the role names $role (epoch, primary, initialized)"
         last="$role" failing=""
         sleep "$every"
         continue

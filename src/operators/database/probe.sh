@@ -55,10 +55,10 @@ me="${HOSTNAME:-}"
 primary="$(cat "${ROLE_DIR:-/etc/opshooks/role}/primary" 2>/dev/null)" || primary=""
 mounted="$primary"
 epoch="$(cat "${ROLE_DIR:-/etc/opshooks/role}/epoch" 2>/dev/null)" || epoch=""
-# The lease (LEASE_FILE, `<seconds since boot> <epoch> <primary>`, see
+# The lease (LEASE_FILE, `<seconds since boot> <epoch> <primary> <initialized>`, see
 # start.sh) names the primary at a newer epoch than the mount, which the
 # kubelet updates a minute late: a promoted standby is the primary then.
-if [ -n "${LEASE_FILE:-}" ] && read -r _ lease_epoch lease_primary 2>/dev/null <"$LEASE_FILE" && [ -n "$lease_primary" ]; then
+if [ -n "${LEASE_FILE:-}" ] && read -r _ lease_epoch lease_primary _ 2>/dev/null <"$LEASE_FILE" && [ -n "$lease_primary" ]; then
     case "$lease_epoch:$epoch" in
         *[!0-9:]* | :*) ;;
         *:) primary="$lease_primary" ;;

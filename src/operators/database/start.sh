@@ -67,7 +67,7 @@ rw_port="${RW_PORT:-5432}"
 initialized="$(cat "$role_dir/initialized" 2>/dev/null)" || initialized=""
 
 # The lease ($LEASE_FILE, when set): one line `<seconds since boot> <epoch>
-# <primary>`, rewritten atomically by the pod's lease sidecar each time it
+# <primary> <initialized>`, rewritten atomically by the pod's lease sidecar each time it
 # read the role ConfigMap from the API server (not through the kubelet's
 # mount, which lags a minute and never changes while the node is cut
 # off). A lease at a newer epoch than the mount overrides it. A primary
@@ -80,9 +80,10 @@ lease_file="${LEASE_FILE:-}"
 lease_seconds="${LEASE_SECONDS:-10}"
 case "$lease_seconds" in '' | *[!0-9]*) refuse "LEASE_SECONDS is '$lease_seconds', not a number of seconds" ;; esac
 now_s() { read -r up _ </proc/uptime && printf '%s\n' "${up%.*}"; }
-# read_lease: $lease_at $lease_epoch $lease_primary, or false.
+# read_lease: $lease_at $lease_epoch $lease_primary $lease_initialized, or
+# false.
 read_lease() {
-    [ -n "$lease_file" ] && read -r lease_at lease_epoch lease_primary 2>/dev/null <"$lease_file" || return 1
+    [ -n "$lease_file" ] && read -r lease_at lease_epoch lease_primary lease_initialized 2>/dev/null <"$lease_file" || return 1
     case "$lease_at$lease_epoch" in '' | *[!0-9]*) return 1 ;; esac
     [ -n "$lease_primary" ]
 }
@@ -125,6 +126,28 @@ await_lease() {
         sleep 1
         waited=$((waited + 1))
     done
+}
+
+# never_initialized: before an empty data directory is initialized, the
+# API server's word that the Database never was (a fresh lease's; the
+# mount's without a lease). The mount lags a minute: a primary whose
+# volume is lost within a minute of the init Job's success, or that
+# started before it, still reads `false` there, and would initialize an
+# empty cluster in place of the data its standbys hold.
+never_initialized() {
+    [ -n "$lease_file" ] || return 0
+    waited=0
+    until read_lease && [ "$(($(now_s) - lease_at))" -le "$lease_seconds" ]; do
+        [ $((waited % 10)) -ne 0 ] ||
+            say "waiting for a lease younger than ${lease_seconds}s in $lease_file to confirm the Database was never initialized"
+        sleep 1
+        waited=$((waited + 1))
+    done
+    case "$lease_initialized" in
+        false) ;;
+        true) refuse "the data directory $PGDATA is empty although the Database was initialized (the lease says so; the mounted role, older, does not): nothing is initialized over lost data; a standby must take over" ;;
+        *) refuse "the lease says initialized='$lease_initialized': not initializing $PGDATA on a guess" ;;
+    esac
 }
 
 # answers_as_primary POD: true when POD answers as a primary at its
@@ -557,7 +580,10 @@ if [ "$primary" = "$me" ]; then
     fi
     if [ ! -s "$PGDATA/PG_VERSION" ]; then
         case "$initialized" in
-            false) say "the designated primary's first start: the entrypoint initializes $PGDATA" ;;
+            false)
+                never_initialized
+                say "the designated primary's first start: the entrypoint initializes $PGDATA"
+                ;;
             true) refuse "the data directory $PGDATA is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over" ;;
             *) refuse "cannot read whether the Database was initialized ($role_dir/initialized): not initializing $PGDATA on a guess" ;;
         esac

@@ -739,7 +739,12 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
         # (the pod's status shows the last one only). A replacement whose
         # first run saw the new designation starts as a standby and never
         # refuses; none may initialize over the lost data.
-        again = [uid for uid in incarnations(s, primary) if uid != primary_uid]
+        # Only those made after it: an earlier pod of the same name (the
+        # first roll of the instances, before the loss) rightly
+        # initialized at its first start.
+        every = incarnations(s, primary)
+        s.expect(primary_uid in every, f"the pod {primary_uid} of {primary} not among procnode.py's: {every}")
+        again = every[every.index(primary_uid) + 1 :]
         s.expect(again, f"no pod of {primary} ran since the loss")
 
         def runs(uid, file):
