@@ -60,8 +60,11 @@ source "$HERE/pki.sh"
 # Random ports below the kernel's ephemeral range (32768+), so an outgoing
 # connection cannot be holding one; checked against every socket the kernel
 # knows of (/proc/net/tcp{,6}, any address, any state) and against ports
-# already picked for this cluster. There is still a window before the
-# process binds; a clash shows up as a process that dies during `up`.
+# already picked for this cluster (in this shell: `free_port VAR` sets VAR,
+# never in a command substitution's subshell, whose picks the next call
+# would not see). There is still a window before the process binds; a
+# clash shows up as a process that dies during `up` (etcd, the first to
+# bind, is started again on new ports).
 PICKED=" "
 port_in_use() {
   local hex
@@ -69,14 +72,14 @@ port_in_use() {
   awk -v p="$hex" 'NR > 1 && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
     /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
-free_port() {
+free_port() { # VAR
   local p i
   for ((i = 0; i < 200; i++)); do
     p=$((10000 + RANDOM % 22000))
     [[ $PICKED == *" $p "* ]] && continue
     port_in_use "$p" && continue
     PICKED+="$p "
-    echo "$p"
+    printf -v "$1" '%s' "$p"
     return
   done
   die "no free port found"
@@ -226,6 +229,16 @@ wait_for() {
   log "$what: ok"
 }
 
+# etcd_up PORT: etcd answers healthy (0), or it exited (1).
+etcd_up() {
+  local deadline=$((SECONDS + TIMEOUT))
+  until etcd_healthy "$1" </dev/null >/dev/null 2>&1; do
+    ours etcd >/dev/null || return 1
+    ((SECONDS < deadline)) || fail_up "timed out after ${TIMEOUT}s waiting for etcd /health"
+    sleep 1
+  done
+}
+
 fail_up() {
   log "up failed: $*"
   print_logs
@@ -248,11 +261,9 @@ cmd_up() {
   local start_time=$SECONDS
 
   gen_pki
-  local etcd_port peer_port kcm_port
-  etcd_port=$(free_port)
-  peer_port=$(free_port)
-  API_PORT=$(free_port)
-  kcm_port=$(free_port)
+  local etcd_port peer_port kcm_port try
+  free_port API_PORT
+  free_port kcm_port
   write_kubeconfig "$DIR/kubeconfig" admin
   write_kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager
   write_kubeconfig "$DIR/scheduler.kubeconfig" scheduler
@@ -260,19 +271,31 @@ cmd_up() {
   # Plain HTTP is acceptable for etcd: it listens on loopback only and lives
   # for one test run. No fsync: the data is thrown away, and fsync dominates
   # etcd latency on shared disks.
-  start etcd "$BIN/etcd" \
-    --name=e2e \
-    --data-dir="$DIR/etcd-data" \
-    --listen-client-urls="http://127.0.0.1:$etcd_port" \
-    --advertise-client-urls="http://127.0.0.1:$etcd_port" \
-    --listen-peer-urls="http://127.0.0.1:$peer_port" \
-    --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
-    --initial-cluster="e2e=http://127.0.0.1:$peer_port" \
-    --unsafe-no-fsync \
-    --log-level=warn
-  # Fails fast with etcd's own log if etcd cannot start (a port clash, say),
-  # instead of timing out on an API server that keeps retrying etcd.
-  wait_for "etcd /health" etcd_healthy "$etcd_port"
+  # A port taken between the check and etcd's bind (a CI run saw "bind:
+  # address already in use"): new ports, three tries. Any other exit fails
+  # fast with etcd's own log, instead of timing out on an API server that
+  # keeps retrying etcd.
+  for try in 1 2 3; do
+    free_port etcd_port
+    free_port peer_port
+    start etcd "$BIN/etcd" \
+      --name=e2e \
+      --data-dir="$DIR/etcd-data" \
+      --listen-client-urls="http://127.0.0.1:$etcd_port" \
+      --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+      --listen-peer-urls="http://127.0.0.1:$peer_port" \
+      --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
+      --initial-cluster="e2e=http://127.0.0.1:$peer_port" \
+      --unsafe-no-fsync \
+      --log-level=warn
+    etcd_up "$etcd_port" && break
+    if ((try == 3)) || ! grep -q "address already in use" "$DIR/etcd.log"; then
+      fail_up "etcd exited while waiting for etcd /health"
+    fi
+    log "etcd could not bind ($(grep -o 'listen tcp [^ ]*' "$DIR/etcd.log" | head -n 1)): again on new ports"
+    rm -rf "$DIR/etcd-data"
+  done
+  log "etcd /health: ok"
 
   # The process node's scenarios place every pod of their namespace on it,
   # the Jobs' too (the Database places only its instances), with the
