@@ -927,7 +927,7 @@ def test_primary_conninfo_is_data(database: Database, image):
     assert parse_conninfo(r.out.rstrip("\n")) == {
         "host": weird["RW_HOST"], "port": weird["RW_PORT"], "user": "replicator",
         "password": weird["REPLICATION_PASSWORD"], "application_name": weird["HOSTNAME"],
-        "target_session_attrs": "read-write",
+        "target_session_attrs": "read-write", "connect_timeout": "5",
     }
     assert not PWNED.exists()
 
@@ -2441,9 +2441,10 @@ def test_synchronous_promote_refuses_a_candidate_without_synchronous_standby_nam
 # acknowledged through the read-write Service
 
 RTO_RUNS = int(os.environ.get("OPSHOOKS_RTO_RUNS", "10"))
-# The settings proposed as defaults; the Database's defaults are still 5 s,
-# 3 failures, a 30 s delay and a 15 s lease: OPSHOOKS_RTO_READINESS_PERIOD=5
-# OPSHOOKS_RTO_READINESS_THRESHOLD=3 OPSHOOKS_RTO_DELAY=30 OPSHOOKS_LEASE_SECONDS=15.
+# The Database's defaults (children.rs, primary.rs, lease.rs): readiness
+# every 2 s with 2 failures, a 5 s delay, a 10 s lease. The earlier ones:
+# OPSHOOKS_RTO_READINESS_PERIOD=5 OPSHOOKS_RTO_READINESS_THRESHOLD=3
+# OPSHOOKS_RTO_DELAY=30 OPSHOOKS_LEASE_SECONDS=15.
 READINESS_PERIOD = int(os.environ.get("OPSHOOKS_RTO_READINESS_PERIOD", "2"))  # seconds between readiness probes
 READINESS_THRESHOLD = int(os.environ.get("OPSHOOKS_RTO_READINESS_THRESHOLD", "2"))  # failures before Ready turns False
 FAILOVER_DELAY = int(os.environ.get("OPSHOOKS_RTO_DELAY", "5"))  # the hook's spec.failover.delay

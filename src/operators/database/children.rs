@@ -849,9 +849,12 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         // probe.sh: a server answering as a primary while the role names
         // another pod is neither ready nor live (the restart rejoins it as
         // a standby); a standby too far behind is not ready.
+        // Every 2 s, two failures: a lost primary is not ready within
+        // some 4 s, the first part of the RTO the README states.
         readiness_probe: Some(Probe {
-            period_seconds: Some(5),
+            period_seconds: Some(2),
             timeout_seconds: Some(5),
+            failure_threshold: Some(2),
             ..script_probe("ready")
         }),
         // Crash recovery after an unclean stop can take long: liveness
@@ -987,7 +990,8 @@ fn claim_template(db: &Database, size: &str) -> PersistentVolumeClaim {
 /// `wal_log_hints` lets a former primary rejoin with `pg_rewind`. Under
 /// synchronous replication a commit waits for any one standby, named.
 /// Then
-/// `hba_file` with `spec.postgresql.pgHba`, and the plan's parameters
+/// `hba_file` with `spec.postgresql.pgHba`, TLS, the replication
+/// timeouts (5 s unless the spec sets them), and the plan's parameters
 /// (`spec.postgresql.parameters`, none of which the operator sets).
 pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
     // Of the size the StatefulSet was created with: growing the claims
@@ -1021,6 +1025,12 @@ pub fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
         .into_iter()
         .flat_map(|arg| ["-c".to_string(), arg]),
     );
+    for timeout in ["wal_sender_timeout", "wal_receiver_timeout"] {
+        if !plan.parameters.contains_key(timeout) {
+            let value = parameters::REPLICATION_TIMEOUT;
+            args.extend(["-c".to_string(), format!("{timeout}={value}")]);
+        }
+    }
     if !plan.parameters.contains_key("ssl_min_protocol_version") {
         args.extend([
             "-c".to_string(),

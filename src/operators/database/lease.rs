@@ -54,9 +54,10 @@ const FILE: &str = "/var/run/opshooks/lease/lease";
 const CREDENTIALS: &str = "/var/run/secrets/opshooks/lease";
 /// A primary serves while its lease is at most this old. Patroni's leader
 /// TTL is 30 s; this is shorter so that a failover fits in the RTO the
-/// README states, and still outlasts a few failed renewals (each gives up
-/// after 5 s) and an API server's restart of some seconds.
-const SECONDS: u32 = 15;
+/// README states (a failover's promote Job waits this plus some 4 s), and
+/// still outlasts a failed renewal or two (each gives up after 5 s) and
+/// an API server's restart of some seconds.
+const SECONDS: u32 = 10;
 /// How often the sidecar renews.
 const RENEW_SECONDS: u32 = 2;
 /// How often the watchdog checks.

@@ -247,6 +247,17 @@ pub(super) fn validate(
 /// `ssl_min_protocol_version` is not given (PostgreSQL's own default).
 pub(super) const SSL_MIN_PROTOCOL: &str = "TLSv1.2";
 
+/// `wal_sender_timeout` and `wal_receiver_timeout` when the spec names
+/// none (PostgreSQL's own are 60 s; CloudNativePG's are 5 s). A standby
+/// streaming from a primary that hangs (paused, its node partitioned)
+/// notices only once this passes without a message: with a minute, every
+/// synchronous commit on the new primary waited for the other standby to
+/// give up on the old one, about a minute after the hang (the real loop's
+/// `dbrealrto`: 57 s from the pause to the first commit, the promotion
+/// done at 32 s). Each side asks the other for a message after half of it
+/// is silent, so a busy or idle link never reaches it.
+pub(super) const REPLICATION_TIMEOUT: &str = "5s";
+
 /// What `synchronous_commit` is under synchronous replication when the
 /// spec names none: a commit returns once a standby has flushed it.
 pub(super) const SYNCHRONOUS_COMMIT: &str = "on";

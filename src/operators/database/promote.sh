@@ -212,6 +212,36 @@ COPY (SELECT :'rec' || ' ' || :'database') TO :'file'" -v "rec=$EXPECT_EPOCH $EX
     done
 }
 
+# 5. The other standbys connect again now, through the read-write Service
+# that selects the candidate. A WAL receiver that went on waiting for the
+# old primary (a hung one keeps its connections open; one a standby
+# opened while the Service still selected it never finishes: the WAL
+# receiver heeds no connect_timeout) would keep them off the new primary,
+# and every synchronous commit waiting, until the old one came back (the
+# real loop's dbrealrto: a minute). A changed primary_conninfo restarts
+# the WAL receiver on a reload (PostgreSQL 13 and later), as Patroni and
+# CloudNativePG change it on a failover: its connect_timeout is moved
+# between 5 and 6 s. Statement logging is off for the session (the value
+# holds the replicator's password). Best effort: a standby that does not
+# answer reconnects by itself, and a failure here fails nothing.
+reconnect_standbys() {
+    # shellcheck disable=SC2086 # STANDBYS is a list
+    for standby in ${STANDBYS:-}; do
+        if q "$standby" "SET log_statement = 'none';
+SET log_min_error_statement = 'panic';
+SELECT CASE WHEN c LIKE '%connect_timeout=''5''%' THEN replace(c, 'connect_timeout=''5''', 'connect_timeout=''6''')
+            WHEN c LIKE '%connect_timeout=''6''%' THEN replace(c, 'connect_timeout=''6''', 'connect_timeout=''5''')
+            ELSE c || ' connect_timeout=''5''' END AS next
+    FROM (SELECT current_setting('primary_conninfo') AS c) s WHERE pg_is_in_recovery() AND c <> '' \\gset
+ALTER SYSTEM SET primary_conninfo = :'next';
+SELECT pg_reload_conf();"; then
+            log "standby $standby connects again (its primary_conninfo reloaded)"
+        else
+            log "standby $standby not told to connect again (it does by itself): $answer"
+        fi
+    done
+}
+
 # 1. Promoted already?
 if q "$candidate" "SELECT pg_is_in_recovery()"; then
     if [ "$answer" = "f" ]; then
@@ -423,4 +453,5 @@ done
 # pg_rewind reads when a former primary rejoins.
 q "$candidate" "CHECKPOINT" || log "checkpoint on $candidate: $answer"
 record_epoch
+reconnect_standbys
 done_ok "promoted $candidate lsn=$mine"

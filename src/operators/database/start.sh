@@ -244,10 +244,10 @@ if [ -n "${RW_SSLROOTCERT:-}" ]; then export PGSSLROOTCERT="$RW_SSLROOTCERT"; fi
 # parser turns back). awk reads ENVIRON byte by byte: every byte is data.
 conninfo_line() {
     awk 'BEGIN {
-        n = split("host port user password application_name target_session_attrs", keys, " ")
+        n = split("host port user password application_name target_session_attrs connect_timeout", keys, " ")
         values[1] = ENVIRON["CI_HOST"]; values[2] = ENVIRON["CI_PORT"]
         values[3] = "replicator"; values[4] = ENVIRON["CI_PASSWORD"]; values[5] = ENVIRON["CI_NAME"]
-        values[6] = "read-write"
+        values[6] = "read-write"; values[7] = "5"
         if (ENVIRON["RW_SSLMODE"] != "") { n++; keys[n] = "sslmode"; values[n] = ENVIRON["RW_SSLMODE"] }
         if (ENVIRON["RW_SSLROOTCERT"] != "") { n++; keys[n] = "sslrootcert"; values[n] = ENVIRON["RW_SSLROOTCERT"] }
         out = ""
@@ -278,7 +278,13 @@ conninfo_line() {
 # the in_hot_standby and default_transaction_read_only a PostgreSQL 14+
 # server reports, so it holds on a replication connection). Else a standby
 # the Service selects before its promotion streams from itself, and that
-# connection outlives the Service's next move. Its
+# connection outlives the Service's next move. A connection gives up after
+# 5 s (connect_timeout, the whole handshake): one made while the Service
+# still selects a primary that hangs (paused, partitioned) would otherwise
+# wait for it for ever, and the standby with it (the real loop's
+# dbrealrto: a synchronous standby that reconnected 5 s into a pause
+# streamed again only when the old primary came back, and every commit on
+# the new primary waited for it). Its
 # primary_conninfo in postgresql.auto.conf (read after postgresql.conf, and
 # the last line of a name wins) replaces every earlier one. The password is
 # in it, as pg_basebackup -R writes it: the file is the server's own (0600
