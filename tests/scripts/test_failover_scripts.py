@@ -1185,22 +1185,52 @@ def test_a_standby_the_service_selects_before_its_promotion_does_not_stream_from
     wait_for("c follows b on its timeline", lambda: has_rows(c, "t", 2), timeout=60)
     assert b.sql("SELECT string_agg(application_name, ',') FROM pg_stat_replication") == c.name
 
-def test_a_standby_fed_past_the_fork_by_a_resumed_old_primary_is_not_live_and_rejoins(database: Database):
-    """Asynchronous: the old primary is paused past the failover, b promoted
-    (promote.sh compares c with b: equal), then the old primary resumes and
-    commits once more (a client that reaches its pod directly, before its
-    fence). c's connection to it outlived the pause, so c replays that
-    commit, past where b's timeline forks, and can never follow b. It must
-    not stay a live standby of a dead timeline: its liveness fails, saying
-    why, and its restart (start.sh) rewinds it onto b's timeline."""
+def test_the_promote_job_moves_the_other_standbys_off_the_old_primary(database: Database):
+    """Asynchronous: the old primary is paused past the failover and b
+    promoted; c answers, so the promote Job changes its primary_conninfo
+    and reloads it, and its WAL receiver connects again through the
+    Service, to b. When the old primary resumes and commits once more, c
+    never replays that commit, and follows b. Before, its connection to the
+    old primary outlived the failover (and, under synchronous replication,
+    held every commit on b until it gave up: dbrealrto, a minute)."""
     p, b, c = database.instances
     rw_sql(database.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
     wait_for("b and c have the row", lambda: has_rows(b, "t", 1) and has_rows(c, "t", 1))
     p.pause()
     try:
         database.designate(b)
+        result = promote(b, p, [c])
+        assert_promoted(result, b)
+        assert f"standby {c.address} connects again" in result.err, str(result)
+    finally:
+        p.pause(False)
+    p.sql("INSERT INTO t VALUES (2)")
+    rw_sql(database.proxy, "INSERT INTO t VALUES (3)")
+    wait_for("c follows b", lambda: c.sql("SELECT count(*) FROM t WHERE id = 3") == "1", timeout=30)
+    assert c.sql("SELECT count(*) FROM t WHERE id = 2") == "0", "c replayed the old primary's commit after the failover"
+    p.stop("immediate")
+
+
+def test_a_standby_fed_past_the_fork_by_a_resumed_old_primary_is_not_live_and_rejoins(database: Database):
+    """Asynchronous: the old primary is paused past the failover, b promoted
+    while c does not answer either (paused too, so the promote Job can
+    neither compare it nor tell it to connect again), then the old primary
+    resumes and commits once more (a client that reaches its pod directly,
+    before its fence). c's connection to it outlived the pause, so c
+    replays that commit, past where b's timeline forks, and can never
+    follow b. It must not stay a live standby of a dead timeline: its
+    liveness fails, saying why, and its restart (start.sh) rewinds it onto
+    b's timeline."""
+    p, b, c = database.instances
+    rw_sql(database.proxy, "CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
+    wait_for("b and c have the row", lambda: has_rows(b, "t", 1) and has_rows(c, "t", 1))
+    p.pause()
+    c.pause()
+    try:
+        database.designate(b)
         assert_promoted(promote(b, p, [c]), b)
     finally:
+        c.pause(False)
         p.pause(False)
     p.sql("INSERT INTO t VALUES (2)")
     wait_for("c replayed the old primary's last commit", lambda: has_rows(c, "t", 2))
