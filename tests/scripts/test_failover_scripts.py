@@ -2471,8 +2471,9 @@ def test_synchronous_promote_refuses_a_candidate_without_synchronous_standby_nam
 # acknowledged through the read-write Service
 
 RTO_RUNS = int(os.environ.get("OPSHOOKS_RTO_RUNS", "10"))
-# The Database's defaults (children.rs, primary.rs, lease.rs): readiness
-# every 2 s with 2 failures, a 5 s delay, a 10 s lease. The earlier ones:
+# The Database's defaults (children.rs, lease.rs): readiness every 2 s
+# with 2 failures, a 10 s lease; the delay here is dbrealrto's 5 s (the
+# Database's default is 30 s, primary.rs). The earlier defaults:
 # OPSHOOKS_RTO_READINESS_PERIOD=5 OPSHOOKS_RTO_READINESS_THRESHOLD=3
 # OPSHOOKS_RTO_DELAY=30 OPSHOOKS_LEASE_SECONDS=15.
 READINESS_PERIOD = int(os.environ.get("OPSHOOKS_RTO_READINESS_PERIOD", "2"))  # seconds between readiness probes
