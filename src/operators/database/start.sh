@@ -278,13 +278,12 @@ conninfo_line() {
 # the in_hot_standby and default_transaction_read_only a PostgreSQL 14+
 # server reports, so it holds on a replication connection). Else a standby
 # the Service selects before its promotion streams from itself, and that
-# connection outlives the Service's next move. A connection gives up after
-# 5 s (connect_timeout, the whole handshake): one made while the Service
-# still selects a primary that hangs (paused, partitioned) would otherwise
-# wait for it for ever, and the standby with it (the real loop's
-# dbrealrto: a synchronous standby that reconnected 5 s into a pause
-# streamed again only when the old primary came back, and every commit on
-# the new primary waited for it). Its
+# connection outlives the Service's next move. connect_timeout 5 does not
+# bound the WAL receiver's own connection (it heeds none: a standby that
+# reconnected while the Service still selected a hung primary waited for
+# it until it came back, dbrealrto); it is the value promote.sh moves
+# between 5 and 6 to make each other standby connect again after a
+# promotion, which is what frees such a standby. Its
 # primary_conninfo in postgresql.auto.conf (read after postgresql.conf, and
 # the last line of a name wins) replaces every earlier one. The password is
 # in it, as pg_basebackup -R writes it: the file is the server's own (0600
