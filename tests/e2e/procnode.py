@@ -33,8 +33,9 @@ it, as the kubelet does:
   kubectl, the postgres-exporter image to the tools' postgres_exporter,
   the aws-cli image to the tools' AWS CLI); a pod's kubectl reaches the API server through the `kubernetes`
   Service with its projected ServiceAccount token;
-- exec probes (startup, liveness, readiness: initialDelay, period, timeout,
-  success and failure thresholds) run in the container's namespaces;
+- exec probes (startup, liveness, readiness: initialDelay, period on the
+  kubelet's ticker, timeout, success and failure thresholds) run in the
+  container's namespaces;
   restarts by restartPolicy with the kubelet's back-off (none, 10 s,
   doubling to 300 s); a Job pod ends Succeeded or Failed by exit code;
   terminationMessagePath read back (FallbackToLogsOnError too);
@@ -680,10 +681,17 @@ class Container:
         failures_allowed = probe.get("failureThreshold", 3)
         time.sleep(probe.get("initialDelaySeconds", 0))
         successes = failures = 0
+        # The kubelet probes on a ticker (prober/worker.go): every period
+        # from its first probe, whatever a probe took; a probe longer than
+        # the period is followed at once (Go's ticker keeps one tick), the
+        # later ticks staying on the schedule.
+        first, ticks = None, 0
         while self.gen == gen and self.running() and not self.pw.stopping:
             if kind != "startupProbe" and not self.started:
                 time.sleep(0.5)
                 continue
+            if first is None:
+                first = time.monotonic()
             ok, output = self.run_probe(probe, timeout)
             if ok:
                 successes, failures = successes + 1, 0
@@ -717,7 +725,9 @@ class Container:
                     self.ready = ready
                     log(f"pod {self.pw.key} container {self.name} ready={ready}{'' if ok else ': ' + output[:200]}")
                     self.pw.poke()
-            time.sleep(period)
+            now = time.monotonic()
+            ticks = max(ticks + 1, int((now - first) // period))
+            time.sleep(max(0.0, first + ticks * period - now))
 
     def run_probe(self, probe, timeout):
         if "exec" not in probe:
