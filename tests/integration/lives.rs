@@ -1355,12 +1355,12 @@ fn read_write_pod(cluster: &Cluster) -> Result<Option<String>, String> {
     Ok(Some(pod.to_string()))
 }
 
-/// The Database's `spec.failover.delay`, in seconds (30 when unset).
+/// The Database's `spec.failover.delay`, in seconds (3 when unset).
 fn failover_delay(parent: &Value) -> i64 {
     parent
         .pointer("/spec/failover/delay")
         .and_then(Value::as_i64)
-        .unwrap_or(30)
+        .unwrap_or(3)
 }
 
 /// True when a planned switchover runs: the status says so, or the
@@ -2059,9 +2059,11 @@ fn a_killed_primary_fails_over_after_the_delay_and_comes_back_as_a_standby() {
         Some("orders-1"),
         "the first ready standby"
     );
+    // The default delay, 3 s: the first of the simulation's 10 s steps
+    // after it.
     assert_eq!(
         moved.0.duration_since(killed_at).as_secs(),
-        30,
+        10,
         "moved once the delay passed, not before: {timeline:?}"
     );
     assert!(

@@ -1211,6 +1211,53 @@ def test_the_promote_job_moves_the_other_standbys_off_the_old_primary(database: 
     p.stop("immediate")
 
 
+# What promote.sh logs when it waits out the old primary's lease.
+WAITED = "s: LEASE_SECONDS + LEASE_CHECK_SECONDS + LEASE_MARGIN + 1 since this Job started"
+
+
+def test_a_failover_job_refuses_before_the_lease_wait_what_it_would_refuse_after(template):
+    """Issue 32, the RTO: with a lease the failover's Job waits it out
+    (14 s) before promoting, and what it refused after that wait it now
+    refuses before it. An old primary that answers as a primary (it came
+    back, restarted in place) is refused at once; a candidate behind
+    another standby too, so the next candidate's Job starts some seconds
+    later, not one lease later (dbrealrto: a 52 s failover). The most
+    advanced candidate is then promoted after the wait."""
+    db = new_database(template, lease=True)
+    try:
+        p, b, c = db.instances
+        rw_sql(db.proxy, "CREATE TABLE t (id int PRIMARY KEY)")
+        rw_sql(db.proxy, "INSERT INTO t SELECT generate_series(1, 100)")
+        wait_for("c has the first rows", lambda: has_rows(c, "t", 100))
+        db.designate(b)
+        wait_for("b's lease names b", lambda: b.lease is not None and b.name in b.lease.path.read_text())
+        back = promote(b, p, [])
+        assert_refused(back, f"old primary {p.address} still answers as a primary")
+        assert WAITED not in back.err, f"refused only after the lease wait:\n{back}"
+        db.designate(p)
+        # c misses rows that b has; then the primary is lost.
+        c.stop()
+        rw_sql(db.proxy, "INSERT INTO t SELECT generate_series(101, 200)")
+        wait_for("b has every row", lambda: has_rows(b, "t", 200))
+        db.designate(None)
+        partition_from_standbys(p)
+        p.stop("immediate")
+        c.start()
+        db.designate(c)
+        wait_for("c's lease names c", lambda: c.lease is not None and c.name in c.lease.path.read_text())
+        behind = promote(c, p, [b])
+        assert_refused(behind, f"standby {b.address} is ahead of candidate {c.address}")
+        assert WAITED not in behind.err, f"refused only after the lease wait:\n{behind}"
+        db.designate(b)
+        wait_for("b's lease names b", lambda: b.lease is not None and b.name in b.lease.path.read_text())
+        done = promote(b, p, [c])
+        assert_promoted(done, b)
+        assert WAITED in done.err, str(done)
+        assert b.sql("SELECT count(*) FROM t") == "200"
+    finally:
+        db.stop()
+
+
 def test_a_standby_fed_past_the_fork_by_a_resumed_old_primary_is_not_live_and_rejoins(database: Database):
     """Asynchronous: the old primary is paused past the failover, b promoted
     while c does not answer either (paused too, so the promote Job can

@@ -62,12 +62,12 @@ pub(super) const SWITCHOVER_MODE: &str = "switchover";
 /// cause lasts. A switchover asked for by annotation is always tried.
 pub(super) const MAX_REFUSED_SWITCHOVERS: usize = 3;
 
-/// The failover delay when `spec.failover.delay` is not set: long enough
-/// that a primary restarting in place is not failed over. 5 s gives the
-/// RTO the README measures (`dbrealrto`); as a default it failed over
-/// primaries that were merely slow to start in the played loop, so it
-/// stays 30 s until that is understood.
-pub(super) const DEFAULT_DELAY_SECONDS: u32 = 30;
+/// The failover delay when `spec.failover.delay` is not set: what the
+/// RTO the README measures at the defaults allows (`dbrealrto`). A
+/// primary that restarts in place within it is not failed over; one that
+/// comes back after it, while its promote Job begins, makes the Job
+/// refuse at once, and it is designated again.
+pub(super) const DEFAULT_DELAY_SECONDS: u32 = 3;
 
 /// The promote Job of `ordinal` at `epoch`.
 pub(super) fn promote_job(db: &Database, epoch: u64, ordinal: u32) -> String {
@@ -813,8 +813,8 @@ pub(super) mod tests {
     pub(in super::super) const EMPTY_VOLUME: &str = "opshooks: the data directory /var/lib/postgresql/data/pg16 is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over\n";
 
     /// A large Database with this status and a 30 s failover delay (the
-    /// times in these tests are counted against it, and it is the
-    /// default: [`default_delay_is_thirty_seconds`]).
+    /// times in these tests are counted against it; it is not the
+    /// default: [`default_delay_is_three_seconds`]).
     pub(in super::super) fn db(status: serde_json::Value) -> Database {
         serde_json::from_value(json!({
             "metadata": {"name": "orders", "namespace": "prod"},
@@ -1073,23 +1073,23 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn default_delay_is_thirty_seconds() {
+    fn default_delay_is_three_seconds() {
         let mut d = db(json!({}));
         d.spec.failover = None;
-        // 29 s not ready: waiting until 30 s; at 31 s a standby takes over.
+        // 2 s not ready: waiting until 3 s; at 4 s a standby takes over.
         let at = |t: &str| seen(Some("2026-03-04T05:06:03Z"), None, &[]).at(t.parse().unwrap());
-        let p = decide(&d, &at("2026-03-04T05:06:32Z"), true, None);
+        let p = decide(&d, &at("2026-03-04T05:06:05Z"), true, None);
         assert_eq!(
             (p.designated, p.step),
             (
                 0,
                 Step::Waiting {
                     since: "2026-03-04T05:06:03Z".parse().unwrap(),
-                    after: "2026-03-04T05:06:33Z".parse().unwrap()
+                    after: "2026-03-04T05:06:06Z".parse().unwrap()
                 }
             )
         );
-        let p = decide(&d, &at("2026-03-04T05:06:34Z"), true, None);
+        let p = decide(&d, &at("2026-03-04T05:06:07Z"), true, None);
         assert_ne!(p.designated, 0, "{p:?}");
     }
 
@@ -1368,7 +1368,7 @@ pub(super) mod tests {
             .filter(|l| l.contains("refuse \"old primary $old ") && l.contains(STILL_PRIMARY))
             .count();
         assert_eq!(
-            refusals, 2,
+            refusals, 3,
             "promote.sh's refusals for an old primary that answers"
         );
     }

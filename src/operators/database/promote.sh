@@ -33,10 +33,13 @@
 #    watchdog stops it within LEASE_SECONDS + LEASE_CHECK_SECONDS (+ 1 s
 #    of whole seconds) of that lease. The Job waits that long plus
 #    LEASE_MARGIN (default 2 s), unless the old primary answers in
-#    recovery: then nothing is to fence. A connection that fails (a DNS
+#    recovery: then nothing is to fence. One that answers as a primary is
+#    refused at once (it came back). A connection that fails (a DNS
 #    error, a timeout) proves nothing and is never taken for a stopped
-#    primary; the wait is what fences. Without LEASE_FILE, an old primary
-#    that does not answer is taken as lost (the kubelet's fence).
+#    primary; the wait is what fences, and step 3 is asked before it too,
+#    so a candidate behind another standby is refused without waiting.
+#    Without LEASE_FILE, an old primary that does not answer is taken as
+#    lost (the kubelet's fence).
 # 2. failover: an old primary that still answers as a primary: refused.
 #    switchover: the old primary must answer as a primary and the
 #    candidate stream from it within MAX_LAG_BYTES of its position (else
@@ -242,12 +245,83 @@ SELECT pg_reload_conf();"; then
     done
 }
 
+# 3. The candidate must be at least as far as every other standby, its
+# position in $mine. A failover waiting out the old primary's lease asks
+# this first too, so a candidate behind another standby is refused at
+# once and the next one's Job starts without waiting for this one's
+# lease (dbrealrto: a 52 s failover when the first candidate was behind,
+# 39 s while it was asked only after two timeouts to the hung old
+# primary); what decides is the answer after the wait.
+check_position() {
+    POSITION="SELECT greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), pg_is_in_recovery()"
+    q "$candidate" "$POSITION" || refuse "candidate $candidate does not answer: $answer"
+    case "$answer" in
+        *"|t") mine="${answer%|t}" ;;
+        *"|f") # promoted meanwhile
+            lsn="${answer%|f}"
+            record_epoch
+            reconnect_standbys
+            done_ok "promoted $candidate lsn=$lsn"
+            ;;
+        *) fail "candidate $candidate: cannot read its position from '$answer'" ;;
+    esac
+    [ -n "$mine" ] || fail "candidate $candidate: no WAL position"
+    log "candidate $candidate is at $mine"
+    # 3a. Synchronous: a commit was acknowledged once a walsender the old
+    # primary's synchronous_standby_names accepts had it. Every server runs
+    # with the same setting, so the candidate shows it. Only a list of the
+    # instances' names makes "the most advanced instance holds every
+    # acknowledged commit" true: `*` accepts any WAL receiver (pg_receivewal,
+    # pg_recvlogical, a base backup's stream), which none of the instances is.
+    if [ "${SYNCHRONOUS:-false}" = "true" ]; then
+        q "$candidate" "SELECT current_setting('synchronous_standby_names')" ||
+            refuse "candidate $candidate: cannot read synchronous_standby_names: $answer"
+        case "$answer" in
+            '') refuse "candidate $candidate runs without synchronous_standby_names: nothing shows the old primary waited for an instance" ;;
+            *'*'*) refuse "synchronous_standby_names is '$answer': any WAL receiver (pg_receivewal, pg_recvlogical) acknowledged commits for the old primary, and the instances may hold none of them" ;;
+        esac
+        log "synchronous_standby_names '$answer' names the instances: the most advanced one holds every acknowledged commit"
+    fi
+    for other in ${STANDBYS:-}; do
+        if ! q "$other" "$POSITION"; then
+            if [ "${SYNCHRONOUS:-false}" = "true" ]; then
+                refuse "standby $other does not answer: under synchronous replication it may hold the last acknowledged commits ($answer)"
+            fi
+            log "standby $other does not answer (asynchronous replication: going on): $answer"
+            continue
+        fi
+        case "$answer" in
+            *"|t") theirs="${answer%|t}" ;;
+            *"|f") refuse "standby $other answers as a primary" ;;
+            *) fail "standby $other: cannot read its position from '$answer'" ;;
+        esac
+        [ -n "$theirs" ] || fail "standby $other: no WAL position"
+        q "$candidate" "SELECT pg_wal_lsn_diff(:'theirs', :'mine') > 0" -v "theirs=$theirs" -v "mine=$mine" \
+            || fail "candidate $candidate: $answer"
+        if [ "$answer" = "t" ]; then
+            refuse "standby $other is ahead of candidate $candidate: $theirs > $mine"
+        fi
+        log "standby $other is at $theirs, not ahead"
+        # Where the old primary was when that standby was last current with it.
+        if q "$other" "SELECT split_part(btrim(coalesce(pg_read_file('opshooks-current', 0, 200, true), ''), E' \\n'), ' ', 2)" &&
+            [ -n "$answer" ]; then
+            seen="$answer"
+            q "$candidate" "SELECT greatest(pg_wal_lsn_diff(:'seen', :'mine'), 0)::bigint" -v "seen=$seen" -v "mine=$mine" ||
+                fail "candidate $candidate: $answer"
+            if [ "$answer" -gt "$max_lag" ]; then
+                refuse "candidate $candidate is at $mine, $answer bytes behind $seen, where standby $other saw the old primary, more than $max_lag"
+            fi
+        fi
+    done
+}
+
 # 1. Promoted already?
 if q "$candidate" "SELECT pg_is_in_recovery()"; then
     if [ "$answer" = "f" ]; then
         q "$candidate" "SELECT pg_current_wal_lsn()" || fail "candidate $candidate: $answer"
         lsn="$answer"
         record_epoch
+        reconnect_standbys
         done_ok "promoted $candidate lsn=$lsn"
     fi
     [ "$answer" = "t" ] || fail "candidate $candidate answered '$answer' to pg_is_in_recovery()"
@@ -276,6 +350,26 @@ if [ "$mode" = "failover" ] && [ -n "$silence" ]; then
         refuse "candidate $candidate is $4 bytes behind $2, where the old primary was when it was last current, more than $max_lag"
     fi
     log "candidate $candidate was current with a primary ${1}s ago (the primary at $2), within MAX_SILENCE_SECONDS=$silence"
+fi
+
+# 1c, first (a failover with a lease): the old primary is asked once,
+# briefly (2 s, libpq's least). One that answers as a primary came back
+# (restarted in place while the failover was decided) or never stopped
+# serving: refused at once, and the hook designates it again; its lease
+# would not stop it (the watchdog stops a primary on a fresh lease only
+# once the pod it names answers as one). Otherwise step 3 (below) is
+# asked before anything that waits for an old primary that hangs: a
+# candidate behind another standby is refused at once.
+answered="" old_said=""
+if [ "$mode" = "failover" ] && [ -n "$lease_file" ]; then
+    waiting="$timeout" timeout=2
+    if [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
+        answered="$answer"
+    fi
+    old_said="$answer" timeout="$waiting"
+    [ "$answered" != "f" ] ||
+        refuse "old primary $old still answers as a primary: it came back or never stopped; nothing was promoted"
+    check_position
 fi
 
 # 1b. Every instance that answers reads the published role: its lease,
@@ -352,20 +446,25 @@ if [ "$mode" = "switchover" ]; then
     q "$candidate" "SELECT pg_last_wal_replay_lsn()" || refuse "candidate $candidate does not answer: $answer"
     log "candidate $candidate replayed the old primary's WAL to its end, $answer"
 elif [ -n "$lease_file" ]; then
-    # 1c. Whatever the old primary answers or not, unless it answers in
-    # recovery, its lease runs out before anything is promoted.
-    if [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()" && [ "$answer" = "t" ]; then
+    # 1c. Whatever the old primary answers or not, unless it answered in
+    # recovery (asked above), its lease runs out before anything is
+    # promoted.
+    if [ "$answered" = "t" ]; then
         log "old primary $old answers, in recovery: nothing to fence"
     else
-        [ -z "$old" ] || log "old primary $old: ${answer:-unknown}; waiting until its lease has run out"
+        [ -z "$old" ] || log "old primary $old: ${old_said:-unknown}; waiting until its lease has run out"
         left=$((started + lease_wait - $(date +%s)))
         if [ "$left" -gt 0 ]; then
             log "waiting ${left}s: LEASE_SECONDS + LEASE_CHECK_SECONDS + LEASE_MARGIN + 1 since this Job started"
             sleep "$left"
         fi
+        # The lease is what fences; this asks once more, briefly: a hung
+        # old primary costs no more.
+        waiting="$timeout" timeout=2
         if [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
             [ "$answer" = "t" ] || refuse "old primary $old still answers as a primary after its lease ran out"
         fi
+        timeout="$waiting"
         log "the old primary's lease has run out: it takes no write"
     fi
 elif [ -n "$old" ] && q "$old" "SELECT pg_is_in_recovery()"; then
@@ -379,66 +478,7 @@ elif [ -n "$old" ]; then
     log "old primary $old does not answer: $answer"
 fi
 
-# 3. The candidate must be at least as far as every other standby.
-POSITION="SELECT greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), pg_is_in_recovery()"
-q "$candidate" "$POSITION" || refuse "candidate $candidate does not answer: $answer"
-case "$answer" in
-    *"|t") mine="${answer%|t}" ;;
-    *"|f") # promoted meanwhile
-        lsn="${answer%|f}"
-        record_epoch
-        done_ok "promoted $candidate lsn=$lsn"
-        ;;
-    *) fail "candidate $candidate: cannot read its position from '$answer'" ;;
-esac
-[ -n "$mine" ] || fail "candidate $candidate: no WAL position"
-log "candidate $candidate is at $mine"
-# 3a. Synchronous: a commit was acknowledged once a walsender the old
-# primary's synchronous_standby_names accepts had it. Every server runs
-# with the same setting, so the candidate shows it. Only a list of the
-# instances' names makes "the most advanced instance holds every
-# acknowledged commit" true: `*` accepts any WAL receiver (pg_receivewal,
-# pg_recvlogical, a base backup's stream), which none of the instances is.
-if [ "${SYNCHRONOUS:-false}" = "true" ]; then
-    q "$candidate" "SELECT current_setting('synchronous_standby_names')" ||
-        refuse "candidate $candidate: cannot read synchronous_standby_names: $answer"
-    case "$answer" in
-        '') refuse "candidate $candidate runs without synchronous_standby_names: nothing shows the old primary waited for an instance" ;;
-        *'*'*) refuse "synchronous_standby_names is '$answer': any WAL receiver (pg_receivewal, pg_recvlogical) acknowledged commits for the old primary, and the instances may hold none of them" ;;
-    esac
-    log "synchronous_standby_names '$answer' names the instances: the most advanced one holds every acknowledged commit"
-fi
-for other in ${STANDBYS:-}; do
-    if ! q "$other" "$POSITION"; then
-        if [ "${SYNCHRONOUS:-false}" = "true" ]; then
-            refuse "standby $other does not answer: under synchronous replication it may hold the last acknowledged commits ($answer)"
-        fi
-        log "standby $other does not answer (asynchronous replication: going on): $answer"
-        continue
-    fi
-    case "$answer" in
-        *"|t") theirs="${answer%|t}" ;;
-        *"|f") refuse "standby $other answers as a primary" ;;
-        *) fail "standby $other: cannot read its position from '$answer'" ;;
-    esac
-    [ -n "$theirs" ] || fail "standby $other: no WAL position"
-    q "$candidate" "SELECT pg_wal_lsn_diff(:'theirs', :'mine') > 0" -v "theirs=$theirs" -v "mine=$mine" \
-        || fail "candidate $candidate: $answer"
-    if [ "$answer" = "t" ]; then
-        refuse "standby $other is ahead of candidate $candidate: $theirs > $mine"
-    fi
-    log "standby $other is at $theirs, not ahead"
-    # Where the old primary was when that standby was last current with it.
-    if q "$other" "SELECT split_part(btrim(coalesce(pg_read_file('opshooks-current', 0, 200, true), ''), E' \\n'), ' ', 2)" &&
-        [ -n "$answer" ]; then
-        seen="$answer"
-        q "$candidate" "SELECT greatest(pg_wal_lsn_diff(:'seen', :'mine'), 0)::bigint" -v "seen=$seen" -v "mine=$mine" ||
-            fail "candidate $candidate: $answer"
-        if [ "$answer" -gt "$max_lag" ]; then
-            refuse "candidate $candidate is at $mine, $answer bytes behind $seen, where standby $other saw the old primary, more than $max_lag"
-        fi
-    fi
-done
+check_position
 
 # 4. Promote, and see it done.
 q "$candidate" "SELECT pg_promote(true, 60)" || fail "pg_promote on $candidate: $answer"

@@ -334,7 +334,7 @@ pub struct LocalSecret {
 #[serde(rename_all = "camelCase")]
 pub struct FailoverSpec {
     /// Seconds the primary must stay not ready before a standby takes over
-    /// (30 when omitted). Shorter fails over faster; longer rides out a
+    /// (3 when omitted). Shorter fails over faster; longer rides out a
     /// slow restart without a change of primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]

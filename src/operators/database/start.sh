@@ -111,21 +111,25 @@ read_role
 [ -z "$from_lease" ] || say "$from_lease"
 say "instance $me; designated primary $primary (epoch $epoch); data directory $PGDATA"
 
-# Before a primary starts: a fresh lease naming this pod, however long
-# that takes (an instance cut off from the API server must not serve).
-await_lease() {
-    [ -n "$lease_file" ] || return 0
+# await_fresh_lease WHY: once the lease is at most LEASE_SECONDS old,
+# with $lease_* read from it, however long that takes (logging WHY every
+# 10 s): an instance cut off from the API server decides nothing.
+await_fresh_lease() {
     waited=0
-    while :; do
-        if read_lease; then
-            [ "$lease_primary" = "$me" ] ||
-                refuse "the lease (epoch $lease_epoch) names $lease_primary: not starting as the primary"
-            [ "$(($(now_s) - lease_at))" -gt "$lease_seconds" ] || return 0
-        fi
-        [ $((waited % 10)) -ne 0 ] || say "waiting for a lease younger than ${lease_seconds}s naming $me in $lease_file"
+    until read_lease && [ "$(($(now_s) - lease_at))" -le "$lease_seconds" ]; do
+        [ $((waited % 10)) -ne 0 ] ||
+            say "waiting for a lease younger than ${lease_seconds}s in $lease_file $1"
         sleep 1
         waited=$((waited + 1))
     done
+}
+
+# Before a primary starts: a fresh lease naming this pod.
+await_lease() {
+    [ -n "$lease_file" ] || return 0
+    await_fresh_lease "naming $me"
+    [ "$lease_primary" = "$me" ] ||
+        refuse "the lease (epoch $lease_epoch) names $lease_primary: not starting as the primary"
 }
 
 # never_initialized: before an empty data directory is initialized, the
@@ -136,13 +140,7 @@ await_lease() {
 # empty cluster in place of the data its standbys hold.
 never_initialized() {
     [ -n "$lease_file" ] || return 0
-    waited=0
-    until read_lease && [ "$(($(now_s) - lease_at))" -le "$lease_seconds" ]; do
-        [ $((waited % 10)) -ne 0 ] ||
-            say "waiting for a lease younger than ${lease_seconds}s in $lease_file to confirm the Database was never initialized"
-        sleep 1
-        waited=$((waited + 1))
-    done
+    await_fresh_lease "to confirm the Database was never initialized"
     case "$lease_initialized" in
         false) ;;
         true) refuse "the data directory $PGDATA is empty although the Database was initialized (the lease says so; the mounted role, older, does not): nothing is initialized over lost data; a standby must take over" ;;

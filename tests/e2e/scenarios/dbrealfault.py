@@ -6,13 +6,12 @@ observed, never how a promotion is done: which pod answers as the primary,
 which rows are there, which timeline each instance is on.
 
 - dbrealkill and dbrealrestart: the primary's postmaster gets SIGKILL (its
-  backends see it die and end). Under dbrealkill (failover.delay 10 s) a
-  standby takes over, or the restart in place wins; under dbrealrestart
-  (failover.delay 30 s) the kubelet restarts the container and the same
-  instance serves again.
-- dbrealrto (a benchmark, not in .ci/run): the RTO with failover.delay
-  5 s and the other settings at their defaults over ten failovers, each
-  the primary's pod stopped whole.
+  backends see it die and end). Under dbrealkill (the defaults:
+  failover.delay 3 s) a standby takes over, or the restart in place wins;
+  under dbrealrestart (failover.delay 30 s) the kubelet restarts the
+  container and the same instance serves again.
+- dbrealrto (a benchmark, not in .ci/run): the RTO at the defaults over
+  ten failovers, each the primary's pod stopped whole.
 - dbrealpause: every process of the primary's pod gets SIGSTOP (failover.delay
   10 s) and SIGCONT once a commit is acknowledged again; the client ends
   each session after 5 s (a client's timeout: a paused server's kernel
@@ -267,15 +266,17 @@ def roles(s, name, login, n):
 
 
 def scenario_real_kill(s):
-    """failover.delay 10 s: a standby takes over, or the killed primary's
-    restart in place (crash recovery, then its readiness probe) wins the
-    race; the RTO is measured either way."""
-    kill_the_primary(s, delay=10)
+    """The failover settings at their defaults (failover.delay 3 s, the
+    readiness probe and the lease as the hook sets them): a standby takes
+    over, or the killed primary's restart in place (crash recovery, then
+    its readiness probe) wins the race; the RTO is measured either way."""
+    kill_the_primary(s, delay=None)
 
 
 def scenario_real_kill_restart(s):
-    """failover.delay 30 s (the default, set): the killed primary restarts
-    in place and serves again before a standby may take over."""
+    """failover.delay 30 s (longer than the default 3 s): the killed
+    primary restarts in place and serves again before a standby may take
+    over."""
     kill_the_primary(s, delay=30)
 
 
@@ -479,9 +480,8 @@ def streaming_roles(s, name):
 
 
 def scenario_real_rto(s):
-    """The RTO with failover.delay 5 s (the default is 30 s) and the
-    readiness probe and the lease as the hook sets them (synchronous
-    replication),
+    """The RTO at the Database's defaults (failover.delay, the readiness
+    probe and the lease as the hook sets them; synchronous replication),
     over OPSHOOKS_E2E_RTO_RUNS failovers (10 when unset): each time every
     process of the primary's pod is stopped (a node that hangs: nothing
     restarts in place), and the time to the first commit acknowledged in a
@@ -494,10 +494,9 @@ def scenario_real_rto(s):
     k, ns, name = s.k, s.ns, "big"
     rounds = int(os.environ.get("OPSHOOKS_E2E_RTO_RUNS", "10"))
     on_proc_node(s)
-    s.step("create a large Database (15, synchronous, failover.delay 5 s, the other settings at their defaults) placed on the process node")
+    s.step("create a large Database (15, synchronous, the failover settings at their defaults) placed on the process node")
     db = database(ns, name, "15", "large", policy="Delete")
     db["spec"]["replication"] = "synchronous"
-    db["spec"]["failover"] = {"delay": 5}
     db["spec"]["affinity"] = {"nodeSelector": {POOL_KEY: POOL}, "tolerations": [TOLERATION]}
     k.apply(db)
     db_running(s, name, 3, "15", timeout=420)
@@ -547,7 +546,7 @@ def scenario_real_rto(s):
     lost = set(got) - {int(x) for x in out.split()}
     ordered = sorted(figures)
     summary = (
-        f"RTO with failover.delay 5 s over {len(ordered)} failovers: min {ordered[0]:.2f}s, median {ordered[len(ordered) // 2]:.2f}s, "
+        f"RTO at the defaults over {len(ordered)} failovers: min {ordered[0]:.2f}s, median {ordered[len(ordered) // 2]:.2f}s, "
         f"max {ordered[-1]:.2f}s ({', '.join(f'{f:.1f}' for f in figures)}); {len(got)} commits acknowledged, {len(lost)} lost"
     )
     say(summary)
