@@ -222,9 +222,12 @@ def monitored(s, name):
         return db
 
     s.wait(f"the Monitoring condition {'Exporting' if managed else 'PodMonitorUnavailable'}", exporting, 300, every=2)
-    primary = (s.parent("Database", name).get("status") or {}).get("currentPrimary")
 
     def scraped():
+        # Read on each try: the exporter's rollout may still end with a
+        # switchover after Monitoring says Exporting (CI on 4dd65c6: the
+        # primary read once, before it, was the standby by then).
+        primary = (s.parent("Database", name).get("status") or {}).get("currentPrimary")
         out = {}
         for i in range(2):
             pod = k.get("Pod", ns, f"{name}-{i}")
