@@ -317,7 +317,7 @@ fn any_operator_spec() -> impl Strategy<Value = (&'static str, Value)> {
     let database = object_of(vec![
         (
             "version",
-            field(strings(&["14", "15", "16", "17", "16", "15", "13"])),
+            field(strings(&["14", "15", "16", "17", "18", "15", "13"])),
         ),
         (
             "size",

@@ -139,7 +139,7 @@ const OWNED_PREFIXES: &[(&str, &str)] = &[
 ];
 
 /// The parameters a hot standby needs at least as high as the primary's,
-/// with PostgreSQL's default (the same in 14 to 17): a standby with a lower
+/// with PostgreSQL's default (the same in 14 to 18): a standby with a lower
 /// value stops replaying.
 pub(super) const STANDBY_AT_LEAST: [(&str, u64); 5] = [
     ("max_connections", 100),

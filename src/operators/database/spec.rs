@@ -82,7 +82,7 @@ pub const VOLUME: &str = "data";
     validation = Rule::new("!has(self.bootstrap) || has(self.bootstrap.destination) || has(self.backup)").message("spec.bootstrap needs a destination to read the dump from: set spec.bootstrap.destination or spec.backup.destination")
 )]
 pub struct DatabaseSpec {
-    /// The PostgreSQL major version: 14, 15, 16 or 17. Raising it upgrades
+    /// The PostgreSQL major version: 14, 15, 16, 17 or 18. Raising it upgrades
     /// the database (pre-upgrade backup, then restore into the new version);
     /// lowering it is refused.
     pub version: Major,
@@ -412,11 +412,29 @@ pub enum Major {
     /// PostgreSQL 17.
     #[serde(rename = "17")]
     V17,
+    /// PostgreSQL 18.
+    #[serde(rename = "18")]
+    V18,
 }
 
 impl Major {
     /// Every supported major, oldest first.
-    pub const ALL: [Major; 4] = [Major::V14, Major::V15, Major::V16, Major::V17];
+    pub const ALL: [Major; 5] = [Major::V14, Major::V15, Major::V16, Major::V17, Major::V18];
+
+    /// The newest supported major, the one an end-of-life major is told
+    /// to upgrade to.
+    pub const NEWEST: Major = Major::ALL[Major::ALL.len() - 1];
+
+    /// The day the PostgreSQL project stopped fixing this major, once it
+    /// has: such a major still runs (and upgrades), and the `Upgrading`
+    /// condition says so. 14's was 2026-11-12
+    /// (postgresql.org/support/versioning).
+    pub fn end_of_life(self) -> Option<&'static str> {
+        match self {
+            Major::V14 => Some("2026-11-12"),
+            Major::V15 | Major::V16 | Major::V17 | Major::V18 => None,
+        }
+    }
 
     /// The version as written, `16`.
     pub fn as_str(self) -> &'static str {
@@ -425,6 +443,7 @@ impl Major {
             Major::V15 => "15",
             Major::V16 => "16",
             Major::V17 => "17",
+            Major::V18 => "18",
         }
     }
 
@@ -1010,7 +1029,7 @@ fn validate_image(version: Major, image: &str) -> Result<(), InvalidSpec> {
         Err(number) => Err(InvalidSpec::new(
             "spec.imageName",
             format!(
-                "{} names PostgreSQL {number}, which this operator does not run (14 to 17)",
+                "{} names PostgreSQL {number}, which this operator does not run (14 to 18)",
                 validate::quote(image)
             ),
         )),
@@ -1093,10 +1112,24 @@ mod tests {
             ("postgres@sha256:abcd", Ok(None)),
             ("registry:5000/postgres", Ok(None)),
             ("postgres:16beta", Ok(None)),
+            ("postgres:18.1", Ok(Some(Major::V18))),
             ("postgres:13.9", Err("13".to_string())),
+            ("postgres:19", Err("19".to_string())),
         ] {
             assert_eq!(Major::of_image(image), want, "{image}");
         }
+    }
+
+    #[test]
+    fn eighteen_is_the_newest_and_only_fourteen_has_reached_its_end_of_life() {
+        assert_eq!(Major::NEWEST, Major::V18);
+        assert_eq!(Major::parse("18"), Some(Major::V18));
+        let ended: Vec<&str> = Major::ALL
+            .into_iter()
+            .filter(|m| m.end_of_life().is_some())
+            .map(Major::as_str)
+            .collect();
+        assert_eq!(ended, ["14"]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
 use super::primary::{Primary, is_serving, pod_name};
 use super::rollout::Step;
 use super::spec::{
-    Database, DatabaseStatus, DeletionPolicy, Phase, RestoredFrom, bootstrap_destination,
+    Database, DatabaseStatus, DeletionPolicy, Major, Phase, RestoredFrom, bootstrap_destination,
     database_name, endpoint, shows_condition,
 };
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
@@ -406,11 +406,22 @@ fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
 // Long because it is a flat table: one arm of words per upgrade step.
 fn major_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     match plan.upgrade {
-        Upgrade::None => (
-            false,
-            "UpToDate",
-            format!("running PostgreSQL {}", plan.version.as_str()),
-        ),
+        Upgrade::None => match plan.version.end_of_life() {
+            None => (
+                false,
+                "UpToDate",
+                format!("running PostgreSQL {}", plan.version.as_str()),
+            ),
+            Some(date) => (
+                false,
+                "EndOfLife",
+                format!(
+                    "running PostgreSQL {}, which reached its end of life on {date} and gets no more fixes: set spec.version to {} to upgrade",
+                    plan.version.as_str(),
+                    Major::NEWEST.as_str()
+                ),
+            ),
+        },
         Upgrade::NoDestination { to } => (
             false,
             "NoBackupDestination",
