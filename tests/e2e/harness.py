@@ -491,6 +491,8 @@ class Suite:
         self.lifecycle, self.faults, self.on_request = lifecycle, faults, on_request
         self.kube = kube_for(args.dir)
         self.dir = args.dir
+        # build-tools.sh's bin directory, where Metacontroller is.
+        self.tools = os.path.dirname(args.metacontroller)
         ops_log = f"{args.dir}/opshooks-loop.log"
         mc_log = f"{args.dir}/metacontroller.log"
         self.recorder = Recorder(self.kube, ops_log, mc_log)

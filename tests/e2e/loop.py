@@ -82,7 +82,7 @@ ON_REQUEST = [
     # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealbackup,dbrealupgrade,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealstale,dbrealswitch,dbrealrefused.
     ("Database on real PostgreSQL", "dbreal", scenario_real_database),
     ("Real PostgreSQL, backed up to S3 and restored", "dbrealbackup", scenario_real_backup_restore),
-    ("Real PostgreSQL, a major upgrade 15 to 16", "dbrealupgrade", scenario_real_major_upgrade),
+    ("Real PostgreSQL, a major upgrade 15 to 18", "dbrealupgrade", scenario_real_major_upgrade),
     ("Real PostgreSQL, primary killed", "dbrealkill", scenario_real_kill),
     ("Real PostgreSQL, primary restarted", "dbrealrestart", scenario_real_kill_restart),
     ("Real PostgreSQL, primary paused", "dbrealpause", scenario_real_pause),

@@ -116,7 +116,7 @@ def image_config(image):
         other = os.path.join(TOOLS or "", f"postgresql-{major[0]}") if major else ""
         if bindir and not os.path.isfile(f"{bindir}/postgres") and os.path.isfile(f"{other}/bin/postgres"):
             # A major this machine's packages lack (build-tools.sh's
-            # postgres-16): its server binaries, bound, then the machine's
+            # postgres-18): its server binaries, bound, then the machine's
             # own client tools (psql, pg_isready, pg_restore), which talk
             # to a newer server.
             client = max(glob.glob("/usr/lib/postgresql/*/bin/psql"), default="/usr/bin/psql")
@@ -807,6 +807,10 @@ class PodWorker:
             f.write(f"search {ns}.svc.{d} svc.{d} {d}\nnameserver {procnet.NODE_IP}\noptions ndots:5\n")
         with open(os.path.join(etc, "hostname"), "w") as f:
             f.write(self.hostname + "\n")
+        # Whose directory this is, for a scenario that reads what ran
+        # after the pod is gone (a finished Job's).
+        with open(os.path.join(self.dir, "pod"), "w") as f:
+            f.write(f"{ns}/{md['name']}\n")
         for v in spec.get("volumes") or []:
             self.volumes[v["name"]] = self.make_volume(v)
         self.next_refresh = time.time() + VOLUME_REFRESH

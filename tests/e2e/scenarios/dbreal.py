@@ -11,8 +11,13 @@ the node writes through the read-write Service's cluster IP (kube-proxy's
 rules) as the application user: every row acknowledged must be there when
 read back. Grown to medium, the new standby clones the primary through the
 read-write Service's name (DNS, kube-proxy) and streams from it: every
-acknowledged row is read back from it through the read-only Service. The
-Database is then deleted with its volumes.
+acknowledged row is read back from it through the read-only Service. Its
+claims are of the StorageClass `expandable` (a kwok Stage plays the
+external resizer, as in dbgrow): raised 1Gi -> 2Gi, the grow Job runs on
+the node, its kubectl reaching the API server as the Job's ServiceAccount,
+which may patch only those claims; both grow, StorageResized is True, the
+Job and its access go, and every row is still served. Then the exporter
+(monitored), and the Database is deleted with its volumes.
 
 First a kubectl pod (the kubectl image's stand-in is the tools' kubectl)
 runs `kubectl auth whoami` with its projected ServiceAccount token through
@@ -30,6 +35,8 @@ import time
 from harness import Failed, need
 from kube import condition
 from scenarios.database import database, db_gone, db_running
+from scenarios.storage import EXPANDABLE, claim_names, grow_job
+from scenarios.storage import grown as grown_claims
 
 NODE = "proc-node-0"
 POOL_KEY = "opshooks.io/e2e-node"
@@ -103,6 +110,22 @@ def container_log(s, uid, container):
     return "".join(container_runs(s, uid, container, "log"))
 
 
+def node_pods_said(s, prefix):
+    """What each container of each pod of the scenario's namespace that the
+    process node ran, whose name starts with `prefix`, printed, by pod
+    name: the node keeps a pod's directory (whose it is, each run's log)
+    after the pod is gone."""
+    root = f"{s.suite.dir}/procnode/pods"
+    said = {}
+    for uid in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        with contextlib.suppress(OSError), open(f"{root}/{uid}/pod") as f:
+            ns, _, pod = f.read().strip().partition("/")
+            if ns == s.ns and pod.startswith(prefix):
+                containers = sorted(os.listdir(f"{root}/{uid}/containers"))
+                said[pod] = {c: container_log(s, uid, c) for c in containers}
+    return said
+
+
 def kubectl_in_a_pod(s):
     """A kubectl image's container (the tools' kubectl) reaches the API
     server through the `kubernetes` Service with the pod's projected
@@ -138,9 +161,10 @@ def scenario_real_database(s):
     on_proc_node(s)
     kubectl_in_a_pod(s)
 
-    s.step("create a small Database (15) placed on the process node")
+    s.step(f"create a small Database (15) placed on the process node, its claims of the StorageClass {EXPANDABLE}")
     db = database(ns, name, "15", "small", policy="Delete")
     db["spec"]["affinity"] = {"nodeSelector": {POOL_KEY: POOL}, "tolerations": [TOLERATION]}
+    db["spec"]["storage"] = {"size": "1Gi", "storageClassName": EXPANDABLE}
     k.apply(db)
     db_running(s, name, 1, "15", timeout=300)
 
@@ -195,6 +219,18 @@ def scenario_real_database(s):
         need(out == f"t|{len(acked)}", f"the standby answers {out!r}, want t|{len(acked)}")
 
     s.wait("every acknowledged row on the standby, read through the read-only Service", replicated, 60, every=1)
+
+    s.step("storage 1Gi -> 2Gi: the grow Job's kubectl runs on the node as its ServiceAccount and patches both claims")
+    k.patch("Database", ns, name, {"spec": {"storage": {"size": "2Gi"}}})
+    job = grow_job(s, name, [f"grow-{i}" for i in range(2)], claim_names(name, 2), "2Gi")
+    grown_claims(s, name, 2, "2Gi", job)
+    # The Job and its pod are gone by now: the node's record of the pod
+    # says what ran, kubectl's own words from each container.
+    said = node_pods_said(s, f"{job}-")
+    want = {f"grow-{i}": f"persistentvolumeclaim/data-{name}-{i} patched\n" for i in range(2)}
+    s.expect(list(said.values()) == [want], f"what the node's runs of {job} said: {said}, want one pod saying {want}")
+    db_running(s, name, 2, "15")
+    s.wait("every acknowledged row still on the standby after the growth", replicated, 60, every=1)
 
     monitored(s, name)
 

@@ -2,9 +2,9 @@
 the backup CronJob's Jobs and the bootstrap's restore Job run as processes
 on proc-node-0, against a real S3-compatible server.
 
-dbrealbackup: moto's standalone S3 server (the one tests/scripts runs) in
-the node's network namespace, on the node's address, which every pod
-routes to; the aws-cli image's stand-in is the AWS CLI v1 (build-tools.sh).
+dbrealbackup: a real S3 server, versitygw (build-tools.sh; buckets as
+directories), in the node's network namespace, on the node's address,
+which every pod routes to, checking every request's signature; the aws-cli image's stand-in is the AWS CLI v1 (build-tools.sh).
 A small Database on PostgreSQL 15 takes rows, then its backups are turned
 on with a schedule of every minute: the kube-controller-manager's CronJob
 controller starts a Job, whose `dump` container runs pg_dump against the
@@ -28,6 +28,7 @@ Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbrealbackup."""
 
 import base64
 import contextlib
+import os
 import subprocess
 import sys
 import urllib.request
@@ -53,23 +54,28 @@ PLACED = 420
 
 @contextlib.contextmanager
 def s3_server(s, scenario):
-    """moto's S3 server in the node's network namespace, stopped after."""
+    """A real S3 server, versitygw (build-tools.sh), in the node's network
+    namespace: buckets as directories under the suite's directory, the
+    scenario's keys as its root user's (every request signed with them),
+    stopped after."""
     port = S3_PORTS[scenario]
     endpoint = f"http://{NODE_IP}:{port}"
-    log = open(f"{s.suite.dir}/moto-{s.ns}.log", "w")
+    root = f"{s.suite.dir}/s3-{s.ns}"
+    os.makedirs(root, exist_ok=True)
+    log = open(f"{s.suite.dir}/versitygw-{s.ns}.log", "w")
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", node_ns(s), sys.executable, "-m", "moto.server", "-H", NODE_IP, "-p", str(port)],
+        ["ip", "netns", "exec", node_ns(s), f"{s.suite.tools}/versitygw", "--port", f"{NODE_IP}:{port}", "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet", "posix", root],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
 
         def up():
-            code, out = on_the_node(s, [sys.executable, "-c", f"import urllib.request; urllib.request.urlopen('{endpoint}/moto-api/', timeout=2)"])
-            need(proc.poll() is None, f"moto exited {proc.returncode}")
-            need(code == 0, f"moto not answering yet: {out[-200:]}")
+            code, out = s3(s, endpoint, "c.list_buckets()")
+            need(proc.poll() is None, f"versitygw exited {proc.returncode}")
+            need(code == 0, f"versitygw not answering yet: {out[-200:]}")
 
-        s.wait(f"moto's S3 server on {endpoint}", up, 60, every=0.5)
+        s.wait(f"versitygw's S3 server on {endpoint}", up, 60, every=0.5)
         yield endpoint
     finally:
         proc.terminate()
@@ -236,13 +242,14 @@ def scenario_real_backup_restore(s):
 
 
 def scenario_real_major_upgrade(s):
-    """dbrealupgrade: a small Database on PostgreSQL 15 upgraded to 16 for
-    real. The process node's postgres:16 runs zonky's PostgreSQL 16 server
-    binaries (build-tools.sh; the machine's client tools after them): the
-    pre-upgrade Job dumps 15 into the bucket, the instances stop, the
-    upgrade Job initializes 16 beside the old data and restores the dump,
-    and the instance starts on 16 with every row, its application user
-    logging in with the password it had."""
+    """dbrealupgrade: a small Database on PostgreSQL 15 upgraded to 18, the
+    newest major, for real, three majors in one step. The process node's
+    postgres:18 runs zonky's PostgreSQL 18 server binaries (build-tools.sh;
+    the machine's client tools after them): the pre-upgrade Job dumps 15
+    into the bucket, the instances stop, the upgrade Job initializes 18
+    beside the old data and restores the dump, and the instance starts on
+    18 with every row, its application user logging in with the password
+    it had."""
     k, ns = s.k, s.ns
     on_proc_node(s)
     with s3_server(s, "dbrealupgrade") as endpoint:
@@ -250,9 +257,9 @@ def scenario_real_major_upgrade(s):
         destination = bucket_and_keys(s, endpoint, "up/")
         cip, login = with_rows(s, "up", "Delete", destination, 300)
 
-        s.step("spec.version 16: the pre-upgrade dump, the upgrade Job's restore into 16, the instance on 16")
-        k.patch("Database", ns, "up", {"spec": {"version": "16"}})
-        db_running(s, "up", 1, "16", timeout=600)
+        s.step("spec.version 18: the pre-upgrade dump, the upgrade Job's restore into 18, the instance on 18")
+        k.patch("Database", ns, "up", {"spec": {"version": "18"}})
+        db_running(s, "up", 1, "18", timeout=600)
         cip = k.get("Service", ns, "up")["spec"]["clusterIP"]
 
         def upgraded():
@@ -260,9 +267,9 @@ def scenario_real_major_upgrade(s):
             need(code == 0, f"psql through {cip}: {out}")
             return out
 
-        out = s.wait("every row read back from PostgreSQL 16, as the same user with the same password", upgraded, 120, every=1)
-        s.expect(out == "16|300|45150", f"the upgraded Database answers {out!r}, want 16|300|45150")
-        pre = dumps_in(s, endpoint, "up/up-pre-upgrade-16-")
+        out = s.wait("every row read back from PostgreSQL 18, as the same user with the same password", upgraded, 120, every=1)
+        s.expect(out == "18|300|45150", f"the upgraded Database answers {out!r}, want 18|300|45150")
+        pre = dumps_in(s, endpoint, "up/up-pre-upgrade-18-")
         s.expect(len(pre) == 1, f"the pre-upgrade dump in the bucket: {pre}")
 
         s.step("delete it (policy Delete)")
