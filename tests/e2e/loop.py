@@ -36,6 +36,7 @@ from scenarios.dbrealfault import (
     scenario_real_pause,
     scenario_real_pause_async,
     scenario_real_recreate,
+    scenario_real_rollout,
     scenario_real_rto,
     scenario_real_stale_standby,
     scenario_real_stall,
@@ -79,7 +80,7 @@ FAULTS = [
 # Run only when --only names them.
 ON_REQUEST = [
     ("WebServer created and deleted", "web-brief", scenario_webserver_brief),
-    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealbackup,dbrealupgrade,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealstale,dbrealswitch,dbrealrefused.
+    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealbackup,dbrealupgrade,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealstale,dbrealswitch,dbrealrollout,dbrealrefused.
     ("Database on real PostgreSQL", "dbreal", scenario_real_database),
     ("Real PostgreSQL, backed up to S3 and restored", "dbrealbackup", scenario_real_backup_restore),
     ("Real PostgreSQL, a major upgrade 15 to 18", "dbrealupgrade", scenario_real_major_upgrade),
@@ -93,6 +94,7 @@ ON_REQUEST = [
     ("Real PostgreSQL, re-created over retained volumes", "dbrealrecreate", scenario_real_recreate),
     ("Real PostgreSQL, a standby disconnected long", "dbrealstale", scenario_real_stale_standby),
     ("Real PostgreSQL, switchover", "dbrealswitch", scenario_real_switchover),
+    ("Real PostgreSQL, minor-image rollout", "dbrealrollout", scenario_real_rollout),
     ("Real PostgreSQL, switchover refused", "dbrealrefused", scenario_real_switchover_refused),
     # A benchmark (BENCHMARKS.md): ten failovers at the defaults, some 12 minutes.
     ("Real PostgreSQL, RTO at the defaults", "dbrealrto", scenario_real_rto),

@@ -19,7 +19,7 @@
 #      whole life on a fresh cluster, with invariants checked throughout;
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
 #      dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup,dbrealupgrade, then
-#      dbreal under server-side-apply, then
+#      dbreal,dbrealrollout under server-side-apply, then
 #      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition, then
 #      dbrealstall alone, then dbreallostvolume,dbrealrecreate,dbrealstale)
 #      on a fresh cluster each with the process node (procnode.py), under
@@ -195,15 +195,18 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,d
 # other one too (next step).
 OPSHOOKS_E2E_PROC_NODE=1 OPSHOOKS_E2E_CERT_MANAGER=1 "$HERE/loop.sh" --only dbreal,dbrealrestart,dbrealswitch,dbrealrefused,dbrealtls,dbrealbackup,dbrealupgrade --strategies dynamic-apply
 
-step "real PostgreSQL under server-side-apply (loop.sh --only dbreal --strategies server-side-apply)"
+step "real PostgreSQL under server-side-apply (loop.sh --only dbreal,dbrealrollout --strategies server-side-apply)"
 # dbreal again, with Metacontroller writing the children by server-side
 # apply: of the real scenarios it makes and changes the most kinds of
 # child (the StatefulSet through a size change and a template rollout,
 # both Services, the init, promote and grow Jobs, the grow Job's
 # ServiceAccount, Role and RoleBinding, the role ConfigMap, the exporter),
 # which is what the strategy changes; the fault scenarios test what
-# PostgreSQL and the scripts do, which it does not. About 3 minutes.
-OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreal --strategies server-side-apply
+# PostgreSQL and the scripts do, which it does not. Beside it
+# dbrealrollout: a minor-image rollout of a large Database under load
+# (the standbys roll, a switchover, the old primary rolls), a template
+# change being what the strategy writes. About 3 minutes.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreal,dbrealrollout --strategies server-side-apply
 
 step "real PostgreSQL, a standby takes over (loop.sh --only dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition)"
 # The faults where a standby takes over, each a large Database of its own:

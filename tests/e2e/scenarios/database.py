@@ -52,7 +52,11 @@ def why_not_running(s, name, st):
     )
 
 
-def db_running(s, name, n, version, timeout=180):
+def db_running(s, name, n, version, timeout=180, image=None):
+    """`name` Running `version` with `n` ready instances, its StatefulSet on
+    `image` (the version's official image when None)."""
+    image_wanted = image or f"postgres:{version}"
+
     def check():
         db = s.parent("Database", name)
         st = s.synced(db)
@@ -63,7 +67,7 @@ def db_running(s, name, n, version, timeout=180):
         need(sts is not None, "StatefulSet missing")
         need(sts["metadata"].get("annotations", {}).get(VERSION_ANNOTATION) == version, "StatefulSet runs another version")
         image = sts["spec"]["template"]["spec"]["containers"][0]["image"]
-        need(image == f"postgres:{version}", f"StatefulSet image {image}")
+        need(image == image_wanted, f"StatefulSet image {image}, want {image_wanted}")
         need(sts["spec"]["replicas"] == n and (sts.get("status") or {}).get("readyReplicas") == n, "StatefulSet not ready")
         init = s.job(f"{name}-init")
         need(job_outcome(init) == "Succeeded", f"init job {job_outcome(init)}")

@@ -291,6 +291,14 @@ def scenario_real_switchover(s):
     kill_the_primary(s, delay=None, fault="switchover")
 
 
+def scenario_real_rollout(s):
+    """A minor-image rollout (spec.imageName postgres:15 to postgres:15.1,
+    the same server binaries on the process node) under load: the standbys
+    restart on the new template, a planned switchover moves the primary to
+    one of them, and the old primary restarts as a standby."""
+    kill_the_primary(s, delay=None, fault="rollout")
+
+
 def scenario_real_switchover_refused(s):
     """A planned switchover to a standby that does not stream (its
     primary_conninfo broken by hand): the promote Job refuses it with
@@ -557,6 +565,13 @@ def scenario_real_rto(s):
     db_gone(s, name, timeout=180)
 
 
+# The changes of primary that are asked for: writes go on until the old
+# primary stops, so the figure is the longest gap, not an RTO.
+PLANNED = ("switchover", "refused", "rollout")
+# The minor image dbrealrollout rolls out.
+ROLLED_IMAGE = "postgres:15.1"
+
+
 def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="Delete", then="delete"):
     k, ns, name = s.k, s.ns, "big"
     on_proc_node(s)
@@ -676,9 +691,14 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
 
             s.wait(f"{target} not streaming", not_streaming, 60, every=1)
             restarts = {p: restart_count(s, p) for p in before}
-        s.step(f"a planned switchover to {target} at epoch {epoch}, under load")
-        at = time.time()
-        k.patch("Database", ns, name, {"metadata": {"annotations": {"opshooks.io/switchover": f"{target}@{epoch}"}}})
+        if fault == "rollout":
+            s.step(f"a new image, spec.imageName {ROLLED_IMAGE}, under load: the standbys roll, a switchover, then {primary}")
+            at = time.time()
+            k.patch("Database", ns, name, {"spec": {"imageName": ROLLED_IMAGE}})
+        else:
+            s.step(f"a planned switchover to {target} at epoch {epoch}, under load")
+            at = time.time()
+            k.patch("Database", ns, name, {"metadata": {"annotations": {"opshooks.io/switchover": f"{target}@{epoch}"}}})
     # A standby promoted or the primary back: either way a commit acknowledged
     # after the fault in a session begun after it. The session that was
     # writing at the fault may still see its statements already sent
@@ -689,7 +709,7 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
     # (A planned switchover, or one refused, may keep the session: any
     # commit after the request counts there, and only the gap is reported.)
     sessions_before = max((i // SESSION for i, a in acks(container_log(s, uid, "writer")).items() if a[1] <= at), default=0)
-    if fault in ("switchover", "refused"):
+    if fault in PLANNED:
         sessions_before = 0
 
     def recovered():
@@ -737,7 +757,7 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
         s.step(f"{stale} back on the network: it must stream on {took_over}'s timeline")
         heal(stale_netns)
     rto_figure = f"RTO {first - at:.2f}s"
-    if fault not in ("switchover", "refused"):  # writes go on until the old primary stops
+    if fault not in PLANNED:  # writes go on until the old primary stops
         say(f"{rto_figure} ({fault} to the first acknowledged commit)")
 
     if fault in ("refused", "stall"):
@@ -773,10 +793,20 @@ def kill_the_primary(s, delay, fault="kill", replication="synchronous", policy="
             need(got == target, f"status.currentPrimary {got}, want {target}")
 
         s.wait(f"status.currentPrimary {target}", switched, 300)
-    db_running(s, name, 3, "15", timeout=300)
+    if fault == "rollout":
+
+        def rolled():
+            pods = {p: (k.get("Pod", ns, p) or {}) for p in before}
+            images = {p: [c.get("image") for c in pod.get("spec", {}).get("containers", []) if c.get("name") == "postgres"] for p, pod in pods.items()}
+            need(all(i == [ROLLED_IMAGE] for i in images.values()), f"images {images}")
+            st = s.k.get("Database", ns, name).get("status") or {}
+            need(st.get("currentPrimary") not in (None, primary), f"status.currentPrimary {st.get('currentPrimary')}: the rollout's switchover away from {primary} not done")
+
+        s.wait(f"every instance on {ROLLED_IMAGE}, the primary moved off {primary}", rolled, 420, every=2)
+    db_running(s, name, 3, "15", timeout=300, image=ROLLED_IMAGE if fault == "rollout" else None)
     running = time.time()
     s.wait("200 more commits", lambda: writing(after=running, least=200), 120, every=0.5)
-    if fault in ("switchover", "refused"):
+    if fault in PLANNED:
         # The time a switchover stops writes: the longest gap between two
         # acknowledged commits from the request on (the RTO above means
         # nothing here: writes go on until the old primary stops).
