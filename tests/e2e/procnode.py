@@ -49,11 +49,15 @@ the DNS answers (procnet.py); the node keeps its Lease renewed. Each run of
 a container keeps its output in DIR/procnode/pods/UID/containers/NAME/RUN/log
 (there is no `kubectl logs`). A scenario injects faults from outside: a
 container's processes are those in the pod's network namespace
-(`ip netns pids`), a pod's link can go down (procnet.Network.link).
+(`ip netns pids`), a pod's link can go down (procnet.Network.link), and a
+file DIR/procnode/faults/<namespace>/<pod name prefix> holding "fail" or
+"delay" makes each container of those pods fail at its start (exit 1) or
+wait to start while the file is there (Container.fault).
 """
 
 import argparse
 import base64
+import contextlib
 import glob
 import json
 import os
@@ -534,6 +538,14 @@ class Container:
         command = c.get("command") or img["entrypoint"]
         args = c.get("args") if (c.get("command") or c.get("args")) else img["cmd"]
         argv = [expand(a, env) for a in [*command, *(args or [])]]
+        fault = self.fault()
+        if fault == "delay":
+            self.state = {"waiting": {"reason": "ContainerCreating", "message": "delayed by a scenario's fault"}}
+            self.next_start = time.time() + 1
+            return False
+        if fault == "fail":
+            # Runs, and fails at once, as a program that finds its input bad.
+            argv = ["/bin/sh", "-c", f'echo "failed by a scenario\'s fault ({self.fault_file})" | tee "$1" >&2; exit 1', "fault", c.get("terminationMessagePath") or "/dev/termination-log"]
         if self.gen:
             self.restarts += 1
         self.gen += 1
@@ -583,6 +595,20 @@ class Container:
                     threading.Thread(target=self.probe_loop, args=(kind, c[kind], gen), daemon=True, name=f"{self.name}-{kind}").start()
         log(f"pod {pw.key} container {self.name} started (run {gen}, pid {self.proc.pid})")
         return True
+
+    def fault(self):
+        """What a scenario asks of this container's next start: FAULTS/<ns>/<p>
+        holding "fail" (it runs and exits 1) or "delay" (it does not start
+        while the file is there), for every container of every pod of the
+        namespace whose name starts with <p>; None when no file names it."""
+        ns, _, name = self.pw.key.partition("/")
+        root = os.path.join(os.path.dirname(os.path.dirname(self.pw.dir)), "faults", ns)
+        for prefix in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            if name.startswith(prefix):
+                self.fault_file = os.path.join(root, prefix)
+                with contextlib.suppress(OSError), open(self.fault_file) as f:
+                    return f.read().strip()
+        return None
 
     def stop(self, grace, reason=None):
         """The image's stop signal (SIGTERM unless it says otherwise) to the

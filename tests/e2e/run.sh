@@ -188,7 +188,8 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealrestart,d
 # whose certificate cert-manager's own controllers issue and renew, and a
 # Database backed up to a real S3 server (versitygw), each dump verified,
 # restored into a second Database, snapshotted at its deletion and brought
-# back from the snapshot, and one upgraded from 15 to 18. The seven run
+# back from the snapshot, and one upgraded from 15 to 18 (its upgrade Job
+# failed first by a fault the node injects: 15 serves again). The seven run
 # side by side: about 7 minutes for the step here, most of it dbrealrefused. One apply strategy, Metacontroller's default (dynamic-apply):
 # the strategy decides how Metacontroller writes the children, which the
 # played scenarios above check under both; dbreal alone runs under the

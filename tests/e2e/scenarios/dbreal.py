@@ -110,6 +110,18 @@ def container_log(s, uid, container):
     return "".join(container_runs(s, uid, container, "log"))
 
 
+def fault(s, prefix, what):
+    """Every container of the scenario's pods whose name starts with
+    `prefix` fails at its start ("fail") or waits to start ("delay") until
+    the returned file is removed (procnode.py's Container.fault)."""
+    root = f"{s.suite.dir}/procnode/faults/{s.ns}"
+    os.makedirs(root, exist_ok=True)
+    path = f"{root}/{prefix}"
+    with open(path, "w") as f:
+        f.write(what + "\n")
+    return path
+
+
 def node_pods_said(s, prefix):
     """What each container of each pod of the scenario's namespace that the
     process node ran, whose name starts with `prefix`, printed, by pod

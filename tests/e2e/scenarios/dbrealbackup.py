@@ -35,8 +35,8 @@ import urllib.request
 
 from harness import need
 from kube import condition
-from scenarios.database import database, db_gone, db_running
-from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, node_ns, on_proc_node, on_the_node, psql
+from scenarios.database import database, db_gone, db_running, old_version_serving
+from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, fault, node_ns, on_proc_node, on_the_node, psql
 
 # The node's own address in its network namespace (procnet.py's NODE_IP).
 NODE_IP = "10.89.0.1"
@@ -246,10 +246,12 @@ def scenario_real_major_upgrade(s):
     newest major, for real, three majors in one step. The process node's
     postgres:18 runs zonky's PostgreSQL 18 server binaries (build-tools.sh;
     the machine's client tools after them): the pre-upgrade Job dumps 15
-    into the bucket, the instances stop, the upgrade Job initializes 18
-    beside the old data and restores the dump, and the instance starts on
-    18 with every row, its application user logging in with the password
-    it had."""
+    into the bucket, the instances stop, and the upgrade Job fails (a fault
+    the node injects): 15 serves again with every row, Upgrading says
+    UpgradeFailed. With the fault gone and the failed Job deleted, the
+    upgrade Job initializes 18 beside the old data and restores the dump,
+    and the instance starts on 18 with every row, its application user
+    logging in with the password it had."""
     k, ns = s.k, s.ns
     on_proc_node(s)
     with s3_server(s, "dbrealupgrade") as endpoint:
@@ -257,15 +259,34 @@ def scenario_real_major_upgrade(s):
         destination = bucket_and_keys(s, endpoint, "up/")
         cip, login = with_rows(s, "up", "Delete", destination, 300)
 
-        s.step("spec.version 18: the pre-upgrade dump, the upgrade Job's restore into 18, the instance on 18")
-        k.patch("Database", ns, "up", {"spec": {"version": "18"}})
-        db_running(s, "up", 1, "18", timeout=600)
-        cip = k.get("Service", ns, "up")["spec"]["clusterIP"]
-
-        def upgraded():
+        def served():
+            cip = k.get("Service", ns, "up")["spec"]["clusterIP"]
             code, out = psql(s, cip, login, "SELECT current_setting('server_version_num')::int / 10000, count(*), sum(n) FROM acked")
             need(code == 0, f"psql through {cip}: {out}")
             return out
+
+        s.step("spec.version 18 with the upgrade Job failing (a fault on the node): 15 serves again, every row, Upgrading says so")
+        failing = fault(s, "up-upgrade-18", "fail")
+        k.patch("Database", ns, "up", {"spec": {"version": "18"}})
+
+        def upgrade_failed():
+            db = s.parent("Database", "up")
+            s.synced(db)
+            c = condition(db, "Upgrading") or {}
+            need(c.get("reason") == "UpgradeFailed", f"Upgrading {c.get('reason')}: {c.get('message')}")
+            return c
+
+        said = s.wait("Upgrading UpgradeFailed", upgrade_failed, 420, every=1)
+        s.expect("15 serves again" in said.get("message", ""), f"Upgrading says {said.get('message')!r}")
+        s.wait("15 serving again", lambda: old_version_serving(s, "up", 1, "15"), 300, every=1)
+        out = s.wait("every row read back from PostgreSQL 15 after the failed upgrade", served, 120, every=1)
+        s.expect(out == "15|300|45150", f"after the failed upgrade the Database answers {out!r}, want 15|300|45150")
+
+        s.step("the fault gone and the failed Job deleted: the upgrade is tried again, the instance on 18")
+        os.remove(failing)
+        k.delete("Job", ns, "up-upgrade-18")
+        db_running(s, "up", 1, "18", timeout=600)
+        upgraded = served
 
         out = s.wait("every row read back from PostgreSQL 18, as the same user with the same password", upgraded, 120, every=1)
         s.expect(out == "18|300|45150", f"the upgraded Database answers {out!r}, want 18|300|45150")
