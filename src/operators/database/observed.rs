@@ -276,7 +276,7 @@ impl Observed {
 
     /// The major the StatefulSet runs: the data directory its postgres
     /// container uses (`PGDATA`, `.../pg16`), else that container's image
-    /// tag, else, as a last hint, the version annotation. `None` without a
+    /// tag (any registry's), else, as a last hint, the version annotation. `None` without a
     /// StatefulSet or when none of them names a major.
     pub fn running(&self) -> Option<Major> {
         let sts = self.statefulset.as_ref()?;
@@ -286,11 +286,10 @@ impl Observed {
             .and_then(|env| env.iter().find(|e| e.name == "PGDATA"))
             .and_then(|e| e.value.as_deref())
             .and_then(Major::of_data_dir);
-        let from_image = || {
-            let image = postgres?.image.as_deref()?;
-            let tag = image.strip_prefix("postgres:")?;
-            Major::parse(tag.split(['.', '-', '@']).next()?)
-        };
+        // One rule for a tag's major, the spec's (`Major::of_image`): a
+        // tag that names no major, or one this operator does not run,
+        // leaves it to the annotation.
+        let from_image = || Major::of_image(postgres?.image.as_deref()?).ok().flatten();
         let from_annotation = || {
             let annotations = sts.metadata.annotations.as_ref()?;
             Major::parse(annotations.get(ANNOTATION_VERSION)?)

@@ -1765,6 +1765,15 @@ mod tests {
                 want: Some(Major::V16),
             },
             Case {
+                reason: "any registry's image, read as the spec reads imageName",
+                seen: sts(
+                    Some("15"),
+                    None,
+                    Some("registry:5000/postgis/postgis:17-3.5"),
+                ),
+                want: Some(Major::V17),
+            },
+            Case {
                 reason: "the annotation as a last hint",
                 seen: sts(Some("14"), None, Some("example/pg:latest")),
                 want: Some(Major::V14),
