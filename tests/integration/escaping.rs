@@ -314,7 +314,7 @@ fn container_references(container: &Value, out: &mut Vec<String>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(super::support::proptest_config(128))]
 
     /// Issue 31, item 1: `spec.postgresql.parameters.cluster_name:
     /// "$(POSTGRES_PASSWORD)"` put the password on the server's command

@@ -424,12 +424,12 @@ fn common_events() -> impl Strategy<Value = Scripted> {
     ]
 }
 
-/// 256 lives of each operator; a failing one is saved (with its seed) to
-/// lives.proptest-regressions beside this file and replayed first on every
-/// later run, so a failure found in CI can be replayed here from the
-/// minimal input it prints.
+/// 256 lives of each operator (`PROPTEST_CASES` for more); a failing one
+/// is saved (with its seed) to lives.proptest-regressions beside this file
+/// and replayed first on every later run, so a failure found in CI can be
+/// replayed here from the minimal input it prints.
 fn config() -> ProptestConfig {
-    ProptestConfig::with_cases(256)
+    super::support::proptest_config(256)
 }
 
 proptest! {

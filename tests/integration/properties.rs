@@ -64,7 +64,7 @@ fn webserver_request(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(super::support::proptest_config(64))]
 
     #[test]
     fn answer_has_exactly_replicas_pods_with_valid_unique_names_but_ended_ones((name, replicas, pods, v2) in observed_state()) {
@@ -462,7 +462,7 @@ prop_compose! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(super::support::proptest_config(64))]
 
     #[test]
     fn memcached_always_keeps_its_deployment_and_service(request in memcached_state()) {
@@ -611,7 +611,7 @@ fn job_succeeded(request: &Value, name: &str) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(super::support::proptest_config(256))]
 
     /// The data-safety invariants of the Database operator, over arbitrary
     /// observed states and spec changes.

@@ -95,3 +95,13 @@ pub fn operator(name: &str) -> opshooks::operator::Operator {
         .find(|op| op.name == name)
         .unwrap()
 }
+
+/// A property test's configuration: `cases` random inputs, or as many as
+/// `PROPTEST_CASES` says when it is set (`PROPTEST_CASES=2000 cargo test
+/// lives`). `ProptestConfig::with_cases` alone would ignore the variable.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    let asked = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    proptest::test_runner::Config::with_cases(asked.unwrap_or(cases))
+}
