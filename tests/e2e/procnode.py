@@ -538,14 +538,14 @@ class Container:
         command = c.get("command") or img["entrypoint"]
         args = c.get("args") if (c.get("command") or c.get("args")) else img["cmd"]
         argv = [expand(a, env) for a in [*command, *(args or [])]]
-        fault = self.fault()
+        fault, fault_file = self.fault()
         if fault == "delay":
             self.state = {"waiting": {"reason": "ContainerCreating", "message": "delayed by a scenario's fault"}}
             self.next_start = time.time() + 1
             return False
         if fault == "fail":
             # Runs, and fails at once, as a program that finds its input bad.
-            argv = ["/bin/sh", "-c", f'echo "failed by a scenario\'s fault ({self.fault_file})" | tee "$1" >&2; exit 1', "fault", c.get("terminationMessagePath") or "/dev/termination-log"]
+            argv = ["/bin/sh", "-c", f'echo "failed by a scenario\'s fault ({fault_file})" | tee "$1" >&2; exit 1', "fault", c.get("terminationMessagePath") or "/dev/termination-log"]
         if self.gen:
             self.restarts += 1
         self.gen += 1
@@ -600,15 +600,16 @@ class Container:
         """What a scenario asks of this container's next start: FAULTS/<ns>/<p>
         holding "fail" (it runs and exits 1) or "delay" (it does not start
         while the file is there), for every container of every pod of the
-        namespace whose name starts with <p>; None when no file names it."""
+        namespace whose name starts with <p>; with the file's path. (None,
+        None) when no file names it."""
         ns, _, name = self.pw.key.partition("/")
         root = os.path.join(os.path.dirname(os.path.dirname(self.pw.dir)), "faults", ns)
         for prefix in sorted(os.listdir(root)) if os.path.isdir(root) else []:
             if name.startswith(prefix):
-                self.fault_file = os.path.join(root, prefix)
-                with contextlib.suppress(OSError), open(self.fault_file) as f:
-                    return f.read().strip()
-        return None
+                path = os.path.join(root, prefix)
+                with contextlib.suppress(OSError), open(path) as f:
+                    return f.read().strip(), path
+        return None, None
 
     def stop(self, grace, reason=None):
         """The image's stop signal (SIGTERM unless it says otherwise) to the

@@ -35,7 +35,7 @@ import urllib.request
 
 from harness import need
 from kube import condition
-from scenarios.database import database, db_gone, db_running, old_version_serving
+from scenarios.database import database, db_gone, db_running, old_version_serving, upgrading_reason
 from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, fault, node_ns, on_proc_node, on_the_node, psql
 
 # The node's own address in its network namespace (procnet.py's NODE_IP).
@@ -273,14 +273,7 @@ def scenario_real_major_upgrade(s):
         failing = fault(s, "up-upgrade-18", "fail")
         k.patch("Database", ns, "up", {"spec": {"version": "18"}})
 
-        def upgrade_failed():
-            db = s.parent("Database", "up")
-            s.synced(db)
-            c = condition(db, "Upgrading") or {}
-            need(c.get("reason") == "UpgradeFailed", f"Upgrading {c.get('reason')}: {c.get('message')}")
-            return c
-
-        said = s.wait("Upgrading UpgradeFailed", upgrade_failed, 420, every=1)
+        said = condition(upgrading_reason(s, "up", "UpgradeFailed", timeout=420), "Upgrading")
         s.expect("15 serves again" in said.get("message", ""), f"Upgrading says {said.get('message')!r}")
         s.wait("15 serving again", lambda: old_version_serving(s, "up", 1, "15"), 300, every=1)
         out = s.wait("every row read back from PostgreSQL 15 after the failed upgrade", served, 120, every=1)
@@ -290,9 +283,8 @@ def scenario_real_major_upgrade(s):
         os.remove(failing)
         k.delete("Job", ns, "up-upgrade-18")
         db_running(s, "up", 1, "18", timeout=600)
-        upgraded = served
 
-        out = s.wait("every row read back from PostgreSQL 18, as the same user with the same password", upgraded, 120, every=1)
+        out = s.wait("every row read back from PostgreSQL 18, as the same user with the same password", served, 120, every=1)
         s.expect(out == "18|300|45150", f"the upgraded Database answers {out!r}, want 18|300|45150")
         pre = dumps_in(s, endpoint, "up/up-pre-upgrade-18-")
         s.expect(len(pre) == 1, f"the pre-upgrade dump in the bucket: {pre}")
