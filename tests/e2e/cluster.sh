@@ -32,7 +32,10 @@
 # Environment: OPSHOOKS_E2E_CACHE (see build-tools.sh),
 #              OPSHOOKS_E2E_TIMEOUT (seconds to wait for readiness, default 120),
 #              OPSHOOKS_E2E_PROC_NODE=1 (at `up`: the admission plugins that
-#              let a namespace place all its pods, for the process node).
+#              let a namespace place all its pods, for the process node),
+#              OPSHOOKS_E2E_KEEP=DIR (at `down`: a copy of the cluster's
+#              directory, its logs and the process node's pods, kept in DIR
+#              for a look after a failure).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -531,6 +534,7 @@ cmd_down() {
   fi
   [[ -d $DIR/pids ]] && stop_all
   procnode_leftovers
+  [[ -n ${OPSHOOKS_E2E_KEEP:-} ]] && cp -a "$DIR" "$OPSHOOKS_E2E_KEEP/$(basename "$DIR")" 2>/dev/null
   rm -rf "$DIR"
   log "cluster in $DIR stopped and removed"
 }

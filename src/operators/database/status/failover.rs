@@ -19,10 +19,17 @@ pub(super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
         at: new.at.map(format_time),
         reason: if new.planned {
             format!("planned switchover; job {} promoted {to}", new.job)
-        } else {
+        } else if let Some(from) = &from {
             format!(
-                "{} was not ready for longer than spec.failover.delay; job {} promoted {to}",
-                from.as_deref().unwrap_or("the primary"),
+                "{from} was not ready for longer than spec.failover.delay; job {} promoted {to}",
+                new.job
+            )
+        } else {
+            // Nothing recorded which instance served (a Database created
+            // again over retained volumes designates the newest data): no
+            // guess at why.
+            format!(
+                "job {} promoted {to}; no serving primary was recorded before it",
                 new.job
             )
         },
