@@ -533,8 +533,8 @@ proptest! {
 
 prop_compose! {
     fn database_state()(
-        desired in 14u32..=17,
-        running in prop::option::of(14u32..=17),
+        desired in 14u32..=18,
+        running in prop::option::of(14u32..=18),
         size in prop::sample::select(vec!["small", "medium", "large"]),
         policy in prop::sample::select(vec!["Snapshot", "Retain", "Delete"]),
         has_backup in any::<bool>(),
