@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use crate::call as adapter;
 use crate::hook::Hook;
 use crate::operator::{ChildResource, Context, HookError, Operator};
+use crate::operators::database;
 use crate::operators::schema::{self, PartSchema};
 use cluster::{Actor, Change, Cluster, Key, Verb, is_owned_by, object_map, owner_ref, uid_of};
 
@@ -543,7 +544,7 @@ impl<'a> Simulation<'a> {
     /// The pod the parent's role ConfigMap (`<parent>-role`) names as the
     /// designated primary.
     pub fn designated_primary(&self) -> Result<String, String> {
-        let role = format!("{}-role", self.parent.name);
+        let role = database::names::role_name_of(&self.parent.name);
         let map = self.find("ConfigMap", &role).map_err(|_| {
             format!("kill-primary: no ConfigMap/{role} says which pod is the primary")
         })?;

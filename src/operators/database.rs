@@ -23,6 +23,7 @@ pub mod children;
 mod foreign;
 mod lease;
 mod monitoring;
+pub mod names;
 mod observed;
 mod parameters;
 mod placement;
@@ -35,16 +36,17 @@ mod storage;
 mod tls;
 mod trust;
 
+pub use names::{claim_name, endpoint, jobs};
 pub use observed::{Observed, REFUSAL};
 pub use plan::{
-    Deletion, Plan, Upgrade, check_volumes, has_generated_credentials, jobs, plan, plan_deletion,
+    Deletion, Plan, Upgrade, check_volumes, has_generated_credentials, plan, plan_deletion,
     plan_finalize,
 };
 pub use primary::{ANNOTATION_SWITCHOVER, Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,
-    LABEL_DATABASE, MAX_NAME, Major, PORT, Phase, Size, Storage, VOLUME, claim_name, database_name,
-    endpoint, name, namespace, validate,
+    LABEL_DATABASE, MAX_NAME, Major, PORT, Phase, Size, Storage, VOLUME, database_name, name,
+    namespace, validate,
 };
 pub use status::status;
 

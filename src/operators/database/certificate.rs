@@ -9,12 +9,14 @@
 //! may be absent from a request; a Database that asks for an issuer then is
 //! refused, naming the chart value, and any other goes on without it.
 
+use super::names::{certificate_name, headless_name, read_only_name};
+use super::names::{service_fqdn, service_host};
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use super::children::{TLS_CONTAINER, headless_name, meta, read_only_name};
+use super::children::{TLS_CONTAINER, meta};
 use super::observed::Observed;
 use super::spec::{Database, IssuerRef, name, namespace, shows_condition};
 use super::trust;
@@ -172,11 +174,6 @@ pub(super) fn issuer(db: &Database) -> Option<&IssuerRef> {
     db.spec.tls.as_ref()?.issuer_ref.as_ref()
 }
 
-/// The Certificate's name, and its Secret's.
-pub(super) fn certificate_name(db: &Database) -> String {
-    format!("{}-tls", name(db))
-}
-
 /// The Secret the instances' certificate comes from, when there is one:
 /// `spec.tls.secretName`, or the Certificate's under `spec.tls.issuerRef`.
 pub(super) fn secret(db: &Database) -> Option<String> {
@@ -198,12 +195,12 @@ pub(super) fn dns_names(db: &Database) -> Vec<String> {
     for service in [name(db).to_string(), read_only_name(db)] {
         names.push(service.clone());
         names.push(format!("{service}.{ns}"));
-        names.push(format!("{service}.{ns}.svc"));
-        names.push(format!("{service}.{ns}.svc.cluster.local"));
+        names.push(service_host(db, &service));
+        names.push(service_fqdn(db, &service));
     }
     let headless = headless_name(db);
-    names.push(format!("*.{headless}.{ns}.svc"));
-    names.push(format!("*.{headless}.{ns}.svc.cluster.local"));
+    names.push(format!("*.{}", service_host(db, &headless)));
+    names.push(format!("*.{}", service_fqdn(db, &headless)));
     names
 }
 

@@ -1,6 +1,12 @@
 //! The objects of a Database, one builder each, from the spec, the
 //! observed state and the [`Plan`]. Only fields we own are set.
 
+use super::names::{
+    backup_cron_name, ca_config_map_name, claim_name, generated_credentials_name, hba_name,
+    headless_name, is_promote_job, jobs, monitor_secret_name, pod_name, read_only_name, role_name,
+    superuser_secret_name, verify_name,
+};
+use super::names::{connection_name, initdb_name, instance_host, read_write_host, service_fqdn};
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
@@ -29,15 +35,11 @@ use super::monitoring;
 use super::observed::Observed;
 use super::parameters;
 use super::placement;
-use super::plan::{
-    Plan, credentials_secret_name, generated_credentials_name, has_generated_credentials, jobs,
-    superuser_secret_name,
-};
-use super::primary::{self, Primary, pod_name};
+use super::plan::{Plan, credentials_secret_name, has_generated_credentials};
+use super::primary::{self, Primary};
 use super::spec::{
     ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, Replication, TEMPLATE_HASH, VOLUME,
-    backup_cron_name, before_stamp, bootstrap_destination, claim_name, database_name, name,
-    namespace, role_name, verify_name,
+    before_stamp, bootstrap_destination, database_name, name,
 };
 use super::tls;
 use super::trust;
@@ -248,7 +250,7 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
     }
     if monitoring::enabled(db).is_some() {
         wanted.push((
-            monitoring::secret_name(db),
+            monitor_secret_name(db),
             monitoring::secret_data(password(&e[63..84])),
         ));
     }
@@ -276,7 +278,6 @@ pub fn secrets(db: &Database, seen: &Observed, ctx: &Context) -> Vec<Secret> {
 /// Secret, or under an issuer the ConfigMap, and the key that hold the
 /// CAs to trust: mount only that key).
 pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
-    let ns = namespace(db);
     let mut tls_data = vec![("sslmode".to_string(), client.mode.to_string())];
     if let Some(ca) = client.verified_by() {
         let (field, object) = match ca {
@@ -287,13 +288,10 @@ pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
         tls_data.push(("sslrootcertKey".to_string(), tls::CA_KEY.to_string()));
     }
     let mut data = BTreeMap::from([
-        (
-            "host".to_string(),
-            format!("{}.{ns}.svc.cluster.local", name(db)),
-        ),
+        ("host".to_string(), service_fqdn(db, name(db))),
         (
             "readOnlyHost".to_string(),
-            format!("{}-ro.{ns}.svc.cluster.local", name(db)),
+            service_fqdn(db, &read_only_name(db)),
         ),
         ("port".to_string(), PORT.to_string()),
         ("database".to_string(), database_name(db)),
@@ -301,7 +299,7 @@ pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
     ]);
     data.extend(tls_data);
     ConfigMap {
-        metadata: meta(db, format!("{}-connection", name(db))),
+        metadata: meta(db, connection_name(db)),
         data: Some(data),
         ..ConfigMap::default()
     }
@@ -383,14 +381,10 @@ fn hba_lines(db: &Database) -> &[String] {
         .map_or(&[], |pg| pg.pg_hba.as_slice())
 }
 
-pub(super) fn hba_name(db: &Database) -> String {
-    format!("{}-hba", name(db))
-}
-
 /// The script the official image runs on the primary's first start.
 pub fn initdb_scripts(db: &Database) -> ConfigMap {
     ConfigMap {
-        metadata: meta(db, format!("{}-initdb", name(db))),
+        metadata: meta(db, initdb_name(db)),
         data: Some(BTreeMap::from([(
             "10-replication.sh".to_string(),
             PRIMARY_INIT_SCRIPT.to_string(),
@@ -458,14 +452,6 @@ pub fn services(db: &Database, designated: &Primary) -> [Service; 3] {
             },
         ),
     ]
-}
-
-pub(super) fn headless_name(db: &Database) -> String {
-    format!("{}-headless", name(db))
-}
-
-pub(super) fn read_only_name(db: &Database) -> String {
-    format!("{}-ro", name(db))
 }
 
 /// The read-only Service's endpoints: the ready standbys, as observed:
@@ -759,7 +745,7 @@ fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
             "replication-password",
         ),
         value_env("ROLE_DIR", ROLE_DIR),
-        value_env("RW_HOST", format!("{}.{}.svc", name(db), namespace(db))),
+        value_env("RW_HOST", read_write_host(db)),
         value_env("RW_PORT", PORT.to_string()),
         // New clusters get data checksums, which pg_rewind can use.
         value_env("POSTGRES_INITDB_ARGS", "--data-checksums"),
@@ -928,7 +914,7 @@ fn tls_volume(db: &Database) -> Vec<Volume> {
         out.push(Volume {
             name: TRUST_VOLUME.to_string(),
             config_map: Some(ConfigMapVolumeSource {
-                name: trust::config_map_name(db),
+                name: ca_config_map_name(db),
                 optional: Some(true),
                 ..ConfigMapVolumeSource::default()
             }),
@@ -943,7 +929,7 @@ fn initdb_volume(db: &Database) -> Volume {
     Volume {
         name: "initdb".to_string(),
         config_map: Some(ConfigMapVolumeSource {
-            name: format!("{}-initdb", name(db)),
+            name: initdb_name(db),
             // Executable, so the entrypoint runs it in its own shell instead
             // of sourcing it into its own.
             default_mode: Some(0o555),
@@ -1134,7 +1120,7 @@ pub(super) fn kept_job(db: &Database, job_name: &str) -> Job {
 /// Service.
 pub(super) fn superuser_env(db: &Database) -> Vec<EnvVar> {
     vec![
-        value_env("PGHOST", format!("{}.{}.svc", name(db), namespace(db))),
+        value_env("PGHOST", read_write_host(db)),
         value_env("PGPORT", PORT.to_string()),
         value_env("PGUSER", "postgres"),
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
@@ -1164,7 +1150,7 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
 /// with the running version's pg_dump (`image`).
 pub fn source(db: &Database, image: String) -> Source {
     Source {
-        host: format!("{}.{}.svc", name(db), namespace(db)),
+        host: read_write_host(db),
         port: PORT,
         database: database_name(db),
         user: Credential::Value("postgres".to_string()),
@@ -1437,16 +1423,6 @@ pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
     Some(script_job(db, jobs::restore(db), pod, 1))
 }
 
-/// Where instance `ordinal` answers: its own name in the headless Service.
-fn instance_host(db: &Database, ordinal: u32) -> String {
-    format!(
-        "{}.{}.{}.svc",
-        pod_name(db, ordinal),
-        headless_name(db),
-        namespace(db)
-    )
-}
-
 /// The promote Jobs: every observed one is kept (a Job runs once, and its
 /// report is the record of what it did), and the plan's, if any, made.
 pub fn promote_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
@@ -1454,7 +1430,7 @@ pub fn promote_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
     let mut out: Vec<Job> = seen
         .jobs
         .keys()
-        .filter(|job| primary::is_promote_job(db, job) && Some(job.as_str()) != wanted)
+        .filter(|job| is_promote_job(db, job) && Some(job.as_str()) != wanted)
         .map(|job| kept_job(db, job))
         .collect();
     out.extend(wanted.map(|_| promote_job(db, plan, seen.template_hash())));
@@ -1518,7 +1494,7 @@ fn promote_job(db: &Database, plan: &Plan, template: Option<&str>) -> Job {
     let job_name = primary
         .promote_job
         .clone()
-        .unwrap_or_else(|| primary::promote_job(db, primary.epoch, primary.designated));
+        .unwrap_or_else(|| super::names::promote_job(db, primary.epoch, primary.designated));
     let mut pod = PodSpec {
         containers: vec![container],
         ..PodSpec::default()

@@ -7,6 +7,11 @@
 //! own. While the Database is deleted nothing is refused: the garbage
 //! collector deletes its children with it anyway.
 
+use super::names::{
+    backup_cron_name, ca_config_map_name, certificate_name, generated_credentials_name, grow_name,
+    hba_name, headless_name, is_promote_job, jobs, lease_account_name, monitor_job_prefix,
+    monitor_secret_name, read_only_name, role_name, superuser_secret_name, verify_name,
+};
 use std::collections::BTreeSet;
 
 use k8s_openapi::Resource;
@@ -20,14 +25,10 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::certificate::{Certificate, certificate_name};
-use super::children::{hba_name, headless_name, kept_job, read_only_name};
-use super::lease;
-use super::monitoring::{self, PodMonitor};
-use super::plan::{generated_credentials_name, jobs, superuser_secret_name};
-use super::primary::is_promote_job;
-use super::spec::{Database, Major, backup_cron_name, name, role_name, verify_name};
-use super::storage::grow_name;
+use super::certificate::Certificate;
+use super::children::kept_job;
+use super::monitoring::PodMonitor;
+use super::spec::{Database, Major, name};
 use crate::hook::{Child, ObjectGroups, SyncRequest, group_key};
 use crate::operator::HookError;
 use crate::operators::common::not_built;
@@ -116,13 +117,13 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             format!("{own}-initdb"),
             role_name(db),
             hba_name(db),
-            super::trust::config_map_name(db),
+            ca_config_map_name(db),
         ],
         g if g == group_key::<Secret>() => {
             vec![
                 superuser_secret_name(db),
                 generated_credentials_name(db),
-                monitoring::secret_name(db),
+                monitor_secret_name(db),
             ]
         }
         g if g == group_key::<CronJob>() => vec![backup_cron_name(db), verify_name(db)],
@@ -131,7 +132,7 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             || g == group_key::<Role>()
             || g == group_key::<RoleBinding>() =>
         {
-            vec![grow_name(db), lease::account_name(db)]
+            vec![grow_name(db), lease_account_name(db)]
         }
         g if g == group_key::<Job>() => {
             let mut names = jobs::dump_names(own);
@@ -143,7 +144,7 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
             let prefixes = [
                 format!("{}-", grow_name(db)),
                 format!("{}-", verify_name(db)),
-                monitoring::role_job_prefix(db),
+                monitor_job_prefix(db),
             ];
             if prefixes.iter().any(|p| object.starts_with(p.as_str())) {
                 return true;

@@ -27,6 +27,7 @@
 //! API server for [`SECONDS`] stops taking writes until it can. A single
 //! instance cannot fail over, so it gets no lease and keeps serving.
 
+use super::names::{lease_account_name, role_name};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -39,7 +40,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::children::mount;
 use super::observed::Observed;
-use super::spec::{Database, name, namespace, role_name};
+use super::spec::{Database, namespace};
 use super::storage::identity;
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::{env, shell_command};
@@ -80,7 +81,7 @@ pub(super) fn enabled(db: &Database) -> bool {
 /// the sidecar's token stops working, its lease ages, and the watchdog
 /// stops the primary before the rollout replaces it.
 pub(super) fn kept(db: &Database, seen: &Observed) -> bool {
-    let account = account_name(db);
+    let account = lease_account_name(db);
     enabled(db)
         || seen
             .statefulset
@@ -97,11 +98,6 @@ pub(super) fn kept(db: &Database, seen: &Observed) -> bool {
             .is_some_and(|used| *used == account)
 }
 
-/// `<name>-lease`: the ServiceAccount, Role and RoleBinding.
-pub(super) fn account_name(db: &Database) -> String {
-    format!("{}-lease", name(db))
-}
-
 /// The ServiceAccount, its Role (`get` on the role ConfigMap, nothing
 /// else) and their binding.
 pub(super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
@@ -112,7 +108,7 @@ pub(super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
         resource_names: Some(vec![role_name(db)]),
         ..PolicyRule::default()
     };
-    identity(db, account_name(db), rule, false)
+    identity(db, lease_account_name(db), rule, false)
 }
 
 /// The values `start.sh`, `probe.sh` and `promote.sh` read the lease by.
@@ -150,7 +146,7 @@ pub(super) fn apply(db: &Database, image: String, pod: &mut PodSpec, server: &st
         },
         credentials_volume(),
     ]);
-    pod.service_account_name = Some(account_name(db));
+    pod.service_account_name = Some(lease_account_name(db));
     pod.automount_service_account_token = Some(false);
 }
 

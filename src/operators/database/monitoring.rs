@@ -20,6 +20,7 @@
 //!   `Monitoring` condition says so; nothing else waits for it, since a
 //!   monitoring setting must never block a failover.
 
+use super::names::{monitor_job_prefix, monitor_secret_name};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -66,11 +67,6 @@ const PASSWORD_KEY: &str = "password";
 /// `spec.monitoring`, when the exporter runs.
 pub(super) fn enabled(db: &Database) -> Option<&Monitoring> {
     db.spec.monitoring.as_ref().filter(|m| m.enabled)
-}
-
-/// `<name>-monitor`: the role's Secret.
-pub(super) fn secret_name(db: &Database) -> String {
-    format!("{}-monitor", name(db))
 }
 
 /// The Secret's wanted data, `password` from `generated`.
@@ -164,7 +160,7 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
         name: "DATA_SOURCE_PASS".to_string(),
         value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
             secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
-                name: secret_name(db),
+                name: monitor_secret_name(db),
                 key: PASSWORD_KEY.to_string(),
                 // Turned off, the Secret goes while the old template may
                 // still start an instance (the primary is held on it):
@@ -216,20 +212,14 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
 /// password or a new major's data runs it again.
 fn role_job_name(db: &Database, password: &[u8], plan: &Plan) -> String {
     let digest = digest::of_json(&(password, plan.version.as_str()));
-    format!("{}{}", role_job_prefix(db), &digest[..10])
-}
-
-/// What every role Job's name starts with: one of another password or
-/// major is the operator's too, and is left out (deleted) once replaced.
-pub(super) fn role_job_prefix(db: &Database) -> String {
-    format!("{}-monitor-", name(db))
+    format!("{}{}", monitor_job_prefix(db), &digest[..10])
 }
 
 /// The role Job's name for the observed Secret's password, once observed.
 fn current_role_job(db: &Database, seen: &Observed, plan: &Plan) -> Option<String> {
     let password = seen
         .secrets
-        .get(&secret_name(db))?
+        .get(&monitor_secret_name(db))?
         .data
         .as_ref()?
         .get(PASSWORD_KEY)?;
@@ -254,7 +244,7 @@ pub(super) fn role_job(db: &Database, seen: &Observed, plan: &Plan) -> Option<Jo
     let mut container_env = superuser_env(db);
     container_env.extend([
         env("MONITOR_USER", ROLE),
-        secret_env("MONITOR_PASSWORD", secret_name(db), PASSWORD_KEY),
+        secret_env("MONITOR_PASSWORD", monitor_secret_name(db), PASSWORD_KEY),
     ]);
     // No termination message from the logs: a statement psql quotes in an
     // error would carry the password into the Database's status.

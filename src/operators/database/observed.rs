@@ -3,6 +3,7 @@
 //! from them (the major the StatefulSet runs, which instance is ready,
 //! which volume the StatefulSet holds). Decides nothing.
 
+use super::names::{backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, role_name};
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::Metadata;
@@ -19,11 +20,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::certificate::{self, Certificate};
 use super::monitoring::PodMonitor;
 use super::parameters;
-use super::spec::{
-    ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, backup_cron_name, claim_ordinal, name,
-    role_name,
-};
-use super::storage;
+use super::spec::{ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, name};
 use super::trust::{self, CertificateRequest};
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
@@ -231,7 +228,7 @@ impl Observed {
                 .and_then(Role::read),
             ca_bundle: config_maps
                 .iter()
-                .find(|c| c.metadata.name.as_deref() == Some(&trust::config_map_name(db)))
+                .find(|c| c.metadata.name.as_deref() == Some(&ca_config_map_name(db)))
                 .and_then(|c| c.data.as_ref()?.get(trust::KEY))
                 .map(|text| trust::certificates(text))
                 .unwrap_or_default(),
@@ -608,7 +605,7 @@ impl Observed {
 /// The claims the observed Role `<name>-grow` lets patch, when it, its
 /// RoleBinding and its ServiceAccount are all observed.
 fn grow_access(req: &SyncRequest<Database>) -> Result<Option<BTreeSet<String>>, HookError> {
-    let grow = storage::grow_name(&req.parent);
+    let grow = grow_name(&req.parent);
     let named = |meta: &ObjectMeta| meta.name.as_deref() == Some(grow.as_str());
     let account = req
         .children

@@ -3,6 +3,7 @@
 //! what a deletion does next, and which Jobs exist for each. The builders in
 //! `children` and the conditions in `status` only read the [`Plan`].
 
+use super::names::{generated_credentials_name, jobs};
 use std::collections::BTreeMap;
 
 use super::certificate;
@@ -21,71 +22,12 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
-/// Job names, one place.
-pub mod jobs {
-    use super::{Database, Major, name};
-
-    /// The initial configuration.
-    pub fn init(db: &Database) -> String {
-        format!("{}-init", name(db))
-    }
-
-    /// The backup taken before upgrading to `to`.
-    pub fn pre_upgrade(db: &Database, to: Major) -> String {
-        format!("{}-pre-upgrade-{}", name(db), to.as_str())
-    }
-
-    /// The restore into `to`.
-    pub fn upgrade(db: &Database, to: Major) -> String {
-        format!("{}-upgrade-{}", name(db), to.as_str())
-    }
-
-    /// The snapshot before deletion.
-    pub fn snapshot(db: &Database) -> String {
-        snapshot_of(name(db))
-    }
-
-    /// The restore of `spec.bootstrap`'s dump into a new Database.
-    pub fn restore(db: &Database) -> String {
-        format!("{}-restore", name(db))
-    }
-
-    fn snapshot_of(database: &str) -> String {
-        format!("{database}-snapshot")
-    }
-
-    /// The names a Database's dumps are stored under: a dump Job's name is
-    /// its dump's name, `<prefix><name>-<YYYYMMDDTHHMMSSZ>.pgdump` (see
-    /// `backup_job`). The scheduled dumps carry the Database's own name, the
-    /// snapshot `<name>-snapshot`, the pre-upgrade dumps
-    /// `<name>-pre-upgrade-<major>`.
-    pub fn dump_names(database: &str) -> Vec<String> {
-        let mut names = vec![database.to_string(), snapshot_of(database)];
-        names.extend(
-            Major::ALL
-                .into_iter()
-                .map(|to| format!("{database}-pre-upgrade-{}", to.as_str())),
-        );
-        names
-    }
-}
-
-/// The superuser and replication passwords' Secret.
-pub(super) fn superuser_secret_name(db: &Database) -> String {
-    format!("{}-superuser", name(db))
-}
-
 /// The application user's Secret: the user's own, or the generated one.
 pub(super) fn credentials_secret_name(db: &Database) -> String {
     db.spec
         .credentials_secret
         .clone()
         .unwrap_or_else(|| generated_credentials_name(db))
-}
-
-/// The Secret opshooks generates for the application user.
-pub(super) fn generated_credentials_name(db: &Database) -> String {
-    format!("{}-credentials", name(db))
 }
 
 /// Where an upgrade stands.
@@ -362,7 +304,7 @@ fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bo
     // stopping them could leave no instance that holds the data.
     if plan.replicas > 0
         && was_initialized(db, seen)
-        && !seen.is_instance_ready(db, steady.designated)
+        && !primary::is_designated_ready(db, seen, &steady)
     {
         plan.replicas = plan.replicas.max(seen.statefulset_replicas());
     }
@@ -505,7 +447,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
     let restore = restore_step(db, seen);
     let has = |job: &str| seen.jobs.contains_key(job);
     let primary = primary::decide(db, seen, false, None);
-    let primary_ready = seen.is_instance_ready(db, primary.designated);
+    let primary_ready = primary::is_designated_ready(db, seen, &primary);
     // The initial configuration follows the restore, which it would
     // otherwise race: it runs once the primary is ready and the data is in.
     let init_job = has(&jobs::init(db)) || (restore.lets_serve() && primary_ready);

@@ -27,10 +27,11 @@
 //! say who was designated at which epoch; a promote Job made again for a
 //! standby that was already promoted succeeds without doing anything.
 
+use super::names::{parse_promote_job, pod_name, pod_ordinal, promote_job};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::observed::{Holding, Observed};
-use super::spec::{Database, name};
+use super::spec::Database;
 use crate::hook::quote::quote;
 use crate::operators::backup_job::RunStatus;
 
@@ -68,33 +69,6 @@ pub(super) const MAX_REFUSED_SWITCHOVERS: usize = 3;
 /// comes back after it, while its promote Job begins, makes the Job
 /// refuse at once, and it is designated again.
 pub(super) const DEFAULT_DELAY_SECONDS: u32 = 3;
-
-/// The promote Job of `ordinal` at `epoch`.
-pub(super) fn promote_job(db: &Database, epoch: u64, ordinal: u32) -> String {
-    format!("{}-promote-{epoch}-{ordinal}", name(db))
-}
-
-/// True for the name of one of this Database's promote Jobs.
-pub(super) fn is_promote_job(db: &Database, job: &str) -> bool {
-    parse_promote_job(db, job).is_some()
-}
-
-/// The epoch and ordinal a promote Job's name carries.
-fn parse_promote_job(db: &Database, job: &str) -> Option<(u64, u32)> {
-    let rest = job.strip_prefix(name(db))?.strip_prefix("-promote-")?;
-    let (epoch, ordinal) = rest.split_once('-')?;
-    Some((epoch.parse().ok()?, ordinal.parse().ok()?))
-}
-
-/// The pod name of instance `ordinal`.
-pub(super) fn pod_name(db: &Database, ordinal: u32) -> String {
-    format!("{}-{ordinal}", name(db))
-}
-
-/// The ordinal of one of this Database's pod names.
-pub(super) fn pod_ordinal(db: &Database, pod: &str) -> Option<u32> {
-    pod.strip_prefix(name(db))?.strip_prefix('-')?.parse().ok()
-}
 
 /// The step a change of primary has reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,10 +175,16 @@ impl Primary {
     }
 }
 
+/// True when the designated primary's pod is ready (it may still be a
+/// standby being promoted: [`is_serving`] says it serves).
+pub(super) fn is_designated_ready(db: &Database, seen: &Observed, primary: &Primary) -> bool {
+    seen.is_instance_ready(db, primary.designated)
+}
+
 /// True when the designated primary serves: no change under way and its
 /// pod ready (what a snapshot or a restore reads from).
 pub(super) fn is_serving(db: &Database, seen: &Observed, primary: &Primary) -> bool {
-    !primary.changing() && seen.is_instance_ready(db, primary.designated)
+    !primary.changing() && is_designated_ready(db, seen, primary)
 }
 
 /// What the status recorded of the primary, read back.
@@ -626,7 +606,7 @@ fn change(db: &Database, seen: &Observed, primary: &mut Primary) {
         // Fencing first: nothing is promoted before every instance that
         // starts reads the new primary's name.
         None if !published => primary.step = Step::Fencing,
-        None if primary.serving.is_none() && !seen.is_instance_ready(db, designated) => {
+        None if primary.serving.is_none() && !is_designated_ready(db, seen, primary) => {
             primary.step = Step::Starting;
         }
         None | Some(RunStatus::Running | RunStatus::None) => {

@@ -776,11 +776,6 @@ pub struct RestoredFrom {
     pub restored_at: String,
 }
 
-/// The role ConfigMap: who the primary is, read by every instance.
-pub fn role_name(db: &Database) -> String {
-    format!("{}-role", name(db))
-}
-
 /// Whether the status shows a condition of this type. A condition shown
 /// once is kept answered: one left out would stay as it was last written.
 pub fn shows_condition(db: &Database, type_: &str) -> bool {
@@ -799,45 +794,12 @@ pub fn namespace(db: &Database) -> &str {
     db.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-/// The claim holding instance `ordinal`'s volume, as the StatefulSet
-/// controller names it; `claim_ordinal` reads the name back.
-pub fn claim_name(db: &Database, ordinal: u32) -> String {
-    format!("{VOLUME}-{}-{ordinal}", name(db))
-}
-
-/// The instance whose volume a claim of this name is, if it is one.
-pub fn claim_ordinal(db: &Database, claim: &str) -> Option<u32> {
-    claim
-        .strip_prefix(VOLUME)?
-        .strip_prefix('-')?
-        .strip_prefix(name(db))?
-        .strip_prefix('-')?
-        .parse::<u32>()
-        .ok()
-}
-
-/// The CronJob of the scheduled backups.
-pub fn backup_cron_name(db: &Database) -> String {
-    format!("{}-backup", name(db))
-}
-
-/// The CronJob of the scheduled verifications, and the prefix of the
-/// verification run after each backup.
-pub fn verify_name(db: &Database) -> String {
-    format!("{}-verify", name(db))
-}
-
 /// The application database's name.
 pub fn database_name(db: &Database) -> String {
     db.spec
         .database_name
         .clone()
         .unwrap_or_else(|| name(db).to_string())
-}
-
-/// The read-write Service's DNS name and port.
-pub fn endpoint(db: &Database) -> String {
-    format!("{}.{}.svc.cluster.local:{PORT}", name(db), namespace(db))
 }
 
 /// Whether every commit waits for a standby.

@@ -1,14 +1,15 @@
 //! The Database's status from what was observed and the plan made from it.
 
+use super::names::{endpoint, jobs, pod_name};
 use super::observed::Observed;
 use super::observed::RESTORE_REPORT;
 use super::observed::RestoreReport;
-use super::plan::{Deletion, Holds, Plan, Restore, Upgrade, jobs};
-use super::primary::{Primary, is_serving, pod_name};
+use super::plan::{Deletion, Holds, Plan, Restore, Upgrade};
+use super::primary::{Primary, is_designated_ready, is_serving};
 use super::rollout::Step;
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Major, Phase, RestoredFrom, bootstrap_destination,
-    database_name, endpoint, shows_condition,
+    database_name, shows_condition,
 };
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
@@ -517,7 +518,7 @@ fn phase(
         plan.upgrade,
         Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
     );
-    let primary_ready = seen.is_instance_ready(db, plan.primary.designated);
+    let primary_ready = is_designated_ready(db, seen, &plan.primary);
     if finalizing {
         Phase::Deleting
     } else if plan.upgrade.in_progress() {

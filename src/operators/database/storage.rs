@@ -11,6 +11,7 @@
 //! StorageClass does not allow expansion is left alone, and the condition
 //! says why.
 
+use super::names::grow_name;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -132,7 +133,7 @@ impl Growth {
             .map(|c| (c.name.as_str(), c.requested.as_str()))
             .collect();
         let digest = digest::of_json(&(&self.target.0, what));
-        Some(format!("{}-grow-{}", name(db), &digest[..8]))
+        Some(format!("{}-{}", grow_name(db), &digest[..8]))
     }
 
     /// The children that grow the claims: none when nothing is to grow.
@@ -370,11 +371,6 @@ impl Growth {
             format!("every claim has at least {size}"),
         )
     }
-}
-
-/// The ServiceAccount, Role and RoleBinding of the grow Job.
-pub(super) fn grow_name(db: &Database) -> String {
-    format!("{}-grow", name(db))
 }
 
 /// The first observed grow Job of `db` that has not ended, with the

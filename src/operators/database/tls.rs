@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::certificate;
+use super::names::ca_config_map_name;
 use super::observed::Observed;
 use super::spec::Database;
 use super::trust;
@@ -70,7 +71,7 @@ pub(super) fn client(db: &Database, seen: &Observed) -> Client {
     // The bundle once it is observed (before, cert-manager's Secret's
     // `ca.crt`: a client never waits for a ConfigMap that is not there).
     let ca = match certificate::issuer(db) {
-        Some(_) if trust::observed_bundle(seen) => Some(Ca::ConfigMap(trust::config_map_name(db))),
+        Some(_) if trust::observed_bundle(seen) => Some(Ca::ConfigMap(ca_config_map_name(db))),
         _ => certificate::secret(db).map(Ca::Secret),
     };
     let mode = match (served_by_every_instance(seen), &ca) {

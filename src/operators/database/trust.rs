@@ -28,6 +28,7 @@
 //! starts trusts both the CA of the instances not yet rolled and the new
 //! one.
 
+use super::names::{ca_config_map_name, certificate_name};
 use std::collections::BTreeMap;
 
 use base64::Engine;
@@ -35,10 +36,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use super::certificate::{self, certificate_name, issuer};
+use super::certificate::{self, issuer};
 use super::children::meta;
 use super::observed::Observed;
-use super::spec::{Database, name};
+use super::spec::Database;
 
 /// The key of the CA bundle in the ConfigMap, as in a TLS Secret.
 pub(super) const KEY: &str = "ca.crt";
@@ -103,11 +104,6 @@ crate::hook::namespaced_resource!(
     "CertificateRequest",
     "certificaterequests"
 );
-
-/// The ConfigMap's name.
-pub(super) fn config_map_name(db: &Database) -> String {
-    format!("{}-ca", name(db))
-}
 
 /// The PEM certificates of `text`, each normalized to its BEGIN and END
 /// lines around its base64 lines; anything else, and a body that does not
@@ -210,7 +206,7 @@ pub(super) fn config_map(db: &Database, seen: &Observed) -> Option<ConfigMap> {
     let certs = if issuer(db).is_some() {
         bundle(db, seen)
     } else {
-        let wanted = config_map_name(db);
+        let wanted = ca_config_map_name(db);
         if !seen.may_mount(|v| v.config_map.as_ref().map(|c| &c.name) == Some(&wanted)) {
             return None;
         }
@@ -220,7 +216,7 @@ pub(super) fn config_map(db: &Database, seen: &Observed) -> Option<ConfigMap> {
         return None;
     }
     Some(ConfigMap {
-        metadata: meta(db, config_map_name(db)),
+        metadata: meta(db, ca_config_map_name(db)),
         data: Some(BTreeMap::from([(KEY.to_string(), certs.concat())])),
         ..ConfigMap::default()
     })

@@ -1,9 +1,10 @@
 //! What the status says of the primary: who it is, each instance's role,
 //! the last failover, and the `FailingOver` condition.
 
+use super::super::names::pod_name;
 use super::super::observed::Observed;
 use super::super::plan::Plan;
-use super::super::primary::{Primary, Step, delay_seconds, pod_name};
+use super::super::primary::{Primary, Step, delay_seconds};
 use super::super::spec::{Database, InstanceStatus, LastFailover};
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
 
