@@ -534,7 +534,9 @@ cmd_down() {
   fi
   [[ -d $DIR/pids ]] && stop_all
   procnode_leftovers
-  [[ -n ${OPSHOOKS_E2E_KEEP:-} ]] && cp -a "$DIR" "$OPSHOOKS_E2E_KEEP/$(basename "$DIR")" 2>/dev/null
+  if [[ -n ${OPSHOOKS_E2E_KEEP:-} ]]; then
+    cp -a "$DIR" "$OPSHOOKS_E2E_KEEP/$(basename "$DIR")" || log "could not keep a copy of $DIR in $OPSHOOKS_E2E_KEEP"
+  fi
   rm -rf "$DIR"
   log "cluster in $DIR stopped and removed"
 }

@@ -8,9 +8,10 @@
 //! collector deletes its children with it anyway.
 
 use super::names::{
-    backup_cron_name, ca_config_map_name, certificate_name, generated_credentials_name, grow_name,
-    hba_name, headless_name, is_promote_job, jobs, lease_account_name, monitor_job_prefix,
-    monitor_secret_name, read_only_name, role_name, superuser_secret_name, verify_name,
+    backup_cron_name, ca_config_map_name, certificate_name, connection_name,
+    generated_credentials_name, grow_name, hba_name, headless_name, initdb_name, is_promote_job,
+    jobs, lease_account_name, monitor_job_prefix, monitor_secret_name, read_only_name, role_name,
+    superuser_secret_name, verify_name,
 };
 use std::collections::BTreeSet;
 
@@ -113,8 +114,8 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
         }
         g if g == group_key::<EndpointSlice>() => vec![read_only_name(db)],
         g if g == group_key::<ConfigMap>() => vec![
-            format!("{own}-connection"),
-            format!("{own}-initdb"),
+            connection_name(db),
+            initdb_name(db),
             role_name(db),
             hba_name(db),
             ca_config_map_name(db),

@@ -179,7 +179,7 @@ pub mod jobs {
 
     /// The backup taken before upgrading to `to`.
     pub fn pre_upgrade(db: &Database, to: Major) -> String {
-        format!("{}-pre-upgrade-{}", name(db), to.as_str())
+        pre_upgrade_of(name(db), to)
     }
 
     /// The restore into `to`.
@@ -201,6 +201,10 @@ pub mod jobs {
         format!("{database}-snapshot")
     }
 
+    fn pre_upgrade_of(database: &str, to: Major) -> String {
+        format!("{database}-pre-upgrade-{}", to.as_str())
+    }
+
     /// The names a Database's dumps are stored under: a dump Job's name is
     /// its dump's name, `<prefix><name>-<YYYYMMDDTHHMMSSZ>.pgdump` (see
     /// `backup_job`). The scheduled dumps carry the Database's own name, the
@@ -211,7 +215,7 @@ pub mod jobs {
         names.extend(
             Major::ALL
                 .into_iter()
-                .map(|to| format!("{database}-pre-upgrade-{}", to.as_str())),
+                .map(|to| pre_upgrade_of(database, to)),
         );
         names
     }

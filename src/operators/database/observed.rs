@@ -3,7 +3,9 @@
 //! from them (the major the StatefulSet runs, which instance is ready,
 //! which volume the StatefulSet holds). Decides nothing.
 
-use super::names::{backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, role_name};
+use super::names::{
+    backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, pod_ordinal, role_name,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::Metadata;
@@ -514,14 +516,7 @@ impl Observed {
             let is_instance = labels
                 .and_then(|l| l.get(crate::operators::common::LABEL_NAME))
                 .is_some_and(|app| app == "postgresql");
-            let index = p
-                .metadata
-                .name
-                .as_deref()?
-                .strip_prefix(name(db))?
-                .strip_prefix('-')?
-                .parse::<u32>()
-                .ok()?;
+            let index = pod_ordinal(db, p.metadata.name.as_deref()?)?;
             is_instance.then_some((index, p))
         })
     }
