@@ -17,13 +17,22 @@
 //!
 //! The decisions live in [`plan`]: a pure function from the observed state
 //! to what to build; [`children`] turns that into objects.
+//!
+//! Imports go down only. At the bottom: `spec` (the types and the spec's
+//! own rules), `names` (every child's name and address), `kinds` (other
+//! projects' objects: cert-manager's, Prometheus Operator's), `objects`
+//! (what every feature builds with: metadata, a script Job, a kept Job, a
+//! scoped identity) and `observed` (the request, read once). The features
+//! sit above them; `plan`, `children` and `status` assemble on top.
 
 mod certificate;
 pub mod children;
 mod foreign;
+mod kinds;
 mod lease;
 mod monitoring;
 pub mod names;
+mod objects;
 mod observed;
 mod parameters;
 mod placement;
@@ -46,7 +55,7 @@ pub use primary::{ANNOTATION_SWITCHOVER, Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,
     LABEL_DATABASE, MAX_NAME, Major, PORT, Phase, Size, Storage, VOLUME, database_name, name,
-    namespace, validate,
+    namespace,
 };
 pub use status::status;
 
@@ -57,7 +66,7 @@ use crate::hook::conditions::{self, Observation};
 use crate::hook::{
     CustomizeRequest, CustomizeResponse, RelatedResourceRule, SyncRequest, SyncResponse,
 };
-use crate::operator::{ChildResource, Context, ControllerSpec, HookError, Operator};
+use crate::operator::{ChildResource, Context, ControllerSpec, HookError, InvalidSpec, Operator};
 pub use crate::operators::backup_job::Destination;
 
 /// How often to look again while waiting on something that does not
@@ -187,7 +196,7 @@ pub fn customize(
     // cert-manager copies the Certificate's labels to its requests: their
     // CAs make the bundle the clients trust (`trust`). Asked for only with
     // an issuer, so a cluster without cert-manager is never asked for them.
-    if certificate::issuer(db).is_some() {
+    if spec::issuer(db).is_some() {
         related_resources.push(RelatedResourceRule::labelled(
             "cert-manager.io/v1",
             "certificaterequests",
@@ -196,6 +205,16 @@ pub fn customize(
         ));
     }
     Ok(CustomizeResponse { related_resources })
+}
+
+/// Checks what the schema cannot, and names the field: the spec's rules,
+/// then those of the features that own their fields.
+pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
+    spec::validate(db)?;
+    if let Some(m) = &db.spec.monitoring {
+        monitoring::validate(db, m)?;
+    }
+    Ok(())
 }
 
 /// Desired children and observed status of one Database.

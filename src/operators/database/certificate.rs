@@ -9,17 +9,14 @@
 //! may be absent from a request; a Database that asks for an issuer then is
 //! refused, naming the chart value, and any other goes on without it.
 
-use super::names::{certificate_name, headless_name, read_only_name};
-use super::names::{service_fqdn, service_host};
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Serialize};
-
-use super::children::{TLS_CONTAINER, meta};
+use super::kinds::{Certificate, CertificateSpec};
+use super::names::{certificate_name, headless_name, read_only_name};
+use super::names::{service_fqdn, service_host};
+use super::objects::meta;
 use super::observed::Observed;
-use super::spec::{Database, IssuerRef, name, namespace, shows_condition};
-use super::trust;
+use super::spec::{Database, issuer, name, namespace, shows_condition};
 use crate::hook::SyncRequest;
 use crate::hook::conditions::Observation;
 use crate::operator::{HookError, InvalidSpec};
@@ -28,137 +25,9 @@ use crate::operator::{HookError, InvalidSpec};
 /// child type.
 pub(super) const CHART_VALUE: &str = "certManager";
 
-/// cert-manager's `Certificate` (cert-manager.io/v1), the fields the hook
-/// writes and reads.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct Certificate {
-    /// Standard object metadata.
-    pub metadata: ObjectMeta,
-    /// What to issue.
-    #[serde(default)]
-    pub spec: CertificateSpec,
-    /// What cert-manager observed; read, never written.
-    #[serde(default)]
-    pub status: Option<CertificateStatus>,
-}
-
-impl Serialize for Certificate {
-    /// As the API takes it: with its type, without the status.
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        crate::hook::serialize_typed::<Self, _, _>(&self.metadata, &self.spec, s)
-    }
-}
-
-/// The desired certificate.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct CertificateSpec {
-    /// The Secret cert-manager writes `tls.crt`, `tls.key` and `ca.crt` to.
-    #[serde(default)]
-    pub secret_name: String,
-    /// The names the certificate is valid for.
-    #[serde(default)]
-    pub dns_names: Vec<String>,
-    /// Who signs it.
-    #[serde(default)]
-    pub issuer_ref: IssuerRef,
-    /// The key: EC P-256, a new one at every renewal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub private_key: Option<BTreeMap<String, serde_json::Value>>,
-    /// Server authentication only: the instances present it, never use it
-    /// as a client.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub usages: Vec<String>,
-}
-
-/// cert-manager's view of a Certificate.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct CertificateStatus {
-    /// `Ready` and `Issuing`, as cert-manager writes them.
-    #[serde(default)]
-    pub conditions: Vec<CertificateCondition>,
-    /// How many times it was issued.
-    #[serde(default)]
-    pub revision: Option<i64>,
-    /// When the certificate in its Secret begins to be valid: when it was
-    /// issued.
-    #[serde(default)]
-    pub not_before: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-}
-
-/// One condition of a Certificate.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct CertificateCondition {
-    /// `Ready` or `Issuing`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// cert-manager's reason.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// cert-manager's message.
-    #[serde(default)]
-    pub message: Option<String>,
-}
-
-crate::hook::namespaced_resource!(
-    Certificate,
-    "cert-manager.io",
-    "v1",
-    "Certificate",
-    "certificates"
-);
-
 /// The instances' template annotation that names the certificate's issue
 /// they must serve (its `notBefore`).
 pub(super) const ISSUE_ANNOTATION: &str = "opshooks.io/certificate-not-before";
-
-/// The issue of the Certificate the instances must serve, once an
-/// instance runs an older one: its `notBefore`, when some instance's `tls`
-/// init container (which copies the Secret, at each start) finished before
-/// it. An instance that started after the issue serves it: a new Database's
-/// instances wait for the Secret, so they do not roll; nor does a Database
-/// made again over a Secret that is still valid, or a Certificate made
-/// again (its revision count starts over, its notBefore does not).
-///
-/// Never earlier than the running template's: a Certificate not observed
-/// for a moment is no new certificate to restart the instances for. Nor
-/// before the observed CA bundle holds the new issue's CA: an instance the
-/// roll starts must trust the instances it has not reached yet, and they
-/// it (`trust`).
-pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
-    issuer(db)?;
-    let issued = observed(db, seen)
-        .and_then(|c| c.status.as_ref()?.not_before.as_ref())
-        .map(|t| t.0)
-        .filter(|_| trust::holds_newest(db, seen));
-    let stale = issued.filter(|at| {
-        seen.pods
-            .iter()
-            .filter_map(|p| p.init_finished_at(TLS_CONTAINER))
-            .any(|copied| copied < *at)
-    });
-    let running = seen
-        .statefulset
-        .as_ref()
-        .and_then(|s| {
-            s.spec
-                .as_ref()?
-                .template
-                .metadata
-                .as_ref()?
-                .annotations
-                .as_ref()
-        })
-        .and_then(|a| {
-            a.get(ISSUE_ANNOTATION)?
-                .parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-        });
-    stale.max(running).map(|t| t.to_string())
-}
 
 /// The observed Certificate of this Database, if any.
 pub(super) fn observed<'a>(db: &Database, seen: &'a Observed) -> Option<&'a Certificate> {
@@ -167,11 +36,6 @@ pub(super) fn observed<'a>(db: &Database, seen: &'a Observed) -> Option<&'a Cert
         .iter()
         .flatten()
         .find(|c| c.metadata.name.as_deref() == Some(wanted.as_str()))
-}
-
-/// The issuer of `spec.tls`, when the certificate comes from cert-manager.
-pub(super) fn issuer(db: &Database) -> Option<&IssuerRef> {
-    db.spec.tls.as_ref()?.issuer_ref.as_ref()
 }
 
 /// The Secret the instances' certificate comes from, when there is one:
@@ -370,99 +234,6 @@ mod tests {
         );
         assert!(certificate(&db(json!(null))).is_none());
         assert_eq!(secret(&db(json!(null))), None);
-    }
-
-    #[test]
-    fn a_renewal_waits_until_the_ca_bundle_holds_its_ca() {
-        let db = db(json!({"issuerRef": {"name": "ca"}}));
-        let (old, new) = (trust::tests::pem(1), trust::tests::pem(2));
-        let seen = |held: &str| {
-            Observed {
-            certificates: Some(vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": "2026-03-01T00:00:00Z", "revision": 2}})).unwrap()]),
-            certificate_requests: vec![trust::tests::request(2, true, &new)],
-            ca_bundle: trust::certificates(held),
-            pods: vec![serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-01-01T00:01:00Z"}}}]}})).unwrap()],
-            statefulset: Some(crate::fixtures::statefulset("orders").typed()),
-            ..Observed::default()
-        }
-        };
-        // A new CA, not in the observed bundle yet: no roll.
-        assert_eq!(renewal(&db, &seen(&old)), None);
-        // Held: the instances roll onto the issue.
-        assert_eq!(
-            renewal(&db, &seen(&format!("{new}{old}"))).as_deref(),
-            Some("2026-03-01T00:00:00Z")
-        );
-    }
-
-    #[test]
-    fn a_renewal_rolls_the_instances_once_and_never_back() {
-        let db = db(json!({"issuerRef": {"name": "ca"}}));
-        // The Certificate issued at `issued`; instances whose tls init
-        // container finished at `copied`; the running template's annotation.
-        let seen = |issued: Option<&str>, copied: &[&str], running: Option<&str>| {
-            let certs = issued.map(|at| {
-                vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": at, "revision": 1}})).unwrap()]
-            });
-            // The issue's CA is in the bundle: nothing holds the roll.
-            let ca = trust::tests::pem(1);
-            let pods = copied
-                .iter()
-                .map(|at| {
-                    serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": at}}}]}})).unwrap()
-                })
-                .collect();
-            let annotations = running.map_or(json!({}), |r| json!({ISSUE_ANNOTATION: r}));
-            Observed {
-                certificates: Some(certs.unwrap_or_default()),
-                certificate_requests: vec![trust::tests::request(1, true, &ca)],
-                ca_bundle: trust::certificates(&ca),
-                pods,
-                statefulset: Some(
-                    crate::fixtures::statefulset("orders")
-                        .template_annotations(annotations)
-                        .typed(),
-                ),
-                ..Observed::default()
-            }
-        };
-        let (t1, t2, t3) = (
-            "2026-01-01T00:00:00Z",
-            "2026-03-01T00:00:00Z",
-            "2026-05-01T00:00:00Z",
-        );
-        let after = |t: &str| t.replace("00:00:00", "00:01:00");
-        // The first issue: the instances waited for it, and copied it.
-        assert_eq!(renewal(&db, &seen(Some(t1), &[&after(t1)], None)), None);
-        // No instance has run yet, or none says when it copied.
-        assert_eq!(renewal(&db, &seen(Some(t1), &[], None)), None);
-        // Issued again after an instance copied the first: roll onto it.
-        assert_eq!(
-            renewal(&db, &seen(Some(t2), &[&after(t1), &after(t2)], None)).as_deref(),
-            Some(t2)
-        );
-        // Rolled: stays, and the next issue rolls again.
-        assert_eq!(
-            renewal(&db, &seen(Some(t2), &[&after(t2)], Some(t2))).as_deref(),
-            Some(t2)
-        );
-        assert_eq!(
-            renewal(&db, &seen(Some(t3), &[&after(t2)], Some(t2))).as_deref(),
-            Some(t3)
-        );
-        // The Certificate not observed, or made again over the same Secret
-        // (an older notBefore): the running template's stays.
-        assert_eq!(
-            renewal(&db, &seen(None, &[&after(t2)], Some(t2))).as_deref(),
-            Some(t2)
-        );
-        assert_eq!(
-            renewal(&db, &seen(Some(t1), &[&after(t2)], Some(t2))).as_deref(),
-            Some(t2)
-        );
-        // A Database made again over a Secret still valid: its instances
-        // copied that issue; no roll until cert-manager issues again.
-        assert_eq!(renewal(&db, &seen(Some(t1), &[&after(t2)], None)), None);
     }
 
     #[test]

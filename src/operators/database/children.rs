@@ -1,12 +1,6 @@
 //! The objects of a Database, one builder each, from the spec, the
 //! observed state and the [`Plan`]. Only fields we own are set.
 
-use super::names::{
-    backup_cron_name, ca_config_map_name, claim_name, generated_credentials_name, hba_name,
-    headless_name, is_promote_job, jobs, monitor_secret_name, pod_name, read_only_name, role_name,
-    superuser_secret_name, verify_name,
-};
-use super::names::{connection_name, initdb_name, instance_host, read_write_host, service_fqdn};
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
@@ -15,13 +9,12 @@ use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
 };
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    ExecAction, LocalObjectReference, ObjectReference, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, ExecAction,
+    ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec,
+    Volume, VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -32,6 +25,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::certificate;
 use super::lease;
 use super::monitoring;
+use super::names::{
+    backup_cron_name, ca_config_map_name, claim_name, generated_credentials_name, hba_name,
+    headless_name, is_promote_job, jobs, monitor_secret_name, pod_name, read_only_name, role_name,
+    superuser_secret_name, verify_name,
+};
+use super::names::{connection_name, initdb_name, instance_host, read_write_host, service_fqdn};
+use super::objects::{
+    APP, POSTGRES_UID, TLS_CONTAINER, claim_volume, config_volume, job_labels, kept_job, labels,
+    meta, mount, pull_secrets, script_container, script_job, secret_env, superuser_env, value_env,
+    work_volume,
+};
 use super::observed::Observed;
 use super::parameters;
 use super::placement;
@@ -39,7 +43,7 @@ use super::plan::{Plan, credentials_secret_name, has_generated_credentials};
 use super::primary::{self, Primary};
 use super::spec::{
     ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, Replication, TEMPLATE_HASH, VOLUME,
-    before_stamp, bootstrap_destination, database_name, name,
+    before_stamp, bootstrap_destination, database_name, issuer, name,
 };
 use super::tls;
 use super::trust;
@@ -49,9 +53,7 @@ use crate::hook::group_key;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::verification;
 use crate::operators::backup_job::{self, Choice, Credential, Schedule, Source};
-use crate::operators::common::{
-    restricted_container, restricted_pod, selector_labels, standard_labels,
-};
+use crate::operators::common::{restricted_container, restricted_pod, selector_labels};
 use crate::operators::expansion::shell_command;
 use crate::operators::resources;
 
@@ -76,8 +78,6 @@ pub const DUMP_STOPPED_SCRIPT: &str = include_str!("dump-stopped.sh");
 /// from spec.tls's Secret, or self-signed.
 pub const TLS_SCRIPT: &str = include_str!("tls.sh");
 
-const APP: &str = "postgresql";
-const JOB_APP: &str = "postgresql-job";
 const DATA_DIR: &str = "/var/lib/postgresql/data";
 /// Where every instance reads the role ConfigMap.
 const ROLE_DIR: &str = "/etc/opshooks/role";
@@ -94,7 +94,6 @@ const HBA_KEY_WITHOUT_TLS: &str = "pg_hba.conf";
 /// they read, so that a change of its lines rolls out as a new template
 /// (the server reads the file when it starts).
 const HBA_HASH: &str = "opshooks.io/pg-hba-hash";
-const POSTGRES_UID: i64 = 999;
 /// Where the server reads its certificate and key (`server.crt`,
 /// `server.key`, and `ca.crt` when spec.tls names a Secret): on the
 /// instance's volume, beside the data directories, so a clone does not
@@ -190,30 +189,6 @@ pub fn build(
         out = while_deleting(db, seen, plan, out);
     }
     Ok(out)
-}
-
-pub(super) fn meta(db: &Database, object: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(object),
-        namespace: db.metadata.namespace.clone(),
-        labels: Some(labels(db)),
-        ..ObjectMeta::default()
-    }
-}
-
-/// The labels of every object of a Database.
-pub fn labels(db: &Database) -> BTreeMap<String, String> {
-    let mut labels = standard_labels(APP, name(db));
-    labels.insert(LABEL_DATABASE.to_string(), name(db).to_string());
-    labels
-}
-
-/// The labels of Job pods: never matching the StatefulSet's selector, so
-/// the Services and the instance count never include them.
-pub fn job_labels(db: &Database) -> BTreeMap<String, String> {
-    let mut labels = standard_labels(JOB_APP, name(db));
-    labels.insert(LABEL_DATABASE.to_string(), name(db).to_string());
-    labels
 }
 
 fn password(bytes: &[u8]) -> ByteString {
@@ -505,33 +480,10 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed, primary: &Primary) ->
     }
 }
 
-pub(super) fn secret_env(var: &str, secret: String, key: &str) -> EnvVar {
-    backup_job::env_credential(
-        var,
-        &Credential::Secret {
-            name: secret,
-            key: key.to_string(),
-        },
-    )
-}
-
-fn value_env(var: &str, value: impl AsRef<str>) -> EnvVar {
-    backup_job::env(var, value)
-}
-
 /// The data directory of a major: versioned, so an upgrade builds the new
 /// version beside the old one on the same volume.
 pub fn pgdata(version: Major) -> String {
     version.data_dir(DATA_DIR)
-}
-
-pub(super) fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: volume.to_string(),
-        mount_path: path.to_string(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    }
 }
 
 /// `probe.sh ready` or `probe.sh live`.
@@ -708,19 +660,6 @@ pub fn disruption_budget(db: &Database) -> Option<PodDisruptionBudget> {
     )
 }
 
-/// `spec.imagePullSecrets`, for every pod that runs the PostgreSQL image.
-fn pull_secrets(db: &Database) -> Option<Vec<LocalObjectReference>> {
-    let secrets = &db.spec.image_pull_secrets;
-    (!secrets.is_empty()).then(|| {
-        secrets
-            .iter()
-            .map(|s| LocalObjectReference {
-                name: s.name.clone(),
-            })
-            .collect()
-    })
-}
-
 /// A StatefulSet made before failover kept `OrderedReady` (the field
 /// cannot change); a new one starts its instances in parallel, since the
 /// primary need not be instance 0 and each instance waits in `start.sh` for
@@ -774,20 +713,6 @@ fn max_silence(db: &Database) -> EnvVar {
 fn max_standby_lag(db: &Database) -> Option<u64> {
     let lag = db.spec.failover.as_ref()?.max_standby_lag.as_deref()?;
     crate::operators::validate::quantity_bytes(lag)
-}
-
-/// The volume `volume` of the ConfigMap `config_map`: the role, mounted
-/// where `start.sh` reads it, and the pg_hba.conf, where `hba_file` names
-/// it.
-fn config_volume(volume: &str, config_map: String) -> Volume {
-    Volume {
-        name: volume.to_string(),
-        config_map: Some(ConfigMapVolumeSource {
-            name: config_map,
-            ..ConfigMapVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
 }
 
 /// Each instance's CPU and memory: `spec.resources`, else the size's, as
@@ -863,9 +788,6 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
     }
 }
 
-/// The name of the instances' `tls` init container.
-pub(super) const TLS_CONTAINER: &str = "tls";
-
 /// The `tls` init container: `tls.sh` puts the server's certificate and
 /// key into [`TLS_DIR`] on the instance's volume, from `spec.tls`'s Secret
 /// or self-signed.
@@ -876,7 +798,7 @@ fn tls_container(db: &Database, plan: &Plan) -> Container {
         env.push(value_env("TLS_SOURCE", TLS_SOURCE));
         mounts.push(mount("tls", TLS_SOURCE, true));
     }
-    if certificate::issuer(db).is_some() {
+    if issuer(db).is_some() {
         env.push(value_env("TLS_TRUST", TLS_TRUST));
         mounts.push(mount(TRUST_VOLUME, TLS_TRUST, true));
     }
@@ -910,7 +832,7 @@ fn tls_volume(db: &Database) -> Vec<Volume> {
             ..Volume::default()
         });
     }
-    if certificate::issuer(db).is_some() {
+    if issuer(db).is_some() {
         out.push(Volume {
             name: TRUST_VOLUME.to_string(),
             config_map: Some(ConfigMapVolumeSource {
@@ -1041,30 +963,6 @@ fn synchronous_standby_names(db: &Database) -> String {
     format!("synchronous_standby_names=ANY 1 ({})", names.join(","))
 }
 
-pub(super) fn script_job(db: &Database, job_name: String, pod: PodSpec, backoff: i32) -> Job {
-    Job {
-        metadata: meta(db, job_name),
-        spec: Some(JobSpec {
-            backoff_limit: Some(backoff),
-            active_deadline_seconds: Some(6 * 3600),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(job_labels(db)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".to_string()),
-                    security_context: Some(restricted_pod(POSTGRES_UID)),
-                    image_pull_secrets: pull_secrets(db),
-                    ..pod
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        status: None,
-    }
-}
-
 fn app_env(db: &Database) -> Vec<EnvVar> {
     vec![
         secret_env("APP_USER", credentials_secret_name(db), "username"),
@@ -1102,30 +1000,6 @@ fn while_deleting(db: &Database, seen: &Observed, plan: &Plan, mut out: Vec<Chil
     let kept = seen.jobs.keys().filter(|name| !answered.contains(*name));
     out.extend(kept.map(|name| Child::new(&kept_job(db, name))));
     out
-}
-
-/// An observed Job that no builder makes (an older snapshot, a Job of a
-/// version the spec moved past), kept while the Database is deleted. Jobs
-/// are `OnDelete` children: Metacontroller never updates an existing one, so
-/// its name is all the answer needs to keep it.
-pub(super) fn kept_job(db: &Database, job_name: &str) -> Job {
-    Job {
-        metadata: meta(db, job_name.to_string()),
-        spec: None,
-        status: None,
-    }
-}
-
-/// How a Job reaches the primary as the superuser: through the read-write
-/// Service.
-pub(super) fn superuser_env(db: &Database) -> Vec<EnvVar> {
-    vec![
-        value_env("PGHOST", read_write_host(db)),
-        value_env("PGPORT", PORT.to_string()),
-        value_env("PGUSER", "postgres"),
-        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
-        value_env("PGCONNECT_TIMEOUT", "30"),
-    ]
 }
 
 /// The initial configuration: the application user and database.
@@ -1305,47 +1179,6 @@ pub fn upgrade_job(db: &Database, plan: &Plan, from: Major, to: Major) -> Job {
         ..PodSpec::default()
     };
     script_job(db, jobs::upgrade(db, to), pod, 1)
-}
-
-/// A container that runs one of our scripts with `/bin/sh -c`, as an
-/// unprivileged user: `(name, image)`, the script, its environment (every
-/// user value travels there, never in the script) and its mounts.
-pub(super) fn script_container(
-    (name, image): (&str, String),
-    script: &str,
-    env: Vec<EnvVar>,
-    mounts: Option<Vec<VolumeMount>>,
-) -> Container {
-    Container {
-        name: name.to_string(),
-        image: Some(image),
-        command: Some(shell_command(script)),
-        env: Some(env),
-        volume_mounts: mounts,
-        security_context: Some(restricted_container()),
-        ..Container::default()
-    }
-}
-
-/// The scratch volume a Job's containers share at /work.
-fn work_volume() -> Volume {
-    Volume {
-        name: "work".to_string(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Volume::default()
-    }
-}
-
-/// A Job's volume named `volume` on the claim `claim`.
-fn claim_volume(volume: &str, claim: String) -> Volume {
-    Volume {
-        name: volume.to_string(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: claim,
-            read_only: None,
-        }),
-        ..Volume::default()
-    }
 }
 
 /// The restore of `spec.bootstrap`'s dump into the new primary, before

@@ -7,12 +7,6 @@
 //! own. While the Database is deleted nothing is refused: the garbage
 //! collector deletes its children with it anyway.
 
-use super::names::{
-    backup_cron_name, ca_config_map_name, certificate_name, connection_name,
-    generated_credentials_name, grow_name, hba_name, headless_name, initdb_name, is_promote_job,
-    jobs, lease_account_name, monitor_job_prefix, monitor_secret_name, read_only_name, role_name,
-    superuser_secret_name, verify_name,
-};
 use std::collections::BTreeSet;
 
 use k8s_openapi::Resource;
@@ -26,9 +20,15 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::certificate::Certificate;
-use super::children::kept_job;
-use super::monitoring::PodMonitor;
+use super::kinds::{Certificate, PodMonitor};
+
+use super::names::{
+    backup_cron_name, ca_config_map_name, certificate_name, connection_name,
+    generated_credentials_name, grow_name, hba_name, headless_name, initdb_name, is_promote_job,
+    jobs, lease_account_name, monitor_job_prefix, monitor_secret_name, read_only_name, role_name,
+    superuser_secret_name, verify_name,
+};
+use super::objects::kept_job;
 use super::spec::{Database, Major, name};
 use crate::hook::{Child, ObjectGroups, SyncRequest, group_key};
 use crate::operator::HookError;

@@ -27,7 +27,6 @@
 //! API server for [`SECONDS`] stops taking writes until it can. A single
 //! instance cannot fail over, so it gets no lease and keeps serving.
 
-use super::names::{lease_account_name, role_name};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -38,10 +37,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::children::mount;
+use super::names::{lease_account_name, role_name};
+use super::objects::{identity, mount};
 use super::observed::Observed;
 use super::spec::{Database, namespace};
-use super::storage::identity;
+
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::{env, shell_command};
 

@@ -20,7 +20,6 @@
 //!   `Monitoring` condition says so; nothing else waits for it, since a
 //!   monitoring setting must never block a failover.
 
-use super::names::{monitor_job_prefix, monitor_secret_name};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -29,10 +28,11 @@ use k8s_openapi::api::core::v1::{
     Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use serde::{Deserialize, Serialize};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::children::{meta, mount, script_container, script_job, secret_env, superuser_env};
+use super::kinds::{PodMonitor, PodMonitorSpec};
+use super::names::{monitor_job_prefix, monitor_secret_name};
+use super::objects::{meta, mount, script_container, script_job, secret_env, superuser_env};
 use super::observed::Observed;
 use super::plan::{Plan, Upgrade};
 use super::spec::{Database, Monitoring, PORT, name, shows_condition};
@@ -261,44 +261,6 @@ pub(super) fn role_job(db: &Database, seen: &Observed, plan: &Plan) -> Option<Jo
     plan.tls.apply(&mut pod, &[CONTAINER_JOB]);
     Some(script_job(db, job_name, pod, 3))
 }
-
-/// Prometheus Operator's `PodMonitor` (monitoring.coreos.com/v1), the
-/// fields the hook writes.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub(super) struct PodMonitor {
-    /// Standard object metadata.
-    pub metadata: ObjectMeta,
-    /// Which pods, which port.
-    #[serde(default)]
-    pub spec: PodMonitorSpec,
-}
-
-impl Serialize for PodMonitor {
-    /// As the API takes it: with its type.
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        crate::hook::serialize_typed::<Self, _, _>(&self.metadata, &self.spec, s)
-    }
-}
-
-/// A PodMonitor's spec.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct PodMonitorSpec {
-    /// The instances.
-    #[serde(default)]
-    pub selector: LabelSelector,
-    /// Their exporters' port.
-    #[serde(default)]
-    pub pod_metrics_endpoints: Vec<BTreeMap<String, String>>,
-}
-
-crate::hook::namespaced_resource!(
-    PodMonitor,
-    "monitoring.coreos.com",
-    "v1",
-    "PodMonitor",
-    "podmonitors"
-);
 
 /// The PodMonitor, when asked for and the controller manages the type:
 /// the instances' `metrics` port, labelled with the Database's own labels

@@ -3,9 +3,6 @@
 //! from them (the major the StatefulSet runs, which instance is ready,
 //! which volume the StatefulSet holds). Decides nothing.
 
-use super::names::{
-    backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, pod_ordinal, role_name,
-};
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::Metadata;
@@ -19,11 +16,15 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
-use super::certificate::{self, Certificate};
-use super::monitoring::PodMonitor;
+use super::kinds::{self, Certificate, CertificateRequest, PodMonitor};
+use super::names::{
+    backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, pod_ordinal, role_name,
+};
+use super::spec::issuer;
+
 use super::parameters;
 use super::spec::{ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, name};
-use super::trust::{self, CertificateRequest};
+
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -187,7 +188,7 @@ pub struct Observed {
     /// (related objects, asked for only under `spec.tls.issuerRef`).
     pub certificate_requests: Vec<CertificateRequest>,
     /// The certificates the observed `<name>-ca` ConfigMap holds (the CA
-    /// bundle, read once: [`trust::certificates`]).
+    /// bundle, read once: [`kinds::certificates`]).
     pub ca_bundle: Vec<String>,
     /// When this was observed: the call's time ([`Observed::at`]).
     pub now: Timestamp,
@@ -231,8 +232,8 @@ impl Observed {
             ca_bundle: config_maps
                 .iter()
                 .find(|c| c.metadata.name.as_deref() == Some(&ca_config_map_name(db)))
-                .and_then(|c| c.data.as_ref()?.get(trust::KEY))
-                .map(|text| trust::certificates(text))
+                .and_then(|c| c.data.as_ref()?.get(kinds::KEY))
+                .map(|text| kinds::certificates(text))
                 .unwrap_or_default(),
             config_maps: config_maps
                 .into_iter()
@@ -247,7 +248,7 @@ impl Observed {
                 .transpose()?,
             pod_monitors_managed: req.children.has::<PodMonitor>(),
             // A group asked for and missing is refused (never read as none).
-            certificate_requests: match certificate::issuer(db) {
+            certificate_requests: match issuer(db) {
                 Some(_) => req.related.of::<CertificateRequest>()?,
                 None => Vec::new(),
             },

@@ -3,10 +3,9 @@
 //! what a deletion does next, and which Jobs exist for each. The builders in
 //! `children` and the conditions in `status` only read the [`Plan`].
 
-use super::names::{generated_credentials_name, jobs};
 use std::collections::BTreeMap;
 
-use super::certificate;
+use super::names::{generated_credentials_name, jobs};
 use super::observed::Observed;
 use super::parameters::{self, Held};
 use super::primary::{self, Primary};
@@ -14,6 +13,7 @@ use super::rollout::{self, Rollout, Serving};
 use super::spec::{self, ANNOTATION_VERSION, Database, DeletionPolicy, Major, VOLUME, name};
 use super::storage::Growth;
 use super::tls;
+use super::trust;
 use crate::hook::conditions::{ConditionStatus, format_time};
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::RunStatus;
@@ -232,7 +232,7 @@ pub struct Plan {
     /// sslmode, and the CA when there is one.
     pub tls: tls::Client,
     /// The issue of cert-manager's certificate the instances must serve,
-    /// once one runs an older (see [`certificate::renewal`]).
+    /// once one runs an older (see [`trust::renewal`]).
     pub certificate_renewal: Option<String>,
 }
 
@@ -485,7 +485,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         held,
         growth: Growth::of(db, seen),
         tls: tls::client(db, seen),
-        certificate_renewal: certificate::renewal(db, seen),
+        certificate_renewal: trust::renewal(db, seen),
     }
 }
 

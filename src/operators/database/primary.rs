@@ -27,9 +27,9 @@
 //! say who was designated at which epoch; a promote Job made again for a
 //! standby that was already promoted succeeds without doing anything.
 
-use super::names::{parse_promote_job, pod_name, pod_ordinal, promote_job};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::names::{parse_promote_job, pod_name, pod_ordinal, promote_job};
 use super::observed::{Holding, Observed};
 use super::spec::Database;
 use crate::hook::quote::quote;

@@ -807,7 +807,8 @@ pub fn is_synchronous(db: &Database) -> bool {
     db.spec.replication == Some(Replication::Synchronous)
 }
 
-/// Checks what the schema cannot, and names the field.
+/// Checks what the schema cannot in the spec's own fields, and names the
+/// field; a feature's own fields are its to check (`database::validate`).
 pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     validate::dns_label("metadata.name", name(db), MAX_NAME)?;
     if is_synchronous(db) && db.spec.size.instances() < 2 {
@@ -910,9 +911,6 @@ pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
         db.spec.affinity.as_ref(),
         db.spec.topology_spread_constraints.as_deref(),
     )?;
-    if let Some(monitoring) = &db.spec.monitoring {
-        super::monitoring::validate(db, monitoring)?;
-    }
     for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
         let field = format!("spec.imagePullSecrets[{i}].name");
         validate::object_name(&field, &secret.name, "Secret")?;
@@ -1057,6 +1055,11 @@ pub fn before_stamp(before: &str) -> Result<String, InvalidSpec> {
         )
     })?;
     Ok(time.strftime("%Y%m%d%H%M%S").to_string())
+}
+
+/// The issuer of `spec.tls`, when the certificate comes from cert-manager.
+pub(super) fn issuer(db: &Database) -> Option<&IssuerRef> {
+    db.spec.tls.as_ref()?.issuer_ref.as_ref()
 }
 
 #[cfg(test)]

@@ -11,17 +11,18 @@
 //! StorageClass does not allow expansion is left alone, and the condition
 //! says why.
 
-use super::names::grow_name;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Container, PersistentVolumeClaim, PodSpec, ResourceRequirements, ServiceAccount,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
+use super::names::grow_name;
+use super::objects::{identity, kept_job, script_job};
 use super::observed::Observed;
 use super::spec::{Database, VOLUME, name, namespace, shows_condition};
 use crate::hook::conditions::{ConditionStatus, Observation};
@@ -152,7 +153,7 @@ impl Growth {
                 claims.extend(patches.iter().cloned());
                 Some(match *running == job_name {
                     true => self.job(db, job_name),
-                    false => super::children::kept_job(db, running),
+                    false => kept_job(db, running),
                 })
             }
             None => (self.access_granted() || seen.jobs.contains_key(&job_name))
@@ -221,7 +222,7 @@ impl Growth {
                 }
             })
             .collect();
-        super::children::script_job(
+        script_job(
             db,
             job_name,
             PodSpec {
@@ -518,41 +519,4 @@ fn resizing(name: &str, c: &PersistentVolumeClaim) -> Option<(&'static str, Stri
             ),
         )
     })
-}
-
-/// A ServiceAccount `name` (its token mounted by default when `automount`),
-/// a Role `name` of the one `rule`, and the RoleBinding between them: the
-/// identity of the grow Job and of the instances' lease sidecar.
-pub(super) fn identity(
-    db: &Database,
-    name: String,
-    rule: PolicyRule,
-    automount: bool,
-) -> (ServiceAccount, Role, RoleBinding) {
-    let meta = || super::children::meta(db, name.clone());
-    (
-        ServiceAccount {
-            metadata: meta(),
-            automount_service_account_token: Some(automount),
-            ..ServiceAccount::default()
-        },
-        Role {
-            metadata: meta(),
-            rules: Some(vec![rule]),
-        },
-        RoleBinding {
-            metadata: meta(),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_string(),
-                kind: "Role".to_string(),
-                name: name.clone(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_string(),
-                name: name.clone(),
-                namespace: Some(namespace(db).to_string()),
-                ..Subject::default()
-            }]),
-        },
-    )
 }

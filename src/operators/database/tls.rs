@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use super::certificate;
 use super::names::ca_config_map_name;
 use super::observed::Observed;
-use super::spec::Database;
+use super::spec::{Database, issuer};
 use super::trust;
 use crate::operators::backup_job;
 
@@ -70,7 +70,7 @@ pub(super) fn served_by_every_instance(seen: &Observed) -> bool {
 pub(super) fn client(db: &Database, seen: &Observed) -> Client {
     // The bundle once it is observed (before, cert-manager's Secret's
     // `ca.crt`: a client never waits for a ConfigMap that is not there).
-    let ca = match certificate::issuer(db) {
+    let ca = match issuer(db) {
         Some(_) if trust::observed_bundle(seen) => Some(Ca::ConfigMap(ca_config_map_name(db))),
         _ => certificate::secret(db).map(Ca::Secret),
     };

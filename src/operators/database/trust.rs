@@ -12,7 +12,7 @@
 //! `ca.crt`; a CertificateRequest holds no private key, so the hook never
 //! reads the Secret). cert-manager keeps only the newest request by
 //! default, so the earlier CAs come from the observed ConfigMap itself: it
-//! only grows, up to [`KEPT`] certificates, newest first. A certificate
+//! only grows, up to [`kinds::KEPT`] certificates, newest first. A certificate
 //! counts only if its PEM body decodes to a DER sequence: one that does
 //! not would make OpenSSL refuse the whole file.
 //!
@@ -28,33 +28,17 @@
 //! starts trusts both the CA of the instances not yet rolled and the new
 //! one.
 
-use super::names::{ca_config_map_name, certificate_name};
 use std::collections::BTreeMap;
 
-use base64::Engine;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
 
-use super::certificate::{self, issuer};
-use super::children::meta;
+use super::certificate;
+
+use super::kinds::{self};
+use super::names::{ca_config_map_name, certificate_name};
+use super::objects::{TLS_CONTAINER, meta};
 use super::observed::Observed;
-use super::spec::Database;
-
-/// The key of the CA bundle in the ConfigMap, as in a TLS Secret.
-pub(super) const KEY: &str = "ca.crt";
-
-/// At most this many certificates are kept: the newest issue's CA and
-/// those before it (a CA chain counts each certificate), enough for a CA
-/// changed twice before a roll ends.
-pub(super) const KEPT: usize = 8;
-
-/// A certificate whose PEM body is longer than this is not read (a CA
-/// certificate is a few KiB).
-const MAX_CERTIFICATE_BYTES: usize = 16 * 1024;
-
-/// Text longer than this is not read: [`KEPT`] certificates fit.
-const MAX_TEXT_BYTES: usize = KEPT * (MAX_CERTIFICATE_BYTES + 64);
+use super::spec::{Database, issuer};
 
 /// The annotation cert-manager puts on each CertificateRequest: the
 /// Certificate it is for.
@@ -64,92 +48,9 @@ const CERTIFICATE_NAME: &str = "cert-manager.io/certificate-name";
 /// Certificate's revision it issues.
 const REVISION: &str = "cert-manager.io/certificate-revision";
 
-/// cert-manager's `CertificateRequest` (cert-manager.io/v1), only what the
-/// hook reads: observed as a related object, never written.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct CertificateRequest {
-    /// Standard object metadata.
-    pub metadata: ObjectMeta,
-    /// What the issuer answered.
-    #[serde(default)]
-    pub status: Option<CertificateRequestStatus>,
-}
-
-/// What the issuer answered.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct CertificateRequestStatus {
-    /// The CA that signed the certificate, PEM (base64 on the wire, as
-    /// any `[]byte` field; absent when the issuer does not say).
-    #[serde(default)]
-    pub ca: Option<k8s_openapi::ByteString>,
-    /// `Ready`, `Approved`, `Denied`, `InvalidRequest`.
-    #[serde(default)]
-    pub conditions: Vec<RequestCondition>,
-}
-
-/// One condition of a CertificateRequest.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct RequestCondition {
-    /// The condition's type.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-}
-
-crate::hook::namespaced_resource!(
-    CertificateRequest,
-    "cert-manager.io",
-    "v1",
-    "CertificateRequest",
-    "certificaterequests"
-);
-
-/// The PEM certificates of `text`, each normalized to its BEGIN and END
-/// lines around its base64 lines; anything else, and a body that does not
-/// decode to a DER sequence, is left out.
-pub(super) fn certificates(text: &str) -> Vec<String> {
-    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-    const END: &str = "-----END CERTIFICATE-----";
-    if text.len() > MAX_TEXT_BYTES {
-        return Vec::new();
-    }
-    let der = |lines: &[&str]| {
-        let body = lines.concat();
-        body.len() <= MAX_CERTIFICATE_BYTES
-            && base64::engine::general_purpose::STANDARD
-                .decode(body)
-                .is_ok_and(|der| der.first() == Some(&0x30))
-    };
-    let mut out = Vec::new();
-    let mut body: Option<Vec<&str>> = None;
-    for line in text.lines().map(str::trim) {
-        match (&mut body, line) {
-            (None, BEGIN) => body = Some(Vec::new()),
-            (Some(lines), END) => {
-                if der(lines) {
-                    out.push(format!("{BEGIN}\n{}\n{END}\n", lines.join("\n")));
-                }
-                body = None;
-            }
-            (Some(lines), l)
-                if !l.is_empty()
-                    && l.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')) =>
-            {
-                lines.push(l);
-            }
-            // A line that is not base64 spoils the certificate.
-            (Some(_), _) => body = None,
-            (None, _) => {}
-        }
-    }
-    out
-}
-
 /// The CA of cert-manager's current issue: the Ready CertificateRequest
 /// of the observed Certificate's current revision that this Certificate
-/// owns (its controller), as certificates, at most [`KEPT`]. `None` when
+/// owns (its controller), as certificates, at most [`kinds::KEPT`]. `None` when
 /// that request is not observed (yet): the informers of Certificates and
 /// requests are separate, and a request of another revision or owner says
 /// nothing of the issue the instances would roll to.
@@ -176,14 +77,14 @@ fn newest(db: &Database, seen: &Observed) -> Option<Vec<String>> {
     })?;
     let ca = request.status.as_ref()?.ca.as_ref();
     let mut certs = ca
-        .map(|ca| certificates(&String::from_utf8_lossy(&ca.0)))
+        .map(|ca| kinds::certificates(&String::from_utf8_lossy(&ca.0)))
         .unwrap_or_default();
-    certs.truncate(KEPT);
+    certs.truncate(kinds::KEPT);
     Some(certs)
 }
 
 /// The bundle's certificates: the current issue's CA first, then those
-/// the observed ConfigMap held, each once, at most [`KEPT`].
+/// the observed ConfigMap held, each once, at most [`kinds::KEPT`].
 fn bundle(db: &Database, seen: &Observed) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for cert in newest(db, seen)
@@ -191,7 +92,7 @@ fn bundle(db: &Database, seen: &Observed) -> Vec<String> {
         .into_iter()
         .chain(seen.ca_bundle.iter().cloned())
     {
-        if out.len() < KEPT && !out.contains(&cert) {
+        if out.len() < kinds::KEPT && !out.contains(&cert) {
             out.push(cert);
         }
     }
@@ -217,7 +118,7 @@ pub(super) fn config_map(db: &Database, seen: &Observed) -> Option<ConfigMap> {
     }
     Some(ConfigMap {
         metadata: meta(db, ca_config_map_name(db)),
-        data: Some(BTreeMap::from([(KEY.to_string(), certs.concat())])),
+        data: Some(BTreeMap::from([(kinds::KEY.to_string(), certs.concat())])),
         ..ConfigMap::default()
     })
 }
@@ -235,11 +136,57 @@ pub(super) fn observed_bundle(seen: &Observed) -> bool {
     !seen.ca_bundle.is_empty()
 }
 
+/// The issue of the Certificate the instances must serve, once an
+/// instance runs an older one: its `notBefore`, when some instance's `tls`
+/// init container (which copies the Secret, at each start) finished before
+/// it. An instance that started after the issue serves it: a new Database's
+/// instances wait for the Secret, so they do not roll; nor does a Database
+/// made again over a Secret that is still valid, or a Certificate made
+/// again (its revision count starts over, its notBefore does not).
+///
+/// Never earlier than the running template's: a Certificate not observed
+/// for a moment is no new certificate to restart the instances for. Nor
+/// before the observed CA bundle holds the new issue's CA: an instance the
+/// roll starts must trust the instances it has not reached yet, and they
+/// it (`trust`).
+pub(super) fn renewal(db: &Database, seen: &Observed) -> Option<String> {
+    issuer(db)?;
+    let issued = certificate::observed(db, seen)
+        .and_then(|c| c.status.as_ref()?.not_before.as_ref())
+        .map(|t| t.0)
+        .filter(|_| holds_newest(db, seen));
+    let stale = issued.filter(|at| {
+        seen.pods
+            .iter()
+            .filter_map(|p| p.init_finished_at(TLS_CONTAINER))
+            .any(|copied| copied < *at)
+    });
+    let running = seen
+        .statefulset
+        .as_ref()
+        .and_then(|s| {
+            s.spec
+                .as_ref()?
+                .template
+                .metadata
+                .as_ref()?
+                .annotations
+                .as_ref()
+        })
+        .and_then(|a| {
+            a.get(certificate::ISSUE_ANNOTATION)?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+        });
+    stale.max(running).map(|t| t.to_string())
+}
+
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::certificate::Certificate;
+    use super::super::kinds::{Certificate, CertificateRequest, KEY, certificates};
     use super::super::tls::tests::db;
     use super::*;
+    use base64::Engine;
     use serde_json::json;
 
     /// A certificate whose body decodes to a DER sequence, told apart by `n`.
@@ -346,10 +293,10 @@ pub(super) mod tests {
         );
         let seen = seen(1, vec![request(1, true, &hostile)], Some(&many));
         let text = bundle_of(&seen);
-        assert_eq!(text.matches("BEGIN CERTIFICATE").count(), KEPT);
+        assert_eq!(text.matches("BEGIN CERTIFICATE").count(), kinds::KEPT);
         assert!(text.starts_with(&pem(1)));
         assert!(!text.contains("$(id)") && !text.contains("not base64") && !text.contains("QUFB"));
-        // A CA of more than KEPT certificates: its first KEPT, and held.
+        // A CA of more than kinds::KEPT certificates: its first kinds::KEPT, and held.
         let long: String = (40..50).map(pem).collect();
         let seen = self::seen(1, vec![request(1, true, &long)], None);
         let text = bundle_of(&seen);
@@ -369,5 +316,99 @@ pub(super) mod tests {
         let other = db(json!({"secretName": "mine"}));
         let seen = seen(1, vec![request(1, true, &pem(1))], Some(&pem(1)));
         assert_eq!(config_map(&other, &seen), None, "no template mounts it");
+    }
+
+    #[test]
+    fn a_renewal_waits_until_the_ca_bundle_holds_its_ca() {
+        let db = db(json!({"issuerRef": {"name": "ca"}}));
+        let (old, new) = (pem(1), pem(2));
+        let seen = |held: &str| {
+            Observed {
+            certificates: Some(vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": "2026-03-01T00:00:00Z", "revision": 2}})).unwrap()]),
+            certificate_requests: vec![request(2, true, &new)],
+            ca_bundle: certificates(held),
+            pods: vec![serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-01-01T00:01:00Z"}}}]}})).unwrap()],
+            statefulset: Some(crate::fixtures::statefulset("orders").typed()),
+            ..Observed::default()
+        }
+        };
+        // A new CA, not in the observed bundle yet: no roll.
+        assert_eq!(renewal(&db, &seen(&old)), None);
+        // Held: the instances roll onto the issue.
+        assert_eq!(
+            renewal(&db, &seen(&format!("{new}{old}"))).as_deref(),
+            Some("2026-03-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn a_renewal_rolls_the_instances_once_and_never_back() {
+        let db = db(json!({"issuerRef": {"name": "ca"}}));
+        // The Certificate issued at `issued`; instances whose tls init
+        // container finished at `copied`; the running template's annotation.
+        let seen = |issued: Option<&str>, copied: &[&str], running: Option<&str>| {
+            let certs = issued.map(|at| {
+                vec![serde_json::from_value::<Certificate>(json!({"metadata": {"name": "orders-tls", "uid": "cert-uid"}, "status": {"notBefore": at, "revision": 1}})).unwrap()]
+            });
+            // The issue's CA is in the bundle: nothing holds the roll.
+            let ca = pem(1);
+            let pods = copied
+                .iter()
+                .map(|at| {
+                    serde_json::from_value(json!({"metadata": {"name": "orders-0"}, "status": {"initContainerStatuses": [{"name": "tls", "state": {"terminated": {"exitCode": 0, "finishedAt": at}}}]}})).unwrap()
+                })
+                .collect();
+            let annotations =
+                running.map_or(json!({}), |r| json!({certificate::ISSUE_ANNOTATION: r}));
+            Observed {
+                certificates: Some(certs.unwrap_or_default()),
+                certificate_requests: vec![request(1, true, &ca)],
+                ca_bundle: certificates(&ca),
+                pods,
+                statefulset: Some(
+                    crate::fixtures::statefulset("orders")
+                        .template_annotations(annotations)
+                        .typed(),
+                ),
+                ..Observed::default()
+            }
+        };
+        let (t1, t2, t3) = (
+            "2026-01-01T00:00:00Z",
+            "2026-03-01T00:00:00Z",
+            "2026-05-01T00:00:00Z",
+        );
+        let after = |t: &str| t.replace("00:00:00", "00:01:00");
+        // The first issue: the instances waited for it, and copied it.
+        assert_eq!(renewal(&db, &seen(Some(t1), &[&after(t1)], None)), None);
+        // No instance has run yet, or none says when it copied.
+        assert_eq!(renewal(&db, &seen(Some(t1), &[], None)), None);
+        // Issued again after an instance copied the first: roll onto it.
+        assert_eq!(
+            renewal(&db, &seen(Some(t2), &[&after(t1), &after(t2)], None)).as_deref(),
+            Some(t2)
+        );
+        // Rolled: stays, and the next issue rolls again.
+        assert_eq!(
+            renewal(&db, &seen(Some(t2), &[&after(t2)], Some(t2))).as_deref(),
+            Some(t2)
+        );
+        assert_eq!(
+            renewal(&db, &seen(Some(t3), &[&after(t2)], Some(t2))).as_deref(),
+            Some(t3)
+        );
+        // The Certificate not observed, or made again over the same Secret
+        // (an older notBefore): the running template's stays.
+        assert_eq!(
+            renewal(&db, &seen(None, &[&after(t2)], Some(t2))).as_deref(),
+            Some(t2)
+        );
+        assert_eq!(
+            renewal(&db, &seen(Some(t1), &[&after(t2)], Some(t2))).as_deref(),
+            Some(t2)
+        );
+        // A Database made again over a Secret still valid: its instances
+        // copied that issue; no roll until cert-manager issues again.
+        assert_eq!(renewal(&db, &seen(Some(t1), &[&after(t2)], None)), None);
     }
 }
