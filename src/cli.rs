@@ -1,5 +1,5 @@
 //! The subcommands that do not serve: `hook`, `openapi`, `manifests`,
-//! `simulate`.
+//! `simulate`, `render`, `report`.
 //!
 //! `hook` runs a request through [`crate::call::call`], the
 //! same code path as the server, and prints the exact body the server would
@@ -11,7 +11,7 @@ use std::path::Path;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::call as adapter;
-use crate::config::{HookArgs, ManifestArgs, RenderArgs, SimulateArgs};
+use crate::config::{HookArgs, ManifestArgs, RenderArgs, ReportArgs, SimulateArgs};
 use crate::hook::Hook;
 use crate::http::Problem;
 use crate::manifests::{self, ControllerOptions};
@@ -228,6 +228,21 @@ fn operator_named<'a>(ops: &'a [Operator], name: &str) -> Result<&'a Operator, F
 /// `opshooks openapi`.
 pub fn openapi() -> Result<(), Failure> {
     print_text(&crate::http::openapi::yaml(&operators::all()))
+}
+
+/// `opshooks report [FILE]`: the termination message as the hook reads it,
+/// as one line of JSON; one that does not read fails (exit 1), saying so.
+pub fn report(args: &ReportArgs) -> Result<(), Failure> {
+    let body = read_input(args.file.as_deref())?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| Failure::usage("the termination message is not UTF-8"))?;
+    let report = operators::report::Report::parse(text).map_err(|unreadable| Failure {
+        message: unreadable.to_string(),
+        code: 1,
+    })?;
+    let json = serde_json::to_string(&report)
+        .map_err(|err| Failure::usage(format!("the report as JSON: {err}")))?;
+    print_text(&format!("{json}\n"))
 }
 
 /// `opshooks manifests [--dir DIR]`.

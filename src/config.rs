@@ -50,6 +50,18 @@ pub enum Command {
     /// semantics and a model of the Kubernetes controllers, and print one
     /// line per step.
     Simulate(SimulateArgs),
+    /// Read what a script of ours left in a pod's termination message, as
+    /// the hook reads it, and print it as JSON: for a look at a pod, and
+    /// for the scripts' tests, which check every line they saw a script
+    /// write.
+    Report(ReportArgs),
+}
+
+/// `opshooks report [FILE]`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The termination message; stdin when omitted or `-`.
+    pub file: Option<PathBuf>,
 }
 
 /// Flags of `opshooks hook`.

@@ -57,6 +57,7 @@ fn main() -> ExitCode {
         Some(Command::Manifests(args)) => cli::manifests(args),
         Some(Command::Simulate(args)) => cli::simulate(args),
         Some(Command::Render(args)) => cli::render(args),
+        Some(Command::Report(args)) => cli::report(args),
     };
     // Every queued log line is out before the last word, and before exit.
     drop(log);

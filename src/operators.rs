@@ -9,6 +9,7 @@ pub mod common;
 pub mod database;
 pub mod expansion;
 pub mod memcached;
+pub mod report;
 pub mod resources;
 pub mod schema;
 pub mod validate;

@@ -27,6 +27,7 @@
 
 mod certificate;
 pub mod children;
+mod deletion;
 mod foreign;
 mod kinds;
 mod lease;
@@ -45,12 +46,10 @@ mod storage;
 mod tls;
 mod trust;
 
+pub use deletion::{Deletion, plan_deletion, plan_finalize};
 pub use names::{claim_name, endpoint, jobs};
-pub use observed::{Observed, REFUSAL};
-pub use plan::{
-    Deletion, Plan, Upgrade, check_volumes, has_generated_credentials, plan, plan_deletion,
-    plan_finalize,
-};
+pub use observed::Observed;
+pub use plan::{Plan, Upgrade, check_volumes, has_generated_credentials, plan};
 pub use primary::{ANNOTATION_SWITCHOVER, Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,

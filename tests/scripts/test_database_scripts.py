@@ -45,6 +45,7 @@ from pathlib import Path
 
 import pytest
 from pyhelpers import free_port  # tests/support, on sys.path by conftest.py
+from reports import report, termination_line  # tests/support: the hook reads each line
 
 REPO = Path(__file__).resolve().parents[2]
 # OPSHOOKS_SCRIPTS_DIR: a copy of the scripts, broken on purpose, to see a test fail.
@@ -593,7 +594,8 @@ def test_start_primary_never_starts_beside_other_data(shell, mine, layout, refus
         assert r.rc != 0, str(r)
         assert refused in r.err, str(r)
         assert r.out == "", "refused, and exec'd the server anyway"
-        assert log.read_text() == f"opshooks: volume {refused}: nothing is initialized or served beside it\n"
+        assert termination_line(log) == f"opshooks: volume {refused}: nothing is initialized or served beside it\n"
+        assert report(log)["about"] == "otherMajor", "the hook reads it as another major's data"
     else:
         assert r.rc == 0, str(r)
         assert r.out == "started\n", str(r)
@@ -613,7 +615,7 @@ def test_start_refuses_without_a_role(case):
     r = run_start(env, timeout=20)
     assert r.rc != 0, str(r)
     assert r.out == "", "started without a role"
-    log = (pgdata.parent / "termination-log").read_text()
+    log = termination_line(pgdata.parent / "termination-log")
     assert log.startswith("opshooks: ") and log.count("\n") == 1, log
     assert not pgdata.exists()
 

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from reports import parse, report, termination_line  # tests/support: the hook reads each line
 
 import test_database_scripts as dbs
 from test_database_scripts import (  # noqa: F401 (scratch: the module's autouse fixture)
@@ -689,8 +690,7 @@ def promote(candidate: Instance, old: Instance, standbys: list[Instance], *, syn
         env |= {"LEASE_FILE": str(candidate.lease.path), "LEASE_SECONDS": str(LEASE_SECONDS)}
     env.update(extra)
     r = run(script_argv("promote.sh"), env, as_postgres=True, timeout=180, executable=shell_path(shell))
-    line = log.read_text() if log.exists() else ""
-    return Promotion(r.rc, r.out, r.err, line)
+    return Promotion(r.rc, r.out, r.err, termination_line(log))
 
 
 def expected_epoch(candidate: Instance) -> str:
@@ -707,6 +707,7 @@ def assert_promoted(p: Promotion, candidate: Instance) -> str:
     assert p.line.startswith(prefix) and p.line.endswith("\n") and p.line.count("\n") == 1, str(p)
     lsn = p.line[len(prefix):-1]
     assert "/" in lsn, str(p)
+    assert parse(p.line) == {"report": "promoted", "pod": candidate.address, "lsn": lsn}, str(p)
     return lsn
 
 
@@ -715,6 +716,11 @@ def assert_refused(p: Promotion, *needles: str) -> None:
     assert p.line.startswith("opshooks promote: refused ") and p.line.count("\n") == 1, str(p)
     for n in needles:
         assert n in p.line, f"{n!r} not in the refusal:\n{p}"
+    # The hook reads it as a refusal, nothing promoted; and reads whether
+    # the old primary answers, which decides who serves next.
+    said = parse(p.line)
+    assert said["report"] == "promoteRefused", said
+    assert said["oldPrimaryAnswers"] == ("still answers as a primary" in p.line), said
 
 
 # --------------------------------------------------------------------------
@@ -784,9 +790,10 @@ def test_designated_primary_refuses_an_empty_volume_once_initialized(shell):
     assert r.rc != 0, str(r)
     assert not (volume / "exec-ran").exists(), f"start.sh exec'd the server on an empty volume:\n{r}"
     assert list(pgdata.iterdir()) == [], "something was written to the empty PGDATA"
-    text = log.read_text()
+    text = termination_line(log)
     assert text.startswith("opshooks: ") and text.count("\n") == 1, text
     assert "empty although the Database was initialized" in text, text
+    assert report(log)["about"] == "emptyVolume", "the hook reads it as an empty volume"
     assert "a standby must take over" in text, text
 
     # Never initialized: the first start, the entrypoint initializes.
@@ -835,8 +842,9 @@ def test_a_stale_mount_that_says_never_initialized_is_confirmed_by_the_lease(she
     assert r.rc != 0, str(r)
     assert not (volume / "exec-ran").exists(), f"start.sh initialized over lost data on a stale mount:\n{r}"
     assert list(pgdata.iterdir()) == [], "something was written to the empty PGDATA"
-    text = log.read_text()
+    text = termination_line(log)
     assert "empty although the Database was initialized (the lease says so" in text, text
+    assert report(log)["about"] == "emptyVolume", "the hook reads it as an empty volume"
 
     # A lease too old to tell: it waits (the entrypoint never runs).
     log.unlink()
@@ -1095,7 +1103,7 @@ def test_promote_takes_its_values_as_data(shell):
         log.unlink(missing_ok=True)
         r = run(script_argv("promote.sh"), {**base, **over}, as_postgres=True, timeout=60,
                 executable=shell_path(shell))
-        line = log.read_text()
+        line = termination_line(log)
         assert r.rc == rc, f"{over}: {r}"
         assert line.startswith("opshooks promote: " + start), f"{over}: {line!r}"
         assert line.count("\n") == 1 and line.endswith("\n"), line
@@ -2038,12 +2046,13 @@ class Holds:
 
     @classmethod
     def read(cls, instance: Instance) -> Holds:
-        line = instance.termination_log.read_text()
+        line = termination_line(instance.termination_log)
         assert line.startswith("opshooks: holds ") and line.count("\n") == 1, line
-        fields = dict(f.split("=", 1) for f in line[len("opshooks: holds "):].split(":", 1)[0].split())
-        hi, lo = fields["lsn"].split("/")
-        return cls(instance.name, int(fields["epoch"]), fields["primary"], fields["database"],
-                   int(fields["timeline"]), (int(hi, 16) << 32) | int(lo, 16))
+        # As the hook reads it (report.rs), not by a copy of its grammar.
+        said = report(instance.termination_log)
+        assert said["report"] == "holds", said
+        h = said["holding"]
+        return cls(instance.name, h["epoch"], h["primary"], h["database"], h["timeline"], h["lsn"])
 
 
 def start_or_refuse(instance: Instance) -> Holds | None:
@@ -2131,7 +2140,8 @@ def test_re_created_after_a_failover_the_newest_data_wins(template, variant):
                 # An empty volume: refused, it holds nothing.
                 p.start(wait=False)
                 assert p.proc is not None and p.proc.wait(60) != 0, p.output()
-                assert "empty although the Database was initialized" in p.termination_log.read_text()
+                assert "empty although the Database was initialized" in termination_line(p.termination_log)
+                assert report(p.termination_log)["about"] == "emptyVolume"
                 continue
             h = start_or_refuse(i)
             if h is None:
@@ -2613,7 +2623,7 @@ def exits_refusing(instance: Instance, *, path: str = PG_PATH, timeout: float = 
         assert time.monotonic() < deadline, f"{instance.name} neither serves nor exits:\n{instance.output()[-3000:]}"
         time.sleep(0.2)
     assert instance.proc.returncode != 0, instance.output()[-3000:]
-    line = instance.termination_log.read_text()
+    line = termination_line(instance.termination_log)
     assert line.startswith("opshooks: ") and line.count("\n") == 1, line
     return line
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from reports import parse, termination_line  # tests/support: the hook reads each line
 
 import test_backup_job as backup
 from test_backup_job import (  # noqa: F401 (fixtures)
@@ -145,7 +146,7 @@ def run_script(script: Path, env: dict[str, str], work: Path, *, shell: str = "d
         out.seek(0)
         err.seek(0)
         return Result(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                      log.read_text() if log.exists() else "", work)
+                      termination_line(log), work)
 
 
 BUSYBOX_TOOLS = ["awk", "sed", "grep", "tr", "wc", "head", "cat", "date", "mkdir", "rm", "mv", "chmod",
@@ -376,6 +377,8 @@ def test_round_trip_into_a_fresh_instance(source, target, s3, select_shell, rest
     r = restore(target, work, database, user, shell=restore_shell)
     assert r.rc == 0, str(r)
     assert r.log == f"opshooks restore: restored bytes={len(body)} taken={line['taken']} key={key}\n", str(r)
+    # The hook reads the same dump from it (the Database's status.restoredFrom).
+    assert parse(r.log) == {"report": "restored", "bytes": len(body), "taken": line["taken"], "key": key}
     assert not PWNED.exists()
 
     # The same rows, objects and large object, read as the superuser ...
@@ -734,6 +737,9 @@ def verify_ok(r: Result, sel: dict[str, str]) -> tuple[int, int]:
     m = re.fullmatch(r"opshooks verify: verified tables=(\d+) rows=(\d+) seconds=(\d+) (bytes=.*)\n", r.log)
     assert m, str(r)
     assert m[4] == f"bytes={sel['bytes']} taken={sel['taken']} key={sel['key']}"
+    # The hook reads the same figures (the Backup's status.lastVerified).
+    said = parse(r.log)
+    assert (said["report"], said["tables"], said["rows"], said["key"]) == ("verified", int(m[1]), int(m[2]), sel["key"])
     assert r.log in r.out
     # The line mark.sh records.
     assert (r.work / "verified").read_text() == r.log

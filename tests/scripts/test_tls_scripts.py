@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from reports import termination_line  # tests/support: the hook reads each line
 
 from test_database_scripts import (  # noqa: F401 (scratch: the module's autouse fixture)
     PG_PATH,
@@ -147,7 +148,7 @@ def test_a_secret_without_its_ca_is_refused(pki: Path):
     volume = pg_dir(fresh_path("volume"))
     r = run_tls(volume, partial)
     assert r.rc == 1, str(r)
-    line = (volume / "termination-log").read_text()
+    line = termination_line(volume / "termination-log")
     assert line.startswith("opshooks: the TLS Secret of spec.tls has no ca.crt"), line
 
 

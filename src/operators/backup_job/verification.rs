@@ -23,6 +23,7 @@ use super::{
 use crate::hook::ObservedPod;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
 use crate::operators::common::restricted_pod;
+use crate::operators::report;
 
 /// Restores a dump into a throwaway PostgreSQL and checks it.
 pub const VERIFY_SCRIPT: &str = include_str!("verify.sh");
@@ -36,8 +37,6 @@ pub const LABEL_VERIFY: &str = "opshooks.io/verify";
 const START_DEADLINE_SECONDS: i64 = 3600;
 /// How long one run may take (its Job's `activeDeadlineSeconds`).
 const RUN_DEADLINE_SECONDS: i64 = 6 * 3600;
-/// How `verify.sh` and `select.sh` begin their termination messages.
-const VERIFIED: &str = "opshooks verify: verified ";
 
 /// How dumps are proven to restore.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -273,30 +272,35 @@ pub fn newest_report<'a>(
 /// Reads one run's message: `opshooks verify: verified tables=<n> rows=<n>
 /// seconds=<n> bytes=<n> taken=<time> key=<key>`, or a reason.
 fn read_report(message: &str, finished: Option<Timestamp>) -> Report {
-    let Some(rest) = message.strip_prefix(VERIFIED) else {
-        let reason = message
-            .split_once(": ")
-            .map_or(message, |(_, why)| why)
-            .trim();
-        return Report::Failed(reason.to_string());
+    let verified = match report::Report::parse(message) {
+        Ok(report::Report::Verified {
+            tables,
+            rows,
+            seconds,
+            taken,
+            key,
+            ..
+        }) => VerifiedBackup {
+            key: key.to_string(),
+            taken: taken
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .map(format_time),
+            verified_at: finished.map(format_time).unwrap_or_default(),
+            seconds,
+            tables,
+            rows,
+        },
+        Ok(
+            report::Report::VerifyFailed { why }
+            | report::Report::RestoreFailed { why }
+            | report::Report::Mark { says: why },
+        ) => return Report::Failed(why.to_string()),
+        _ => {
+            let reason = message.split_once(": ").map_or(message, |(_, why)| why);
+            return Report::Failed(reason.trim().to_string());
+        }
     };
-    let (fields, key) = rest.split_once("key=").unwrap_or((rest, ""));
-    let field = |name: &str| {
-        fields
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-    };
-    let number = |name: &str| field(name).and_then(|n| n.parse().ok());
-    Report::Verified(VerifiedBackup {
-        key: key.trim_end().to_string(),
-        taken: field("taken")
-            .and_then(|t| t.parse::<Timestamp>().ok())
-            .map(format_time),
-        verified_at: finished.map(format_time).unwrap_or_default(),
-        seconds: number("seconds"),
-        tables: number("tables"),
-        rows: number("rows"),
-    })
+    Report::Verified(verified)
 }
 
 /// The newest dump proven to restore: the newest run's, when it verified

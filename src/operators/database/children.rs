@@ -1,7 +1,7 @@
 //! The objects of a Database, one builder each, from the spec, the
 //! observed state and the [`Plan`]. Only fields we own are set.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use base64::Engine;
 use k8s_openapi::ByteString;
@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::certificate;
+use super::deletion::while_deleting;
 use super::lease;
 use super::monitoring;
 use super::names::{
@@ -49,7 +50,6 @@ use super::tls;
 use super::trust;
 use crate::hook::Child;
 use crate::hook::digest;
-use crate::hook::group_key;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::verification;
 use crate::operators::backup_job::{self, Choice, Credential, Schedule, Source};
@@ -969,37 +969,6 @@ fn app_env(db: &Database) -> Vec<EnvVar> {
         secret_env("APP_PASSWORD", credentials_secret_name(db), "password"),
         value_env("APP_DATABASE", database_name(db)),
     ]
-}
-
-/// What a deletion answers of the children built: only what is observed,
-/// but a snapshot still to take and the promote Job of a change of primary
-/// under way (the snapshot reads the primary it makes; without it the
-/// deletion would wait for ever, the old primary fenced), and every
-/// observed Job, built or not. Deletion only moves forward: what anyone
-/// deleted stays gone.
-fn while_deleting(db: &Database, seen: &Observed, plan: &Plan, mut out: Vec<Child>) -> Vec<Child> {
-    let job_group = group_key::<Job>();
-    let snapshot = (job_group.clone(), jobs::snapshot(db));
-    let promote = plan
-        .primary
-        .promote_job
-        .as_ref()
-        .map(|job| (job_group.clone(), job.clone()));
-    out.retain(|child| {
-        let (group, name) = child.group_and_name();
-        let key = (group, name.to_string());
-        seen.children.contains(&key) || key == snapshot || Some(&key) == promote.as_ref()
-    });
-    let answered: BTreeSet<String> = out
-        .iter()
-        .filter_map(|child| {
-            let (group, name) = child.group_and_name();
-            (group == job_group).then(|| name.to_string())
-        })
-        .collect();
-    let kept = seen.jobs.keys().filter(|name| !answered.contains(*name));
-    out.extend(kept.map(|name| Child::new(&kept_job(db, name))));
-    out
 }
 
 /// The initial configuration: the application user and database.

@@ -28,97 +28,7 @@ use super::spec::{ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, name};
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
-
-/// How `start.sh` begins the termination message of an instance that
-/// refuses to start on its volume.
-pub const REFUSAL: &str = "opshooks: ";
-
-/// How the restore Job's scripts begin their termination messages.
-pub(super) const RESTORE_REPORT: &str = "opshooks restore: ";
-
-/// What a restore Job reported on success:
-/// `opshooks restore: restored bytes=<n> taken=<time> key=<key>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct RestoreReport<'a> {
-    /// The dump's size.
-    pub bytes: Option<u64>,
-    /// When the dump was taken, from its name.
-    pub taken: Option<&'a str>,
-    /// The object's key (last: it may hold anything).
-    pub key: &'a str,
-}
-
-impl<'a> RestoreReport<'a> {
-    /// Reads a success report; `None` for anything else.
-    pub(super) fn parse(message: &'a str) -> Option<Self> {
-        let rest = message
-            .strip_prefix(RESTORE_REPORT)?
-            .strip_prefix("restored ")?;
-        let (fields, key) = rest.split_once("key=")?;
-        let field = |name: &str| {
-            fields
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-        };
-        Some(RestoreReport {
-            bytes: field("bytes").and_then(|b| b.parse().ok()),
-            taken: field("taken"),
-            key: key.trim_end_matches('\n'),
-        })
-    }
-}
-
-/// What an instance that refuses to start reports it holds (`start.sh`,
-/// when its data saw a later epoch than the role's, or is on a newer
-/// timeline than the primary's):
-/// `opshooks: holds epoch=<e> primary=<pod> database=<uid> timeline=<t>
-/// lsn=<hi>/<lo>: <why>` (`-` for what it recorded none of).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Holding {
-    /// The highest role epoch its data started under or was promoted at.
-    pub epoch: Option<u64>,
-    /// Who was primary at that epoch.
-    pub primary: Option<String>,
-    /// The uid of the Database whose role it recorded.
-    pub database: Option<String>,
-    /// The newest timeline of its WAL.
-    pub timeline: u64,
-    /// The start of the last WAL record it holds on that timeline.
-    pub lsn: u64,
-}
-
-/// How a report of what an instance holds begins, after [`REFUSAL`].
-pub(super) const HOLDS: &str = "holds ";
-
-impl Holding {
-    /// Reads a report; `None` for anything else, or one that does not
-    /// say all four fields.
-    pub(super) fn parse(message: &str) -> Option<Self> {
-        let (fields, _why) = message
-            .strip_prefix(REFUSAL)?
-            .strip_prefix(HOLDS)?
-            .split_once(':')?;
-        let field = |name: &str| {
-            fields
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-        };
-        let known = |v: &str| (v != "-").then(|| v.to_string());
-        let epoch = match field("epoch")? {
-            "-" => None,
-            e => Some(e.parse().ok()?),
-        };
-        let (hi, lo) = field("lsn")?.split_once('/')?;
-        let lsn = u64::from_str_radix(hi, 16).ok()? << 32 | u64::from_str_radix(lo, 16).ok()?;
-        Some(Holding {
-            epoch,
-            primary: known(field("primary")?),
-            database: field("database").and_then(known),
-            timeline: field("timeline")?.parse().ok()?,
-            lsn,
-        })
-    }
-}
+use crate::operators::report::{self, Holding, InstanceSays, Report, Unreadable};
 
 /// The label the Job controller puts on the pods of a Job, naming it.
 const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
@@ -533,13 +443,42 @@ impl Observed {
             .filter_map(move |c| Some((claim_ordinal(db, c.metadata.name.as_deref()?)?, c)))
     }
 
-    /// Why instance `ordinal` refuses to start on its volume, as its
-    /// `postgres` container left it (`start.sh`): the volume holds another
-    /// major's data, or is empty although the Database was initialized.
-    pub fn volume_refusal<'a>(&'a self, db: &'a Database, ordinal: u32) -> Option<&'a str> {
+    /// What instance `ordinal`'s `postgres` container last reported
+    /// (`start.sh`), when it reported anything.
+    fn instance_report<'a>(
+        &'a self,
+        db: &'a Database,
+        ordinal: u32,
+    ) -> Option<Result<Report<'a>, Unreadable<'a>>> {
         let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
-        let message = pod.container_message("postgres")?;
-        Some(message.strip_prefix(REFUSAL)?.trim())
+        Some(Report::parse(pod.container_message("postgres")?))
+    }
+
+    /// Why instance `ordinal` refuses to start on its volume, as its
+    /// `postgres` container left it (`start.sh`), and what that is about:
+    /// the volume holds another major's data, or is empty although the
+    /// Database was initialized.
+    pub fn volume_refusal<'a>(
+        &'a self,
+        db: &'a Database,
+        ordinal: u32,
+    ) -> Option<(String, InstanceSays)> {
+        match self.instance_report(db, ordinal)? {
+            Ok(Report::Instance { says, about }) => Some((says.to_string(), about)),
+            Ok(holds @ Report::Holds { .. }) => Some((holds.words(), InstanceSays::Other)),
+            Err(Unreadable {
+                prefix: Some(report::INSTANCE),
+                words,
+            }) => Some((words.to_string(), InstanceSays::Other)),
+            _ => None,
+        }
+    }
+
+    /// Whether instance `ordinal` refuses to start because its data
+    /// directory is empty although the Database was initialized.
+    pub fn has_empty_volume(&self, db: &Database, ordinal: u32) -> bool {
+        self.volume_refusal(db, ordinal)
+            .is_some_and(|(_, about)| about == InstanceSays::EmptyVolume)
     }
 
     /// What instance `ordinal` reported it holds when it refused to start
@@ -552,10 +491,14 @@ impl Observed {
     ) -> Option<Result<Holding, &'a str>> {
         let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
         let message = pod.container_message("postgres")?;
-        message
-            .strip_prefix(REFUSAL)?
-            .starts_with(HOLDS)
-            .then(|| Holding::parse(message).ok_or(message.trim()))
+        match Report::parse(message) {
+            Ok(Report::Holds { holding, .. }) => Some(Ok(holding)),
+            Err(Unreadable {
+                prefix: Some(report::INSTANCE),
+                words,
+            }) if words.starts_with(report::HOLDS) => Some(Err(message.trim())),
+            _ => None,
+        }
     }
 
     /// True when the observed StatefulSet holds `claim`: the claim carries

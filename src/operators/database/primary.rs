@@ -30,21 +30,24 @@
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::names::{parse_promote_job, pod_name, pod_ordinal, promote_job};
-use super::observed::{Holding, Observed};
+use super::observed::Observed;
 use super::spec::Database;
 use crate::hook::quote::quote;
 use crate::operators::backup_job::RunStatus;
+use crate::operators::report::{self, Holding, Report, Unreadable};
 
-/// How a promote Job begins its termination message.
-pub(super) const PROMOTE_REPORT: &str = "opshooks promote: ";
-
-/// How a refusing promote Job's report begins (`promote.sh`'s `refuse`):
-/// it refused before `pg_promote()`, so nothing was promoted.
-pub(super) const REFUSED: &str = "refused ";
-
-/// What a failover's promote Job says when it refused because the old
-/// primary answers as one (`promote.sh`): the old primary serves on.
-pub(super) const STILL_PRIMARY: &str = "still answers as a primary";
+/// What a failed promote Job reported (`promote.sh`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The Job.
+    pub job: String,
+    /// Its words, after `opshooks promote: `.
+    pub said: String,
+    /// It refused before `pg_promote()`: nothing was promoted.
+    pub before_promoting: bool,
+    /// It refused because the old primary still answers as a primary.
+    pub old_primary_answers: bool,
+}
 
 /// Annotation on a Database asking for a planned switchover:
 /// `<pod>@<epoch>`, the instance to promote and the `status.primaryEpoch`
@@ -127,8 +130,8 @@ pub struct Primary {
     pub promote_job: Option<String>,
     /// A failover that succeeded and the status has not recorded yet.
     pub last: Option<Failover>,
-    /// The refusals of this epoch's failed promote Jobs, by Job.
-    pub refusals: Vec<(String, String)>,
+    /// What this epoch's failed promote Jobs reported.
+    pub refusals: Vec<Refusal>,
     /// The change under way is a switchover asked for: the old primary
     /// serves until the promote Job stops its writes and the candidate has
     /// all of its WAL.
@@ -433,7 +436,7 @@ fn refused_switchovers<'a>(db: &'a Database, seen: &'a Observed) -> Vec<(u64, &'
 /// person goes on.
 fn rollout_gave_up(db: &Database, seen: &Observed, to: u32, refused: &[(u64, &str)]) -> String {
     let (_, last) = refused[0];
-    let why = report(seen, last);
+    let why = refusal(seen, last).said;
     format!(
         "the rollout's switchover to {} is not asked again: {} switchovers in a row were refused under the template it rolls out (the last, job {last}: {why}); once the cause is mended, ask for it with the annotation {ANNOTATION_SWITCHOVER}: {}@<status.primaryEpoch>, or change the template",
         pod_name(db, to),
@@ -529,11 +532,7 @@ fn recovery(db: &Database, seen: &Observed, epoch: u64) -> Recovery {
         .iter()
         .filter(|o| !held.iter().any(|(h, _)| h == *o))
         .filter(|o| !seen.is_instance_ready(db, **o))
-        .filter(|o| {
-            !seen
-                .volume_refusal(db, **o)
-                .is_some_and(|why| why.contains("is empty although"))
-        })
+        .filter(|o| !seen.has_empty_volume(db, **o))
         .map(|o| pod_name(db, *o))
         .collect();
     if !silent.is_empty() {
@@ -561,12 +560,8 @@ fn recovery(db: &Database, seen: &Observed, epoch: u64) -> Recovery {
         ));
     };
     let has_claim = |pod: &str| {
-        pod_ordinal(db, pod).is_some_and(|o| {
-            held.iter().any(|(h, _)| *h == o)
-                || seen
-                    .volume_refusal(db, o)
-                    .is_some_and(|why| why.contains("is empty although"))
-        })
+        pod_ordinal(db, pod)
+            .is_some_and(|o| held.iter().any(|(h, _)| *h == o) || seen.has_empty_volume(db, o))
     };
     if !has_claim(at_top) {
         return lost(format!(
@@ -641,17 +636,11 @@ fn next_candidate(db: &Database, seen: &Observed, primary: &mut Primary) {
     // when the refusals say it answers as a primary, for a switchover for
     // any reason, and whatever they say once it is ready again (it came
     // back while the failover was under way: its data is the newest).
-    let all_refused = !primary.refusals.is_empty()
-        && primary
-            .refusals
-            .iter()
-            .all(|(_, why)| why.starts_with(REFUSED));
+    let all_refused =
+        !primary.refusals.is_empty() && primary.refusals.iter().all(|r| r.before_promoting);
     let old_primary_answers = all_refused
         && (primary.planned
-            || primary
-                .refusals
-                .iter()
-                .all(|(_, why)| why.contains(STILL_PRIMARY))
+            || primary.refusals.iter().all(|r| r.old_primary_answers)
             || primary
                 .serving
                 .is_some_and(|s| seen.is_instance_ready(db, s)));
@@ -743,18 +732,44 @@ pub(super) fn delay_seconds(db: &Database) -> u32 {
 }
 
 /// What this epoch's failed promote Jobs reported, by Job.
-fn refusals(db: &Database, seen: &Observed, epoch: u64) -> Vec<(String, String)> {
+fn refusals(db: &Database, seen: &Observed, epoch: u64) -> Vec<Refusal> {
     promote_jobs(db, seen)
         .filter(|(e, _, job)| *e == epoch && seen.job(job) == Some(RunStatus::Failed))
-        .map(|(_, _, job)| (job.to_string(), report(seen, job).to_string()))
+        .map(|(_, _, job)| refusal(seen, job))
         .collect()
 }
 
 /// What a failed promote Job reported.
-fn report<'a>(seen: &'a Observed, job: &str) -> &'a str {
-    seen.job_message(job, "promote")
-        .and_then(|m| m.strip_prefix(PROMOTE_REPORT))
-        .map_or("failed without a report; see its logs", str::trim)
+fn refusal(seen: &Observed, job: &str) -> Refusal {
+    let said = seen.job_message(job, "promote").map(Report::parse);
+    let (said, before_promoting, old_primary_answers) = match said {
+        Some(Ok(r)) if r.prefix() == report::PROMOTE => {
+            let answers = matches!(
+                r,
+                Report::PromoteRefused {
+                    old_primary_answers: true,
+                    ..
+                }
+            );
+            let refused = matches!(r, Report::PromoteRefused { .. });
+            (r.words(), refused, answers)
+        }
+        Some(Err(Unreadable {
+            prefix: Some(report::PROMOTE),
+            words,
+        })) => (words.to_string(), false, false),
+        _ => (
+            "failed without a report; see its logs".to_string(),
+            false,
+            false,
+        ),
+    };
+    Refusal {
+        job: job.to_string(),
+        said,
+        before_promoting,
+        old_primary_answers,
+    }
 }
 
 /// The newest promote Job that succeeded, when the status has not
@@ -1330,26 +1345,6 @@ pub(super) mod tests {
             (p.designated, p.epoch, p.step.clone()),
             (0, 0, Step::Steady),
             "{p:?}"
-        );
-    }
-
-    /// The hook reads promote.sh's reports by two phrases; the script
-    /// must say them as the hook reads them (before, each side had its
-    /// own copy, pinned by its own tests only).
-    #[test]
-    fn promote_sh_reports_as_the_hook_reads() {
-        let script = super::super::children::PROMOTE_SCRIPT;
-        assert!(
-            script.contains(&format!("report \"{REFUSED}$1\"")),
-            "promote.sh's refuse() no longer reports \"{REFUSED}<reason>\""
-        );
-        let refusals = script
-            .lines()
-            .filter(|l| l.contains("refuse \"old primary $old ") && l.contains(STILL_PRIMARY))
-            .count();
-        assert_eq!(
-            refusals, 3,
-            "promote.sh's refusals for an old primary that answers"
         );
     }
 

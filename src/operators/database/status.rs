@@ -1,10 +1,9 @@
 //! The Database's status from what was observed and the plan made from it.
 
+use super::deletion::Deletion;
 use super::names::{endpoint, jobs, pod_name};
 use super::observed::Observed;
-use super::observed::RESTORE_REPORT;
-use super::observed::RestoreReport;
-use super::plan::{Deletion, Holds, Plan, Restore, Upgrade};
+use super::plan::{Holds, Plan, Restore, Upgrade};
 use super::primary::{Primary, is_designated_ready, is_serving};
 use super::rollout::Step;
 use super::spec::{
@@ -16,6 +15,7 @@ use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
 use crate::operators::backup_job::verification::{self, VerifiedBackup};
 use crate::operators::common::ready_of;
+use crate::operators::report::Report;
 use k8s_openapi::jiff::Timestamp;
 
 mod failover;
@@ -566,20 +566,27 @@ fn restored_from(
     // Nothing to report without the restore Job observed.
     seen.job(&job_name)?;
     let at = seen.job_completed_at(&job_name).unwrap_or(ctx.now);
-    let report = seen
-        .job_message(&job_name, "restore")
-        .and_then(RestoreReport::parse);
+    let report = seen.job_message(&job_name, "restore").map(Report::parse);
+    let Some(Ok(Report::Restored { bytes, taken, key })) = report else {
+        return Some(RestoredFrom {
+            object: db
+                .spec
+                .bootstrap
+                .as_ref()
+                .map(|b| b.describe())
+                .unwrap_or_default(),
+            bytes: None,
+            taken: None,
+            restored_at: format_time(at),
+        });
+    };
     let bucket = bootstrap_destination(db).map_or("", |d| d.s3_bucket.as_str());
-    let described = db.spec.bootstrap.as_ref().map(|b| b.describe());
     Some(RestoredFrom {
-        object: report.as_ref().map_or_else(
-            || described.unwrap_or_default(),
-            |r| format!("s3://{bucket}/{}", r.key),
-        ),
-        bytes: report.as_ref().and_then(|r| r.bytes),
+        object: format!("s3://{bucket}/{key}"),
+        bytes,
         // The schema says date-time: a report's time that is not one is left out.
-        taken: report
-            .and_then(|r| r.taken?.parse::<Timestamp>().ok())
+        taken: taken
+            .and_then(|t| t.parse::<Timestamp>().ok())
             .map(format_time),
         restored_at: format_time(at),
     })
@@ -650,11 +657,9 @@ fn failure(seen: &Observed, job: &str) -> String {
     ["select", "init", "restore"]
         .into_iter()
         .find_map(|c| seen.job_message(job, c))
-        .map(|m| {
-            m.strip_prefix(RESTORE_REPORT)
-                .unwrap_or(m)
-                .trim()
-                .to_string()
+        .map(|m| match Report::parse(m) {
+            Ok(report) => report.words(),
+            Err(unreadable) => unreadable.words.to_string(),
         })
         .unwrap_or_else(|| format!("see kubectl logs job/{job} --all-containers"))
 }

@@ -74,7 +74,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
     let epoch = primary.epoch;
     let why_down = seen
         .volume_refusal(db, primary.designated)
-        .map(|why| format!(" (it refuses to start: {why})"))
+        .map(|(why, _)| format!(" (it refuses to start: {why})"))
         .unwrap_or_default();
     let delay = delay_seconds(db);
     let (status, reason, message) = match &primary.step {
@@ -194,7 +194,7 @@ fn refusals(primary: &Primary) -> String {
     primary
         .refusals
         .iter()
-        .map(|(job, why)| format!("job {job}: {why}"))
+        .map(|r| format!("job {}: {}", r.job, r.said))
         .collect::<Vec<_>>()
         .join("; ")
 }

@@ -1,0 +1,528 @@
+//! What our scripts report back: the one line each writes to its
+//! termination log (`$TERMINATION_LOG`, which Kubernetes shows in the pod's
+//! status), and the one place the hook reads it.
+//!
+//! | script | line |
+//! |---|---|
+//! | `start.sh`, `tls.sh` | `opshooks: <words>`: why an instance will not start, or what `tls.sh` serves |
+//! | `start.sh` | `opshooks: holds epoch=<e> primary=<pod> database=<uid> timeline=<t> lsn=<hi>/<lo>: <why>` |
+//! | `promote.sh` | `opshooks promote: promoted <pod> lsn=<lsn>`, `… refused <why>`, `… failed <why>` |
+//! | `select.sh`, `restore.sh` | `opshooks restore: restored bytes=<n> taken=<time> key=<key>`, or `opshooks restore: <why>` |
+//! | `verify.sh` | `opshooks verify: verified tables=<n> rows=<n> seconds=<n> bytes=<n> taken=<time> key=<key>`, or `opshooks verify: <why>` |
+//! | `mark.sh` | `opshooks mark: marked <marker>`, or `opshooks mark: <why>` |
+//!
+//! A script writes its line as one line (newlines become spaces); `-`
+//! stands for what it recorded none of; `key=` comes last, since a key may
+//! hold anything. [`Report::parse`] reads every line above and
+//! [`Report`]'s `Display` writes it back as the script does, so the unit
+//! tests pin the grammar both ways, and the scripts' own tests
+//! (`tests/scripts`) put every line a real script wrote through this parser
+//! (`opshooks report`). Nothing here decides anything.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// How a refusing instance's line begins (`start.sh`, `tls.sh`).
+pub const INSTANCE: &str = "opshooks: ";
+/// How a promote Job's line begins.
+pub const PROMOTE: &str = "opshooks promote: ";
+/// How a restore Job's lines begin (`select.sh` in a verification too).
+pub const RESTORE: &str = "opshooks restore: ";
+/// How `verify.sh`'s line begins.
+pub const VERIFY: &str = "opshooks verify: ";
+/// How `mark.sh`'s line begins.
+pub const MARK: &str = "opshooks mark: ";
+
+/// How `start.sh`'s report of what an instance holds begins, after
+/// [`INSTANCE`].
+pub const HOLDS: &str = "holds ";
+/// What `promote.sh` says when it refused because the old primary answers
+/// as one: the old primary serves on.
+pub const STILL_PRIMARY: &str = "still answers as a primary";
+/// How `start.sh` begins a refusal to start beside another major's data.
+pub const OTHER_MAJOR: &str = "volume holds ";
+/// What `start.sh` says when the data directory is empty although the
+/// Database was initialized.
+pub const EMPTY_VOLUME: &str = "is empty although the Database was initialized";
+
+/// What an instance's words are about, by the phrases above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InstanceSays {
+    /// The volume holds another major's data: nothing starts beside it.
+    OtherMajor,
+    /// The data directory is empty although the Database was initialized:
+    /// nothing is initialized over lost data.
+    EmptyVolume,
+    /// Anything else.
+    Other,
+}
+
+/// One line a script reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "report",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Report<'a> {
+    /// An instance that will not start on its volume, saying what its data
+    /// holds: it saw a later epoch than the role's, or is on a newer
+    /// timeline than the primary's (`start.sh`).
+    Holds {
+        /// What the data holds.
+        holding: Holding,
+        /// Why it will not start.
+        why: &'a str,
+    },
+    /// What an instance's container says otherwise: why it will not start
+    /// (`start.sh`, or `tls.sh` when it fails) or which certificate it
+    /// serves (`tls.sh` when it succeeds); the container's exit tells which.
+    Instance {
+        /// Its words.
+        says: &'a str,
+        /// What they are about.
+        about: InstanceSays,
+    },
+    /// The promote Job promoted `pod`, which was at `lsn`.
+    Promoted {
+        /// The pod promoted.
+        pod: &'a str,
+        /// Its position when promoted, as PostgreSQL prints one.
+        lsn: &'a str,
+    },
+    /// The promote Job refused before `pg_promote()`: nothing was promoted.
+    PromoteRefused {
+        /// Why.
+        why: &'a str,
+        /// Because the old primary still answers as a primary.
+        old_primary_answers: bool,
+    },
+    /// The promote Job failed otherwise.
+    PromoteFailed {
+        /// Why.
+        why: &'a str,
+    },
+    /// The restore Job restored a dump.
+    Restored {
+        /// The dump's size.
+        bytes: Option<u64>,
+        /// When the dump was taken, from its name.
+        taken: Option<&'a str>,
+        /// The object's key.
+        key: &'a str,
+    },
+    /// A restore Job's step, or a verification's `select`, failed.
+    RestoreFailed {
+        /// Why.
+        why: &'a str,
+    },
+    /// A verification restored a dump and checked it.
+    Verified {
+        /// Tables restored.
+        tables: Option<u64>,
+        /// Rows restored.
+        rows: Option<u64>,
+        /// How long the restore and the checks took.
+        seconds: Option<u64>,
+        /// The dump's size.
+        bytes: Option<u64>,
+        /// When the dump was taken, from its name.
+        taken: Option<&'a str>,
+        /// The object's key; empty when the line did not say.
+        key: &'a str,
+    },
+    /// A verification failed.
+    VerifyFailed {
+        /// Why.
+        why: &'a str,
+    },
+    /// What marking a dump verified did (`marked <marker>`) or why it
+    /// failed; the container's exit tells which.
+    Mark {
+        /// Its words.
+        says: &'a str,
+    },
+}
+
+/// What a refusing instance reports its data holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Holding {
+    /// The highest role epoch its data started under or was promoted at.
+    pub epoch: Option<u64>,
+    /// Who was primary at that epoch.
+    pub primary: Option<String>,
+    /// The uid of the Database whose role it recorded.
+    pub database: Option<String>,
+    /// The newest timeline of its WAL.
+    pub timeline: u64,
+    /// The start of the last WAL record it holds on that timeline.
+    pub lsn: u64,
+}
+
+/// A line that is not one of the reports above: `words` is what followed
+/// a known beginning, if it had one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable<'a> {
+    /// The line's beginning, when it is one of ours.
+    pub prefix: Option<&'static str>,
+    /// What follows it (trimmed), or the whole line.
+    pub words: &'a str,
+}
+
+impl fmt::Display for Unreadable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.prefix {
+            Some(prefix) => write!(
+                f,
+                "a report beginning {prefix:?} that does not read: {:?}",
+                self.words
+            ),
+            None => write!(f, "not a report of an opshooks script: {:?}", self.words),
+        }
+    }
+}
+
+/// The `name=value` fields of `fields`.
+fn field<'a>(fields: &'a str, name: &str) -> Option<&'a str> {
+    fields
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// A number field; `None` when absent or not a number.
+fn number(fields: &str, name: &str) -> Option<u64> {
+    field(fields, name).and_then(|n| n.parse().ok())
+}
+
+impl Holding {
+    /// `epoch=<e> primary=<pod> database=<uid> timeline=<t> lsn=<hi>/<lo>`:
+    /// all but `database` required.
+    fn parse(fields: &str) -> Option<Self> {
+        let known = |v: &str| (v != "-").then(|| v.to_string());
+        let epoch = match field(fields, "epoch")? {
+            "-" => None,
+            e => Some(e.parse().ok()?),
+        };
+        let (hi, lo) = field(fields, "lsn")?.split_once('/')?;
+        let lsn = u64::from_str_radix(hi, 16).ok()? << 32 | u64::from_str_radix(lo, 16).ok()?;
+        Some(Holding {
+            epoch,
+            primary: known(field(fields, "primary")?),
+            database: field(fields, "database").and_then(known),
+            timeline: field(fields, "timeline")?.parse().ok()?,
+            lsn,
+        })
+    }
+}
+
+impl<'a> Report<'a> {
+    /// Reads one line (a trailing newline and spaces are left out).
+    pub fn parse(message: &'a str) -> Result<Self, Unreadable<'a>> {
+        let line = message.trim_end();
+        let (prefix, words) = [PROMOTE, RESTORE, VERIFY, MARK, INSTANCE]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)))
+            .ok_or(Unreadable {
+                prefix: None,
+                words: line,
+            })?;
+        let unreadable = Unreadable {
+            prefix: Some(prefix),
+            words: words.trim(),
+        };
+        let report = match prefix {
+            INSTANCE => match words.strip_prefix(HOLDS) {
+                Some(rest) => {
+                    let (fields, why) = rest.split_once(':').ok_or(unreadable.clone())?;
+                    Report::Holds {
+                        holding: Holding::parse(fields).ok_or(unreadable)?,
+                        why: why.trim(),
+                    }
+                }
+                None => {
+                    let says = words.trim();
+                    let about = if says.starts_with(OTHER_MAJOR) {
+                        InstanceSays::OtherMajor
+                    } else if says.contains(EMPTY_VOLUME) {
+                        InstanceSays::EmptyVolume
+                    } else {
+                        InstanceSays::Other
+                    };
+                    Report::Instance { says, about }
+                }
+            },
+            PROMOTE => {
+                if let Some(why) = words.strip_prefix("refused ") {
+                    Report::PromoteRefused {
+                        why: why.trim(),
+                        old_primary_answers: why.contains(STILL_PRIMARY),
+                    }
+                } else if let Some(why) = words.strip_prefix("failed ") {
+                    Report::PromoteFailed { why: why.trim() }
+                } else {
+                    let rest = words.strip_prefix("promoted ").ok_or(unreadable.clone())?;
+                    let (pod, lsn) = rest.split_once(" lsn=").ok_or(unreadable)?;
+                    Report::Promoted {
+                        pod: pod.trim(),
+                        lsn: lsn.trim(),
+                    }
+                }
+            }
+            RESTORE => match words.strip_prefix("restored ") {
+                Some(rest) => {
+                    let (fields, key) = rest.split_once("key=").ok_or(unreadable)?;
+                    Report::Restored {
+                        bytes: number(fields, "bytes"),
+                        taken: field(fields, "taken"),
+                        key,
+                    }
+                }
+                None => Report::RestoreFailed { why: words.trim() },
+            },
+            VERIFY => match words.strip_prefix("verified ") {
+                Some(rest) => {
+                    let (fields, key) = rest.split_once("key=").unwrap_or((rest, ""));
+                    Report::Verified {
+                        tables: number(fields, "tables"),
+                        rows: number(fields, "rows"),
+                        seconds: number(fields, "seconds"),
+                        bytes: number(fields, "bytes"),
+                        taken: field(fields, "taken"),
+                        key,
+                    }
+                }
+                None => Report::VerifyFailed { why: words.trim() },
+            },
+            _ => Report::Mark { says: words.trim() },
+        };
+        Ok(report)
+    }
+
+    /// How the line begins.
+    pub fn prefix(&self) -> &'static str {
+        match self {
+            Report::Holds { .. } | Report::Instance { .. } => INSTANCE,
+            Report::Promoted { .. }
+            | Report::PromoteRefused { .. }
+            | Report::PromoteFailed { .. } => PROMOTE,
+            Report::Restored { .. } | Report::RestoreFailed { .. } => RESTORE,
+            Report::Verified { .. } | Report::VerifyFailed { .. } => VERIFY,
+            Report::Mark { .. } => MARK,
+        }
+    }
+
+    /// What follows the beginning, as the script writes it.
+    pub fn words(&self) -> String {
+        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+        let some = |v: Option<u64>| v.map(|n| n.to_string());
+        match self {
+            Report::Holds { holding: h, why } => format!(
+                "holds epoch={} primary={} database={} timeline={} lsn={:X}/{:X}: {why}",
+                or_dash(some(h.epoch)),
+                or_dash(h.primary.clone()),
+                or_dash(h.database.clone()),
+                h.timeline,
+                h.lsn >> 32,
+                h.lsn & 0xFFFF_FFFF,
+            ),
+            Report::Promoted { pod, lsn } => format!("promoted {pod} lsn={lsn}"),
+            Report::PromoteRefused { why, .. } => format!("refused {why}"),
+            Report::PromoteFailed { why } => format!("failed {why}"),
+            Report::Restored { bytes, taken, key } => format!(
+                "restored bytes={} taken={} key={key}",
+                or_dash(some(*bytes)),
+                taken.unwrap_or("-")
+            ),
+            Report::Verified {
+                tables,
+                rows,
+                seconds,
+                bytes,
+                taken,
+                key,
+            } => format!(
+                "verified tables={} rows={} seconds={} bytes={} taken={} key={key}",
+                or_dash(some(*tables)),
+                or_dash(some(*rows)),
+                or_dash(some(*seconds)),
+                or_dash(some(*bytes)),
+                taken.unwrap_or("-")
+            ),
+            Report::RestoreFailed { why } | Report::VerifyFailed { why } => why.to_string(),
+            Report::Instance { says, .. } | Report::Mark { says } => says.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Report<'_> {
+    /// The line as the script writes it, without its newline.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.prefix(), self.words())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as the scripts write them, each read and written back as it
+    /// was.
+    const LINES: [&str; 14] = [
+        "opshooks: the volume holds PostgreSQL 15's data and this instance runs 16",
+        "opshooks: holds epoch=4 primary=orders-1 database=0b9f timeline=3 lsn=0/3000148: the role names orders-0 at epoch 3",
+        "opshooks: holds epoch=- primary=- database=- timeline=1 lsn=1A/FF000028: no role recorded",
+        "opshooks promote: promoted orders-1 lsn=0/5000060",
+        "opshooks promote: refused old primary orders-0:5432 still answers as a primary",
+        "opshooks promote: failed pg_promote() did not finish in 60 s",
+        "opshooks restore: restored bytes=1234 taken=2026-03-04T05:06:07Z key=db/orders-20260304T050607Z.pgdump",
+        "opshooks restore: no dump under s3://bucket/db/ names orders",
+        "opshooks verify: verified tables=3 rows=7 seconds=2 bytes=1234 taken=2026-03-04T05:06:07Z key=db/a b=c.pgdump",
+        "opshooks verify: the dump did not restore: pg_restore exited 1",
+        "opshooks mark: the store refused the tag: AccessDenied",
+        "opshooks restore: restored bytes=- taken=- key=k",
+        "opshooks: serving the certificate of the TLS Secret (mounted at /etc/opshooks/tls)",
+        "opshooks mark: marked s3://bucket/db/a.pgdump.verified",
+    ];
+
+    #[test]
+    fn every_line_reads_and_writes_back_as_the_script_wrote_it() {
+        for line in LINES {
+            let report = Report::parse(line).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(report.to_string(), line);
+            // A trailing newline, as the scripts end the file, is no part
+            // of it.
+            assert_eq!(Report::parse(&format!("{line}\n")), Ok(report));
+        }
+    }
+
+    #[test]
+    fn fields_read_as_typed_values() {
+        let holds = Report::parse(LINES[2]).unwrap();
+        let Report::Holds { holding, why } = holds else {
+            panic!("{holds:?}")
+        };
+        assert_eq!(
+            holding,
+            Holding {
+                epoch: None,
+                primary: None,
+                database: None,
+                timeline: 1,
+                lsn: 0x1A_FF00_0028
+            }
+        );
+        assert_eq!(why, "no role recorded");
+        assert_eq!(
+            Report::parse(LINES[8]).unwrap(),
+            Report::Verified {
+                tables: Some(3),
+                rows: Some(7),
+                seconds: Some(2),
+                bytes: Some(1234),
+                taken: Some("2026-03-04T05:06:07Z"),
+                key: "db/a b=c.pgdump",
+            }
+        );
+        assert_eq!(
+            Report::parse(LINES[4]).unwrap(),
+            Report::PromoteRefused {
+                why: "old primary orders-0:5432 still answers as a primary",
+                old_primary_answers: true,
+            }
+        );
+        let about = |line: &str| match Report::parse(line) {
+            Ok(Report::Instance { about, .. }) => about,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(about(LINES[0]), InstanceSays::Other);
+        assert_eq!(
+            about(
+                "opshooks: volume holds PostgreSQL 16 data (pg16), not 15: nothing is initialized or served beside it"
+            ),
+            InstanceSays::OtherMajor
+        );
+        assert_eq!(
+            about(
+                "opshooks: the data directory /d/pg16 is empty although the Database was initialized: nothing is initialized over lost data; a standby must take over"
+            ),
+            InstanceSays::EmptyVolume
+        );
+    }
+
+    /// The scripts write the phrases the hook reads: each side had its own
+    /// copy once, pinned by its own tests only. (The scripts' tests put
+    /// their real lines through this parser too: `opshooks report`.)
+    #[test]
+    fn the_scripts_write_the_phrases_the_hook_reads() {
+        use crate::operators::database::children::{PROMOTE_SCRIPT, START_SCRIPT};
+        assert!(
+            PROMOTE_SCRIPT.contains("report \"refused $1\""),
+            "promote.sh's refuse() no longer reports \"refused <reason>\""
+        );
+        let still = PROMOTE_SCRIPT
+            .lines()
+            .filter(|l| l.contains("refuse \"old primary $old ") && l.contains(STILL_PRIMARY))
+            .count();
+        assert_eq!(
+            still, 3,
+            "promote.sh's refusals for an old primary that answers"
+        );
+        let refusals = |phrase: &str| {
+            START_SCRIPT
+                .lines()
+                .filter(|l| {
+                    l.trim_start().starts_with("true) refuse \"")
+                        || l.trim_start().starts_with("refuse \"")
+                })
+                .filter(|l| l.contains(phrase))
+                .count()
+        };
+        assert_eq!(
+            refusals(EMPTY_VOLUME),
+            2,
+            "start.sh's refusals over an empty volume"
+        );
+        assert_eq!(
+            refusals(&format!("refuse \"{OTHER_MAJOR}")),
+            1,
+            "start.sh's refusal beside another major"
+        );
+    }
+
+    #[test]
+    fn a_line_that_does_not_read_says_so_with_its_words() {
+        for (line, prefix, words) in [
+            (
+                "opshooks: holds epoch=x timeline=1 lsn=0/1: y",
+                Some(INSTANCE),
+                "holds epoch=x timeline=1 lsn=0/1: y",
+            ),
+            (
+                "opshooks: holds epoch=1 primary=a timeline=1 lsn=0/1",
+                Some(INSTANCE),
+                "holds epoch=1 primary=a timeline=1 lsn=0/1",
+            ),
+            ("opshooks promote: began", Some(PROMOTE), "began"),
+            (
+                "opshooks promote: promoted orders-1",
+                Some(PROMOTE),
+                "promoted orders-1",
+            ),
+            (
+                "opshooks restore: restored bytes=1",
+                Some(RESTORE),
+                "restored bytes=1",
+            ),
+            ("psql: could not connect", None, "psql: could not connect"),
+            ("", None, ""),
+        ] {
+            assert_eq!(
+                Report::parse(line),
+                Err(Unreadable { prefix, words }),
+                "{line}"
+            );
+        }
+    }
+}
