@@ -25,10 +25,12 @@
 //! scoped identity) and `observed` (the request, read once). The features
 //! sit above them; `plan`, `children` and `status` assemble on top.
 
+mod backups;
 mod certificate;
 pub mod children;
 mod deletion;
 mod foreign;
+pub mod instances;
 mod kinds;
 mod lease;
 mod monitoring;

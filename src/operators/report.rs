@@ -233,71 +233,80 @@ impl<'a> Report<'a> {
             words: words.trim(),
         };
         let report = match prefix {
-            INSTANCE => match words.strip_prefix(HOLDS) {
-                Some(rest) => {
-                    let (fields, why) = rest.split_once(':').ok_or(unreadable.clone())?;
-                    Report::Holds {
-                        holding: Holding::parse(fields).ok_or(unreadable)?,
-                        why: why.trim(),
-                    }
-                }
-                None => {
-                    let says = words.trim();
-                    let about = if says.starts_with(OTHER_MAJOR) {
-                        InstanceSays::OtherMajor
-                    } else if says.contains(EMPTY_VOLUME) {
-                        InstanceSays::EmptyVolume
-                    } else {
-                        InstanceSays::Other
-                    };
-                    Report::Instance { says, about }
-                }
-            },
-            PROMOTE => {
-                if let Some(why) = words.strip_prefix("refused ") {
-                    Report::PromoteRefused {
-                        why: why.trim(),
-                        old_primary_answers: why.contains(STILL_PRIMARY),
-                    }
-                } else if let Some(why) = words.strip_prefix("failed ") {
-                    Report::PromoteFailed { why: why.trim() }
-                } else {
-                    let rest = words.strip_prefix("promoted ").ok_or(unreadable.clone())?;
-                    let (pod, lsn) = rest.split_once(" lsn=").ok_or(unreadable)?;
-                    Report::Promoted {
-                        pod: pod.trim(),
-                        lsn: lsn.trim(),
-                    }
-                }
-            }
-            RESTORE => match words.strip_prefix("restored ") {
-                Some(rest) => {
-                    let (fields, key) = rest.split_once("key=").ok_or(unreadable)?;
-                    Report::Restored {
-                        bytes: number(fields, "bytes"),
-                        taken: field(fields, "taken"),
-                        key,
-                    }
-                }
-                None => Report::RestoreFailed { why: words.trim() },
-            },
-            VERIFY => match words.strip_prefix("verified ") {
-                Some(rest) => {
-                    let (fields, key) = rest.split_once("key=").unwrap_or((rest, ""));
-                    Report::Verified {
-                        tables: number(fields, "tables"),
-                        rows: number(fields, "rows"),
-                        seconds: number(fields, "seconds"),
-                        bytes: number(fields, "bytes"),
-                        taken: field(fields, "taken"),
-                        key,
-                    }
-                }
-                None => Report::VerifyFailed { why: words.trim() },
-            },
-            _ => Report::Mark { says: words.trim() },
+            INSTANCE => Self::instance(words),
+            PROMOTE => Self::promote(words),
+            RESTORE => Self::restore(words),
+            VERIFY => Some(Self::verify(words)),
+            _ => Some(Report::Mark { says: words.trim() }),
         };
-        Ok(report)
+        report.ok_or(unreadable)
+    }
+
+    /// `start.sh`'s and `tls.sh`'s words.
+    fn instance(words: &'a str) -> Option<Self> {
+        if let Some(rest) = words.strip_prefix(HOLDS) {
+            let (fields, why) = rest.split_once(':')?;
+            return Some(Report::Holds {
+                holding: Holding::parse(fields)?,
+                why: why.trim(),
+            });
+        }
+        let says = words.trim();
+        let about = if says.starts_with(OTHER_MAJOR) {
+            InstanceSays::OtherMajor
+        } else if says.contains(EMPTY_VOLUME) {
+            InstanceSays::EmptyVolume
+        } else {
+            InstanceSays::Other
+        };
+        Some(Report::Instance { says, about })
+    }
+
+    /// `promote.sh`'s words.
+    fn promote(words: &'a str) -> Option<Self> {
+        if let Some(why) = words.strip_prefix("refused ") {
+            return Some(Report::PromoteRefused {
+                why: why.trim(),
+                old_primary_answers: why.contains(STILL_PRIMARY),
+            });
+        }
+        if let Some(why) = words.strip_prefix("failed ") {
+            return Some(Report::PromoteFailed { why: why.trim() });
+        }
+        let (pod, lsn) = words.strip_prefix("promoted ")?.split_once(" lsn=")?;
+        Some(Report::Promoted {
+            pod: pod.trim(),
+            lsn: lsn.trim(),
+        })
+    }
+
+    /// `select.sh`'s and `restore.sh`'s words.
+    fn restore(words: &'a str) -> Option<Self> {
+        let Some(rest) = words.strip_prefix("restored ") else {
+            return Some(Report::RestoreFailed { why: words.trim() });
+        };
+        let (fields, key) = rest.split_once("key=")?;
+        Some(Report::Restored {
+            bytes: number(fields, "bytes"),
+            taken: field(fields, "taken"),
+            key,
+        })
+    }
+
+    /// `verify.sh`'s words.
+    fn verify(words: &'a str) -> Self {
+        let Some(rest) = words.strip_prefix("verified ") else {
+            return Report::VerifyFailed { why: words.trim() };
+        };
+        let (fields, key) = rest.split_once("key=").unwrap_or((rest, ""));
+        Report::Verified {
+            tables: number(fields, "tables"),
+            rows: number(fields, "rows"),
+            seconds: number(fields, "seconds"),
+            bytes: number(fields, "bytes"),
+            taken: field(fields, "taken"),
+            key,
+        }
     }
 
     /// How the line begins.
@@ -456,7 +465,8 @@ mod tests {
     /// their real lines through this parser too: `opshooks report`.)
     #[test]
     fn the_scripts_write_the_phrases_the_hook_reads() {
-        use crate::operators::database::children::{PROMOTE_SCRIPT, START_SCRIPT};
+        use crate::operators::database::children::PROMOTE_SCRIPT;
+        use crate::operators::database::instances::START_SCRIPT;
         assert!(
             PROMOTE_SCRIPT.contains("report \"refused $1\""),
             "promote.sh's refuse() no longer reports \"refused <reason>\""

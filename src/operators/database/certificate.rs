@@ -12,8 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::kinds::{Certificate, CertificateSpec};
-use super::names::{certificate_name, headless_name, read_only_name};
-use super::names::{service_fqdn, service_host};
+use super::names::{certificate_name, headless_name, read_only_name, service_fqdn, service_host};
 use super::objects::meta;
 use super::observed::Observed;
 use super::spec::{Database, issuer, name, namespace, shows_condition};

@@ -32,10 +32,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::kinds::{PodMonitor, PodMonitorSpec};
 use super::names::{monitor_job_prefix, monitor_secret_name};
-use super::objects::{meta, mount, script_container, script_job, secret_env, superuser_env};
+use super::objects::{APP, meta, mount, script_container, script_job, secret_env, superuser_env};
 use super::observed::Observed;
 use super::plan::{Plan, Upgrade};
 use super::spec::{Database, Monitoring, PORT, name, shows_condition};
+use crate::hook::Child;
 use crate::hook::conditions::Observation;
 use crate::hook::digest;
 use crate::operators::backup_job::RunStatus;
@@ -342,6 +343,14 @@ pub(super) fn condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<O
         ),
     };
     Some(observation)
+}
+
+/// The children monitoring adds: the exporter's role Job, while one is
+/// needed, and the PodMonitor, where the type is managed.
+pub(super) fn children(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Child> {
+    let role = role_job(db, seen, plan).map(|job| Child::new(&job));
+    let monitor = pod_monitor(db, seen, APP).map(|m| Child::new(&m));
+    role.into_iter().chain(monitor).collect()
 }
 
 #[cfg(test)]

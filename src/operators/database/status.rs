@@ -47,24 +47,8 @@ pub fn status(
         .then(|| deleting_condition(db, seen, plan))
         .flatten()
         .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
-    let backup_scheduled = backup_scheduled(db, seen, plan.restore.lets_serve());
-    let upgrading_condition = upgrading_condition(db, plan);
-    let mut observations = vec![
-        ready_condition,
-        initialized,
-        backup_scheduled,
-        upgrading_condition,
-    ];
-    // Shown once there are standbys, and kept true after: a condition
-    // left out would stay in the status as it was last written.
-    let shown = shows_condition(db, "FailingOver");
-    if instances > 1 || shown {
-        observations.push(failover::condition(db, seen, &plan.primary));
-    }
-    observations.extend(parameters_condition(db, plan));
-    observations.extend(super::certificate::condition(db, seen));
-    observations.extend(super::monitoring::condition(db, seen, plan));
-    observations.extend(plan.growth.observation(db, seen));
+    let mut observations = vec![ready_condition, initialized];
+    observations.extend(feature_conditions(db, seen, plan, instances));
     let restored_from = restored_from(db, seen, plan, ctx);
     let (verified_condition, last_verified_backup) = verified(db, seen, ctx);
     observations.extend(verified_condition);
@@ -103,6 +87,31 @@ pub fn status(
         ),
         observed_generation: None,
     }
+}
+
+/// What each feature says of itself, in the order the status lists it:
+/// backups, the upgrade, failover (once there are standbys), parameters,
+/// the certificate, monitoring, storage.
+fn feature_conditions(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    instances: i32,
+) -> Vec<Observation> {
+    let mut out = vec![
+        backup_scheduled(db, seen, plan.restore.lets_serve()),
+        upgrading_condition(db, plan),
+    ];
+    // Shown once there are standbys, and kept true after: a condition
+    // left out would stay in the status as it was last written.
+    if instances > 1 || shows_condition(db, "FailingOver") {
+        out.push(failover::condition(db, seen, &plan.primary));
+    }
+    out.extend(parameters_condition(db, plan));
+    out.extend(super::certificate::condition(db, seen));
+    out.extend(super::monitoring::condition(db, seen, plan));
+    out.extend(plan.growth.observation(db, seen));
+    out
 }
 
 /// While deleting: whether the data was snapshotted, or why not yet.

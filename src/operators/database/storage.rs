@@ -83,6 +83,9 @@ enum Class {
     Not(String),
 }
 
+/// A `StorageResized` condition's status, reason and message.
+type Why = (ConditionStatus, &'static str, String);
+
 impl Growth {
     /// Reads the claims of `db`, and which of them may grow.
     pub fn of(db: &Database, seen: &Observed) -> Self {
@@ -237,49 +240,81 @@ impl Growth {
     /// The `StorageResized` condition, once a claim is or was smaller than
     /// the spec (a Database that never grew does not show it).
     pub fn observation(&self, db: &Database, seen: &Observed) -> Option<Observation> {
-        let shown = shows_condition(db, CONDITION);
-        // Short: requesting less, or holding less than it requests. A
-        // claim not yet bound has no capacity to judge.
-        let short = |c: &Claim| {
-            c.requested_bytes < self.target.1
-                || c.capacity.as_ref().is_some_and(|(_, b)| *b < self.target.1)
-        };
-        let below = self.claims.iter().any(&short);
-        if !shown && !below {
+        let below = self.claims.iter().any(|c| self.is_short(c));
+        if !shows_condition(db, CONDITION) && !below {
             return None;
         }
         let size = &self.target.0;
-        let condition = |status: ConditionStatus, reason, message: String| {
-            Some(Observation::new(CONDITION, status, reason, message))
-        };
+        let (status, reason, message) = self.why_short(db, seen).unwrap_or_else(|| {
+            (
+                ConditionStatus::True,
+                "AsRequested",
+                format!("every claim has at least {size}"),
+            )
+        });
+        Some(Observation::new(CONDITION, status, reason, message))
+    }
+
+    /// Short: requesting less, or holding less than it requests. A claim
+    /// not yet bound has no capacity to judge.
+    fn is_short(&self, c: &Claim) -> bool {
+        c.requested_bytes < self.target.1
+            || c.capacity.as_ref().is_some_and(|(_, b)| *b < self.target.1)
+    }
+
+    /// Why the claims are not all as requested yet, the first cause first;
+    /// `None` when they are.
+    fn why_short(&self, db: &Database, seen: &Observed) -> Option<Why> {
         if self.claims.is_empty() {
-            return condition(
+            return Some((
                 ConditionStatus::Unknown,
                 "ClaimsNotObserved",
                 format!("no claim {VOLUME}-{}-<i> is observed yet", name(db)),
-            );
+            ));
         }
-        if let Some(job) = self.job_name(db)
-            && let Some(RunStatus::Failed) = seen.job(&job)
-        {
-            let why = self
-                .to_patch()
-                .iter()
-                .filter_map(|c| {
-                    let ordinal = c.name.rsplit('-').next().unwrap_or_default();
-                    seen.job_message(&job, &format!("{CONTAINER_PREFIX}{ordinal}"))
-                })
-                .next()
-                .map(|m| format!(": {}", m.trim()))
-                .unwrap_or_default();
-            return condition(
-                ConditionStatus::False,
-                "GrowFailed",
-                format!(
-                    "Job {job} failed to grow the claims to {size}{why}; see kubectl logs job/{job}, and delete the Job to try again"
-                ),
-            );
+        self.grow_failed(db, seen)
+            .or_else(|| self.not_expandable())
+            .or_else(|| {
+                let (reason, message) = self
+                    .claims
+                    .iter()
+                    .filter(|c| self.is_short(c))
+                    .find_map(|c| c.resizing.clone())?;
+                Some((ConditionStatus::False, reason, message))
+            })
+            .or_else(|| self.unbound())
+            .or_else(|| self.grow_job(db, seen))
+            .or_else(|| self.expanding())
+    }
+
+    /// The grow Job failed: what its container said.
+    fn grow_failed(&self, db: &Database, seen: &Observed) -> Option<Why> {
+        let job = self.job_name(db)?;
+        if seen.job(&job) != Some(RunStatus::Failed) {
+            return None;
         }
+        let why = self
+            .to_patch()
+            .iter()
+            .filter_map(|c| {
+                let ordinal = c.name.rsplit('-').next().unwrap_or_default();
+                seen.job_message(&job, &format!("{CONTAINER_PREFIX}{ordinal}"))
+            })
+            .next()
+            .map(|m| format!(": {}", m.trim()))
+            .unwrap_or_default();
+        Some((
+            ConditionStatus::False,
+            "GrowFailed",
+            format!(
+                "Job {job} failed to grow the claims to {size}{why}; see kubectl logs job/{job}, and delete the Job to try again",
+                size = self.target.0
+            ),
+        ))
+    }
+
+    /// Claims short of the size whose StorageClass does not let them grow.
+    fn not_expandable(&self) -> Option<Why> {
         let mut stuck: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for c in self
             .claims
@@ -290,87 +325,90 @@ impl Growth {
                 stuck.entry(why).or_default().push(&c.name);
             }
         }
-        if !stuck.is_empty() {
-            let why: Vec<String> = stuck
-                .iter()
-                .map(|(why, claims)| format!("{why} ({})", claims.join(", ")))
-                .collect();
-            return condition(
-                ConditionStatus::False,
-                "ExpansionNotAllowed",
-                format!(
-                    "the claims stay as they are, short of {size}: {}; set allowVolumeExpansion: true on the StorageClass if its driver expands volumes",
-                    why.join("; ")
-                ),
-            );
+        if stuck.is_empty() {
+            return None;
         }
-        if let Some((reason, message)) = self
-            .claims
+        let why: Vec<String> = stuck
             .iter()
-            .filter(|c| short(c))
-            .find_map(|c| c.resizing.clone())
-        {
-            return condition(ConditionStatus::False, reason, message);
-        }
+            .map(|(why, claims)| format!("{why} ({})", claims.join(", ")))
+            .collect();
+        Some((
+            ConditionStatus::False,
+            "ExpansionNotAllowed",
+            format!(
+                "the claims stay as they are, short of {}: {}; set allowVolumeExpansion: true on the StorageClass if its driver expands volumes",
+                self.target.0,
+                why.join("; ")
+            ),
+        ))
+    }
+
+    /// Claims short of the size and not bound to a volume yet.
+    fn unbound(&self) -> Option<Why> {
         let unbound: Vec<&str> = self
             .claims
             .iter()
             .filter(|c| c.requested_bytes < self.target.1 && !c.bound)
             .map(|c| c.name.as_str())
             .collect();
-        if !unbound.is_empty() {
-            return condition(
+        (!unbound.is_empty()).then(|| {
+            (
                 ConditionStatus::False,
                 "WaitingForBinding",
                 format!(
-                    "{} grow to {size} once bound to a volume",
-                    unbound.join(", ")
+                    "{} grow to {} once bound to a volume",
+                    unbound.join(", "),
+                    self.target.0
                 ),
-            );
-        }
+            )
+        })
+    }
+
+    /// The grow Job runs, or is to.
+    fn grow_job(&self, db: &Database, seen: &Observed) -> Option<Why> {
+        let size = &self.target.0;
         if let Some((job, claims)) = &self.running {
-            return condition(
+            return Some((
                 ConditionStatus::False,
                 "Growing",
                 format!("Job {job} patches {} to request {size}", claims.join(", ")),
-            );
+            ));
         }
-        if let Some(job) = self.job_name(db) {
-            let names: Vec<&str> = self.to_patch().iter().map(|c| c.name.as_str()).collect();
-            let when = match self.access_granted() || seen.jobs.contains_key(&job) {
-                true => "",
-                false => ", once its ServiceAccount, Role and RoleBinding exist",
-            };
-            return condition(
-                ConditionStatus::False,
-                "Growing",
-                format!(
-                    "Job {job} patches {} to request {size}{when}",
-                    names.join(", ")
-                ),
-            );
-        }
+        let job = self.job_name(db)?;
+        let names: Vec<&str> = self.to_patch().iter().map(|c| c.name.as_str()).collect();
+        let when = match self.access_granted() || seen.jobs.contains_key(&job) {
+            true => "",
+            false => ", once its ServiceAccount, Role and RoleBinding exist",
+        };
+        Some((
+            ConditionStatus::False,
+            "Growing",
+            format!(
+                "Job {job} patches {} to request {size}{when}",
+                names.join(", ")
+            ),
+        ))
+    }
+
+    /// Claims that request the size and wait for the driver to expand them.
+    fn expanding(&self) -> Option<Why> {
         let expanding: Vec<String> = self
             .claims
             .iter()
-            .filter(|c| short(c))
+            .filter(|c| self.is_short(c))
             .filter_map(|c| Some(format!("{} has {}", c.name, c.capacity.as_ref()?.0)))
             .collect();
-        if !expanding.is_empty() {
-            return condition(
+        (!expanding.is_empty()).then(|| {
+            (
                 ConditionStatus::False,
                 "Expanding",
                 format!(
-                    "the claims request {size}; the storage driver expands them: {}",
+                    "the claims request {}; the storage driver expands them: {}",
+                    self.target.0,
                     expanding.join(", ")
                 ),
-            );
-        }
-        condition(
-            ConditionStatus::True,
-            "AsRequested",
-            format!("every claim has at least {size}"),
-        )
+            )
+        })
     }
 }
 

@@ -1,0 +1,153 @@
+//! Backups: the scheduled dumps (a CronJob of the Backup operator's job),
+//! the final snapshot before deletion, the dump before an upgrade, and the
+//! verification that restores the newest dump into a throwaway server. Each
+//! reaches the primary as the superuser through the read-write Service.
+
+use k8s_openapi::api::batch::v1::Job;
+
+use super::names::{backup_cron_name, jobs, read_write_host, superuser_secret_name, verify_name};
+use super::objects::{job_labels, meta};
+use super::plan::Plan;
+use super::spec::{Database, PORT, database_name, name};
+use super::tls;
+use crate::hook::Child;
+use crate::operators::backup_job::verification;
+use crate::operators::backup_job::{self, Credential, Schedule, Source};
+
+/// How backup jobs reach this Database: the primary, as the superuser,
+/// with the running version's pg_dump (`image`).
+pub(super) fn source(db: &Database, image: String) -> Source {
+    Source {
+        host: read_write_host(db),
+        port: PORT,
+        database: database_name(db),
+        user: Credential::Value("postgres".to_string()),
+        password: Credential::Secret {
+            name: superuser_secret_name(db),
+            key: "password".to_string(),
+        },
+        image,
+    }
+}
+
+fn backup_plan<'a>(
+    db: &'a Database,
+    source: &'a Source,
+    dump_name: &'a str,
+    retention_days: Option<i32>,
+) -> Option<backup_job::Plan<'a>> {
+    let backup = db.spec.backup.as_ref()?;
+    Some(backup_job::Plan {
+        source,
+        destination: &backup.destination,
+        name: dump_name,
+        retention_days,
+        retention_requires_verified: backup.verify.is_some(),
+        upload_image: backup.upload_image(),
+        service_account: backup.service_account_name.as_deref(),
+        resources: backup.resources.as_ref(),
+        active_deadline_seconds: 6 * 3600,
+        labels: job_labels(db),
+    })
+}
+
+pub(super) fn backup_job(
+    db: &Database,
+    job_name: String,
+    image: String,
+    client: &tls::Client,
+) -> Option<Job> {
+    let source = source(db, image);
+    let plan = backup_plan(db, &source, &job_name, None)?;
+    let mut spec = backup_job::job_spec(&plan);
+    if let Some(pod) = spec.template.spec.as_mut() {
+        client.apply(pod, &["dump"]);
+    }
+    Some(Job {
+        metadata: meta(db, job_name.clone()),
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// The final snapshot, a dump with the backup job, before deletion.
+fn snapshot_job(db: &Database, plan: &Plan) -> Option<Job> {
+    backup_job(
+        db,
+        jobs::snapshot(db),
+        plan.images.image(plan.version),
+        &plan.tls,
+    )
+}
+
+/// The scheduled backups, when enabled.
+fn backup_cron_job(db: &Database, plan: &Plan) -> Option<k8s_openapi::api::batch::v1::CronJob> {
+    // A schedule before the bootstrap's restore would store empty dumps
+    // under this Database's name, newer than the one it restores.
+    let backup = db
+        .spec
+        .backup
+        .as_ref()
+        .filter(|b| b.enabled && plan.restore.lets_serve())?;
+    let source = source(db, plan.images.image(plan.version));
+    let dump_name = name(db).to_string();
+    let job_plan = backup_plan(db, &source, &dump_name, backup.retention_days)?;
+    let schedule = Schedule {
+        cron: backup.schedule.as_deref()?.trim(),
+        time_zone: None,
+        suspend: false,
+        history: (3, 3),
+    };
+    let mut cron = backup_job::scheduled(meta(db, backup_cron_name(db)), &schedule, &job_plan);
+    let pod = cron
+        .spec
+        .as_mut()
+        .and_then(|s| s.job_template.spec.as_mut())
+        .and_then(|j| j.template.spec.as_mut());
+    if let Some(pod) = pod {
+        plan.tls.apply(pod, &["dump"]);
+    }
+    Some(cron)
+}
+
+/// How this Database's dumps are verified, once it serves: the newest of
+/// them (scheduled, pre-upgrade or snapshot), restored with the running
+/// major's image (the dumps' own or newer).
+fn verification<'a>(db: &'a Database, plan: &Plan) -> Option<verification::Run<'a>> {
+    let backup = db.spec.backup.as_ref()?;
+    backup.verify.as_ref()?;
+    plan.restore.lets_serve().then(|| verification::Run {
+        destination: &backup.destination,
+        names: jobs::dump_names(name(db)),
+        image: plan.images.image(plan.version),
+        upload_image: backup.upload_image(),
+        service_account: backup.service_account_name.as_deref(),
+        resources: backup.resources.as_ref(),
+        labels: job_labels(db),
+    })
+}
+
+/// The children backups add, as the plan decided: the final snapshot, the
+/// scheduled dumps, and the verification's runs (on its schedule, and
+/// after each backup).
+pub(super) fn children(db: &Database, plan: &Plan) -> Vec<Child> {
+    let mut out = Vec::new();
+    if plan.snapshot_job {
+        out.extend(snapshot_job(db, plan).as_ref().map(Child::new));
+    }
+    if let Some(cron) = backup_cron_job(db, plan) {
+        out.push(Child::new(&cron));
+    }
+    if let Some(run) = verification(db, plan) {
+        let verify = db.spec.backup.as_ref().and_then(|b| b.verify.as_ref());
+        if let Some(schedule) = verify.and_then(|v| v.schedule.as_deref()) {
+            out.push(Child::new(
+                &run.scheduled(meta(db, verify_name(db)), schedule.trim()),
+            ));
+        }
+        if let Some(at) = plan.verify_after {
+            out.push(Child::new(&run.after_backup(meta(db, verify_name(db)), at)));
+        }
+    }
+    out
+}
