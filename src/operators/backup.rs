@@ -700,7 +700,7 @@ pub fn status(
         .unwrap_or_default();
     let (verified, last_verified_backup) = verified(b, pods, verify_jobs, ctx);
     let mut observations = vec![
-        target_found(b, target),
+        target_found(b, target, cron.is_some()),
         ready(b, cron, target),
         last_backup_succeeded(last, last_status),
     ];
@@ -717,16 +717,26 @@ pub fn status(
 }
 
 /// `TargetFound`: whether the StatefulSet to back up exists.
-fn target_found(b: &Backup, target: Option<&Result<Source, Unusable>>) -> Observation {
+/// What happens meanwhile depends on whether a CronJob was made before:
+/// it is kept, suspended; none is made while there is nothing to back up.
+fn target_found(
+    b: &Backup,
+    target: Option<&Result<Source, Unusable>>,
+    has_cron: bool,
+) -> Observation {
     let target_name = &b.spec.target.name;
     let ns = b.metadata.namespace.as_deref().unwrap_or("default");
+    let meanwhile = match has_cron {
+        true => "the CronJob is kept, suspended, until it exists",
+        false => "no CronJob is made until it exists",
+    };
     match target {
         None => Observation::new(
             "TargetFound",
             false,
             "TargetNotFound",
             format!(
-                "statefulset {target_name} was not found in namespace {ns}; the CronJob is suspended until it exists, stored backups are kept"
+                "statefulset {target_name} was not found in namespace {ns}; {meanwhile}; stored backups are kept"
             ),
         ),
         Some(_) => Observation::new(

@@ -634,10 +634,31 @@ pub enum Phase {
     Upgrading,
     /// Restoring the dump it starts from; nobody can write yet.
     Restoring,
+    /// A planned change rolls out with the primary serving: a new template
+    /// instance by instance, or a switchover asked for (writes stop for
+    /// its few seconds). A rollout that stalls on an instance shows in
+    /// `RolledOut` and the instance's readiness, not here.
+    Updating,
     /// Configured, but not every instance is ready, or a step failed.
     Degraded,
     /// Being deleted.
     Deleting,
+}
+
+impl Phase {
+    /// Its name, as the status writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Creating => "Creating",
+            Phase::Initializing => "Initializing",
+            Phase::Running => "Running",
+            Phase::Upgrading => "Upgrading",
+            Phase::Restoring => "Restoring",
+            Phase::Updating => "Updating",
+            Phase::Degraded => "Degraded",
+            Phase::Deleting => "Deleting",
+        }
+    }
 }
 
 /// What was observed of a Database.

@@ -276,10 +276,12 @@ fn ready_condition(phase: Phase, ready_replicas: i32, instances: i32) -> Observa
             format!("{ready_replicas} of {instances} instances are ready"),
         )
     } else {
+        // The phase is why: "3 of 3 instances are ready" is no contradiction
+        // beside Upgrading, as it was beside "NotReady".
         Observation::new(
             "Ready",
             false,
-            "NotReady",
+            phase.as_str(),
             format!("phase {phase:?}: {ready_replicas} of {instances} instances are ready"),
         )
     }
@@ -551,9 +553,29 @@ fn phase(
         && !plan.primary.changing()
     {
         Phase::Running
+    } else if !upgrade_failed && is_planned_change(plan, primary_ready) {
+        Phase::Updating
     } else {
         Phase::Degraded
     }
+}
+
+/// A change someone planned is what keeps an instance down: a switchover
+/// asked for (by a person or a rollout), or a rollout restarting the
+/// instances one by one while the primary serves. A primary lost, or an
+/// instance down with nothing rolling, is no plan.
+fn is_planned_change(plan: &Plan, primary_ready: bool) -> bool {
+    if plan.primary.changing() {
+        return plan.primary.planned;
+    }
+    let rolling = matches!(
+        plan.rollout.step,
+        Step::Standbys { .. }
+            | Step::MovePrimary { .. }
+            | Step::Switchover { .. }
+            | Step::Rest { .. }
+    );
+    rolling && primary_ready
 }
 
 /// The dump this Database was restored from: as recorded, or, the first
