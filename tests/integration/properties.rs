@@ -549,6 +549,7 @@ prop_compose! {
         pods in prop::collection::btree_map(0u32..4, any::<bool>(), 0..4),
         volumes in prop::collection::vec(any::<bool>(), 0..4),
         finalizing in any::<bool>(),
+        extras in database_extras(),
     ) -> (Value, bool) {
         let name = "db";
         let job_name = |kind: &str| match kind {
@@ -562,6 +563,18 @@ prop_compose! {
             .spec("version", desired.to_string()).spec("size", size).spec("storage/size", "1Gi").spec("deletionPolicy", policy);
         if has_backup {
             parent = parent.spec("backup", json!({"enabled": true, "schedule": "0 2 * * *", "destination": {"s3Bucket": "bucket"}}));
+        }
+        for (field, value) in extras {
+            // Synchronous replication needs a standby: `small` refuses it.
+            if field == "replication" && size == "small" {
+                continue;
+            }
+            // The image of the spec's major, as the property reads images.
+            let value = match field {
+                "imageName" => json!(format!("postgres:{desired}")),
+                _ => value,
+            };
+            parent = parent.spec(field, value);
         }
         let mut request = request(parent).every_group("database");
         if let Some(running) = running {
@@ -594,6 +607,37 @@ prop_compose! {
         }
         (request.json(), finalizing)
     }
+}
+
+/// Every optional Database field, each present or not with a valid value,
+/// so the properties see the spec users write, not only the fields the
+/// first operator had.
+fn database_extras() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
+    let fields: Vec<(&'static str, Value)> = vec![
+        ("replication", json!("synchronous")),
+        ("failover", json!({"delay": 10, "maxStandbyLag": "16Mi"})),
+        ("tls", json!({"secretName": "db-tls"})),
+        ("monitoring", json!({"enabled": true})),
+        (
+            "postgresql",
+            json!({"parameters": {"work_mem": "8MB", "max_connections": "200"}, "pgHba": ["host all all 10.0.0.0/8 scram-sha-256"]}),
+        ),
+        ("credentialsSecret", json!("app-credentials")),
+        ("databaseName", json!("shop")),
+        ("user", json!("shopper")),
+        ("imageName", Value::Null),
+        ("imagePullSecrets", json!([{"name": "registry"}])),
+        ("enablePDB", json!(false)),
+        (
+            "resources",
+            json!({"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}),
+        ),
+        (
+            "topologySpreadConstraints",
+            json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}]),
+        ),
+    ];
+    prop::sample::subsequence(fields.clone(), 0..=fields.len())
 }
 
 fn base64_encode(bytes: &[u8]) -> String {
