@@ -47,6 +47,7 @@ mod status;
 mod storage;
 mod tls;
 mod trust;
+mod validation;
 
 pub use deletion::{Deletion, plan_deletion, plan_finalize};
 pub use names::{claim_name, endpoint, jobs};
@@ -211,7 +212,7 @@ pub fn customize(
 /// Checks what the schema cannot, and names the field: the spec's rules,
 /// then those of the features that own their fields.
 pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
-    spec::validate(db)?;
+    validation::validate(db)?;
     if let Some(m) = &db.spec.monitoring {
         monitoring::validate(db, m)?;
     }
