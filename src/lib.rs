@@ -23,7 +23,9 @@
 //!   operator with its CRD types, `sync`/`finalize`/`customize` and child
 //!   builders; `backup_job` (the dump Job shared by Backup and Database,
 //!   the dumps' naming, the choice of a dump to restore) with
-//!   `backup_job::verification` (proving dumps restore).
+//!   `backup_job::verification` (proving dumps restore); `report` (the
+//!   one definition of what our scripts write to their termination logs,
+//!   and the hook's one reader of it).
 //! - [`http`]: the listener (TLS, time limits, connection limits), the
 //!   router around [`call`], admission (429), bearer-token
 //!   auth, errors as `application/problem+json`, metrics and the OpenAPI
@@ -32,7 +34,8 @@
 //! - [`simulate`]: the loop offline: an operator stepped through a modelled
 //!   cluster with Metacontroller's semantics, for `opshooks simulate` and
 //!   the whole-life property tests.
-//! - [`cli`]: the `hook`, `openapi` and `manifests` subcommands.
+//! - [`cli`]: the `hook`, `openapi`, `manifests`, `simulate`, `render` and
+//!   `report` subcommands.
 //! - [`config`]: command-line flags, each also read from the environment.
 //! - [`telemetry`]: logging set-up.
 //! - [`fixtures`]: builders of observed objects, parents and hook requests
