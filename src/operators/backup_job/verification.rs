@@ -272,35 +272,29 @@ pub fn newest_report<'a>(
 /// Reads one run's message: `opshooks verify: verified tables=<n> rows=<n>
 /// seconds=<n> bytes=<n> taken=<time> key=<key>`, or a reason.
 fn read_report(message: &str, finished: Option<Timestamp>) -> Report {
-    let verified = match report::Report::parse(message) {
-        Ok(report::Report::Verified {
-            tables,
-            rows,
-            seconds,
-            taken,
-            key,
-            ..
-        }) => VerifiedBackup {
-            key: key.to_string(),
-            taken: taken
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .map(format_time),
-            verified_at: finished.map(format_time).unwrap_or_default(),
-            seconds,
-            tables,
-            rows,
-        },
-        Ok(
-            report::Report::VerifyFailed { why }
-            | report::Report::RestoreFailed { why }
-            | report::Report::Mark { says: why },
-        ) => return Report::Failed(why.to_string()),
-        _ => {
-            let reason = message.split_once(": ").map_or(message, |(_, why)| why);
-            return Report::Failed(reason.trim().to_string());
-        }
+    // Any other line is a failure: what follows its beginning is why.
+    let Ok(report::Report::Verified {
+        tables,
+        rows,
+        seconds,
+        taken,
+        key,
+        ..
+    }) = report::Report::parse(message)
+    else {
+        let reason = message.split_once(": ").map_or(message, |(_, why)| why);
+        return Report::Failed(reason.trim().to_string());
     };
-    Report::Verified(verified)
+    Report::Verified(VerifiedBackup {
+        key: key.to_string(),
+        taken: taken
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(format_time),
+        verified_at: finished.map(format_time).unwrap_or_default(),
+        seconds,
+        tables,
+        rows,
+    })
 }
 
 /// The newest dump proven to restore: the newest run's, when it verified

@@ -443,15 +443,11 @@ impl Observed {
             .filter_map(move |c| Some((claim_ordinal(db, c.metadata.name.as_deref()?)?, c)))
     }
 
-    /// What instance `ordinal`'s `postgres` container last reported
-    /// (`start.sh`), when it reported anything.
-    fn instance_report<'a>(
-        &'a self,
-        db: &'a Database,
-        ordinal: u32,
-    ) -> Option<Result<Report<'a>, Unreadable<'a>>> {
+    /// What instance `ordinal`'s `postgres` container last left in its
+    /// termination log (`start.sh`), if anything.
+    fn instance_message<'a>(&'a self, db: &'a Database, ordinal: u32) -> Option<&'a str> {
         let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
-        Some(Report::parse(pod.container_message("postgres")?))
+        pod.container_message("postgres")
     }
 
     /// Why instance `ordinal` refuses to start on its volume, as its
@@ -462,16 +458,14 @@ impl Observed {
         &'a self,
         db: &'a Database,
         ordinal: u32,
-    ) -> Option<(String, InstanceSays)> {
-        match self.instance_report(db, ordinal)? {
-            Ok(Report::Instance { says, about }) => Some((says.to_string(), about)),
-            Ok(holds @ Report::Holds { .. }) => Some((holds.words(), InstanceSays::Other)),
-            Err(Unreadable {
-                prefix: Some(report::INSTANCE),
-                words,
-            }) => Some((words.to_string(), InstanceSays::Other)),
-            _ => None,
-        }
+    ) -> Option<(&'a str, InstanceSays)> {
+        let message = self.instance_message(db, ordinal)?;
+        let words = message.strip_prefix(report::INSTANCE)?.trim();
+        let about = match Report::parse(message) {
+            Ok(Report::Instance { about, .. }) => about,
+            _ => InstanceSays::Other,
+        };
+        Some((words, about))
     }
 
     /// Whether instance `ordinal` refuses to start because its data
@@ -489,8 +483,7 @@ impl Observed {
         db: &'a Database,
         ordinal: u32,
     ) -> Option<Result<Holding, &'a str>> {
-        let (_, pod) = self.instances(db).find(|(i, _)| *i == ordinal)?;
-        let message = pod.container_message("postgres")?;
+        let message = self.instance_message(db, ordinal)?;
         match Report::parse(message) {
             Ok(Report::Holds { holding, .. }) => Some(Ok(holding)),
             Err(Unreadable {
