@@ -210,7 +210,7 @@ async fn http<I>(
                 // Idle: nothing in flight since the last call ended (or HTTP
                 // began), however many bytes moved meanwhile: HTTP/2 pings
                 // or a trickle that never makes a call must not keep a
-                // connection open past the idle timeout the README states.
+                // connection open past the idle timeout docs/configuration.md states.
                 // An HTTP/1.1 request's headers are bounded by hyper's
                 // header read timeout, shorter by default.
                 let idle = activity.since_call() >= options.idle_timeout;

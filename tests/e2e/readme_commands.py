@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The README's cluster commands: every command in its `sh` blocks that
-runs kubectl or helm (alone or at the end of a pipe), continuation lines
-joined, one per line of output (helm first), for run.sh to run as written against the
-suite's cluster. tests/integration/readme.rs runs the rest (opshooks
-itself); `docker` commands are listed on stderr as not run (no engine here).
+"""The cluster commands of the README and of docs/: every command in their
+`sh` blocks that runs kubectl or helm (alone or at the end of a pipe),
+continuation lines joined, one per line of output (helm first, each command
+once), for run.sh to run as written against the suite's cluster, with the
+built `opshooks` on the PATH as `cargo install --path .` puts it.
+tests/integration/readme.rs runs the rest (opshooks itself); `docker`
+commands are listed on stderr as not run (no engine here).
 
-Usage: readme_commands.py README.md
+Usage: readme_commands.py README.md docs/*.md
 """
 
 import re
@@ -37,7 +39,8 @@ def commands(text):
 
 def main():
     wanted, skipped = [], []
-    for command in commands(open(sys.argv[1]).read()):
+    found = [c for page in sys.argv[1:] for c in commands(open(page).read())]
+    for command in dict.fromkeys(found):
         first = command.split()[0]
         if first in ("helm", "kubectl") or re.search(r"\|\s*kubectl\s", command):
             wanted.append(command)
@@ -46,8 +49,8 @@ def main():
     for command in skipped:
         print(f"not run (no Docker engine): {command}", file=sys.stderr)
     if not wanted:
-        sys.exit("no kubectl or helm command found in the README's sh blocks")
-    # The helm installs first: the README's kubectl commands act on what the
+        sys.exit("no kubectl or helm command found in the pages' sh blocks")
+    # The helm installs first: the pages' kubectl commands act on what the
     # chart installs (its CRDs, which stay when the release is uninstalled).
     wanted.sort(key=lambda command: not command.startswith("helm "))
     print("\n".join(wanted))

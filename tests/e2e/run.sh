@@ -109,20 +109,22 @@ echo "rendered files accepted: $rendered, of them with a ServiceMonitor: $monito
 ((monitors > 0)) || fail "no values file under ci/ renders a ServiceMonitor"
 ((rules > 0)) || fail "no values file under ci/ renders a PrometheusRule"
 
-step "the README's cluster commands, as written"
-# Every kubectl and helm command of the README's sh blocks, run from the
-# repository as a reader would; each helm install is uninstalled again
-# before the next (and before this suite's own install below).
+step "the cluster commands of the README and docs/, as written"
+# Every kubectl and helm command of the README's and docs/' sh blocks, run
+# from the repository as a reader would, with the built opshooks on the
+# PATH as `cargo install --path .` puts it; each helm install is
+# uninstalled again before the next (and before this suite's own install
+# below).
 ran=0
 while IFS= read -r command; do
   echo "\$ $command"
-  (cd "$REPO" && bash -euo pipefail -c "$command" </dev/null) || fail "the README's command failed: $command"
+  (cd "$REPO" && PATH="$(dirname "$OPSHOOKS"):$PATH" bash -euo pipefail -c "$command" </dev/null) || fail "the docs' command failed: $command"
   if [[ $command == "helm install opshooks "* ]]; then
     helm uninstall opshooks --namespace opshooks --wait >/dev/null
   fi
   ran=$((ran + 1))
-done < <(python3 "$HERE/readme_commands.py" "$REPO/README.md")
-((ran >= 3)) || fail "only $ran of the README's cluster commands ran"
+done < <(python3 "$HERE/readme_commands.py" "$REPO/README.md" "$REPO"/docs/*.md)
+((ran >= 3)) || fail "only $ran of the docs' cluster commands ran"
 
 step "helm install"
 helm install opshooks "$CHART" --namespace opshooks --create-namespace \

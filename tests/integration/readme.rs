@@ -1,8 +1,9 @@
-//! The README, executed: every `cargo run -q -- …` command in its `sh`
-//! blocks runs against the built binary from the repository's root, and
-//! every `curl … localhost:8080/OPERATOR/HOOK` runs as `opshooks hook`
-//! (the same code path, the same body). What the README shows under a
-//! command must be what it prints:
+//! The README and every page of `docs/`, executed: every `cargo run -q --
+//! …` and `opshooks …` command in their `sh` blocks runs against the built
+//! binary from the repository's root, and every `curl …
+//! localhost:8080/OPERATOR/HOOK` runs as `opshooks hook` (the same code
+//! path, the same body). What a page shows under a command must be what it
+//! prints:
 //! - `# ` lines under a command are lines of its output, in order (others
 //!   may come between); `…` stands for any text within a line;
 //! - under a curl, the `# ` lines (or the `json` block after the `sh`
@@ -13,17 +14,21 @@
 //! end-to-end suite against a real API server (tests/e2e/readme_commands.py
 //! lists them for tests/e2e/run.sh); here a pipe into one runs the opshooks
 //! side only. `cargo run --release` (the server) is not run here, nor
-//! `docker` (no engine on the CI machine).
+//! `cargo install` (it would build the binary again), nor `docker` (no
+//! engine on the CI machine). Each alert's runbook names a page of `docs/`
+//! that describes the alert under its name.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use super::support::root;
 
-/// One command of the README and what it must print.
+/// One command of a page and what it must print.
 #[derive(Debug)]
 struct Example {
-    /// The README line the command starts on.
+    /// The page, from the repository's root.
+    page: String,
+    /// The page's line the command starts on.
     line: usize,
     /// The arguments after `opshooks`.
     args: Vec<String>,
@@ -90,8 +95,8 @@ fn curl(words: &[String]) -> Option<(Vec<String>, PathBuf)> {
     Some((args, PathBuf::from(file)))
 }
 
-/// Every example of the README, in order.
-fn examples(readme: &str) -> Vec<Example> {
+/// Every example of one page, in order.
+fn examples(page: &str, readme: &str) -> Vec<Example> {
     let mut out: Vec<Example> = Vec::new();
     let mut block: Option<String> = None;
     let mut current: Option<usize> = None; // index into out of the open command
@@ -142,10 +147,12 @@ fn examples(readme: &str) -> Vec<Example> {
         }
         current = None;
         let (words, stdin) = words(&text);
-        let example = if let Some(rest) =
-            words.strip_prefix(&["cargo", "run", "-q", "--"].map(String::from))
-        {
+        let binary = words
+            .strip_prefix(&["cargo", "run", "-q", "--"].map(String::from))
+            .or_else(|| words.strip_prefix(&["opshooks".to_string()]));
+        let example = if let Some(rest) = binary {
             Some(Example {
+                page: page.to_string(),
                 line: start,
                 args: rest.to_vec(),
                 stdin,
@@ -154,6 +161,7 @@ fn examples(readme: &str) -> Vec<Example> {
             })
         } else if words.first().map(String::as_str) == Some("curl") {
             curl(&words).map(|(args, body)| Example {
+                page: page.to_string(),
                 line: start,
                 args,
                 stdin: Some(body),
@@ -198,18 +206,22 @@ fn check(example: &Example) -> Option<String> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_opshooks"));
     command.args(&example.args).current_dir(&root);
     match &example.stdin {
-        Some(file) => {
-            command.stdin(std::fs::File::open(root.join(file)).unwrap_or_else(|err| {
-                panic!("README.md:{}: {}: {err}", example.line, file.display())
-            }))
-        }
+        Some(file) => command.stdin(std::fs::File::open(root.join(file)).unwrap_or_else(|err| {
+            panic!(
+                "{}:{}: {}: {err}",
+                example.page,
+                example.line,
+                file.display()
+            )
+        })),
         None => command.stdin(Stdio::null()),
     };
     let out = command.output().expect("the binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let at = format!(
-        "README.md:{} (opshooks {})",
+        "{}:{} (opshooks {})",
+        example.page,
         example.line,
         example.args.join(" ")
     );
@@ -238,19 +250,39 @@ fn check(example: &Example) -> Option<String> {
     None
 }
 
+/// The README and every page of `docs/`, from the repository's root.
+fn pages() -> Vec<String> {
+    let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/ is there")
+        .map(|entry| entry.expect("docs/ lists").file_name())
+        .map(|name| format!("docs/{}", name.to_string_lossy()))
+        .filter(|page| page.ends_with(".md"))
+        .collect();
+    docs.sort();
+    [vec!["README.md".to_string()], docs].concat()
+}
+
 #[test]
 fn every_readme_command_prints_what_the_readme_shows() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let examples = examples(&readme);
-    // The README's commands: each kind is found, so a change to the
-    // parser cannot silently run nothing.
+    let pages = pages();
+    assert!(pages.len() > 10, "{pages:?}");
+    let examples: Vec<Example> = pages
+        .iter()
+        .flat_map(|page| examples(page, &std::fs::read_to_string(root().join(page)).unwrap()))
+        .collect();
+    // The commands: each kind is found, in the README and in docs/, so a
+    // change to the parser cannot silently run nothing.
     for kind in ["hook", "render", "simulate"] {
-        assert!(
-            examples
-                .iter()
-                .any(|e| e.args.first().map(String::as_str) == Some(kind)),
-            "no `{kind}` command found in README.md"
-        );
+        for docs in [false, true] {
+            assert!(
+                examples
+                    .iter()
+                    .any(|e| e.args.first().map(String::as_str) == Some(kind)
+                        && e.page.starts_with("docs/") == docs),
+                "no `{kind}` command found in {}",
+                if docs { "docs/" } else { "README.md" }
+            );
+        }
     }
     assert!(
         examples.iter().filter(|e| e.curl).count() >= 2,
@@ -284,4 +316,85 @@ fn patterns_match_as_documented() {
         ["hook", "x", "--then", "spec.v=\"17\"", "--k", "a \"b\""]
     );
     assert_eq!(stdin, Some(PathBuf::from("f.json")));
+}
+
+#[test]
+fn every_alert_runbook_is_a_page_that_names_the_alert() {
+    let alerts = std::fs::read_to_string(root().join("charts/opshooks/files/alerts.yaml")).unwrap();
+    let mut seen = 0;
+    for line in alerts.lines() {
+        let Some(runbook) = line.trim().strip_prefix("runbook: ") else {
+            continue;
+        };
+        let runbook = runbook.trim_matches('"');
+        let (page, alert) = runbook
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("runbook {runbook:?} is not `PAGE: ALERT`"));
+        let text = std::fs::read_to_string(root().join(page))
+            .unwrap_or_else(|err| panic!("runbook {runbook:?}: {page}: {err}"));
+        assert!(
+            text.contains(&format!("`{alert}`")),
+            "runbook {runbook:?}: {page} does not name `{alert}`"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 10, "only {seen} runbooks in files/alerts.yaml");
+}
+
+/// GitHub's anchor for a heading: lower case, spaces as `-`, only word
+/// characters and `-` kept.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '_' || *c == '-' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn every_link_between_the_pages_resolves() {
+    let mut links = 0;
+    for page in pages().into_iter().chain(["BENCHMARKS.md".to_string()]) {
+        let text = std::fs::read_to_string(root().join(&page)).unwrap();
+        let dir = std::path::Path::new(&page).parent().unwrap().to_path_buf();
+        let mut fence = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fence = !fence;
+            }
+            if fence {
+                continue;
+            }
+            for (at, _) in line.match_indices("](") {
+                let rest = &line[at + 2..];
+                let Some(target) = rest.split(')').next() else {
+                    continue;
+                };
+                if target.starts_with("http") || target.contains(' ') {
+                    continue;
+                }
+                let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let file = if path.is_empty() {
+                    root().join(&page)
+                } else {
+                    root().join(&dir).join(path)
+                };
+                let at = format!("{page}:{}: {target}", n + 1);
+                let linked = std::fs::read_to_string(&file)
+                    .unwrap_or_else(|err| panic!("{at}: {}: {err}", file.display()));
+                if !fragment.is_empty() {
+                    let found = linked.lines().any(|l| {
+                        l.trim_start_matches('#').len() < l.len()
+                            && l.trim_start_matches('#').starts_with(' ')
+                            && anchor(l.trim_start_matches('#').trim()) == fragment
+                            || l.contains(&format!("<a id=\"{fragment}\">"))
+                    });
+                    assert!(found, "{at}: no heading or anchor {fragment:?}");
+                }
+                links += 1;
+            }
+        }
+    }
+    assert!(links > 40, "only {links} links found");
 }

@@ -664,7 +664,7 @@ async fn a_panicking_operator_is_500_and_a_slow_one_503() {
 }
 
 /// Issue 18: a detail quoted 974 characters of a user's value, where the
-/// README promises at most 64, whichever path (our checks, serde's
+/// docs/configuration.md promises at most 64, whichever path (our checks, serde's
 /// messages, a key in a field path, a header) put it there.
 #[tokio::test]
 async fn details_quote_at_most_64_characters_of_a_users_value() {

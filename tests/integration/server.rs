@@ -449,7 +449,7 @@ mod h2_frames {
 
 /// Issue 18: an HTTP/2 connection that only pings stayed open for the idle
 /// timeout plus the header timeout (12.5 s by default), not the idle
-/// timeout the README states. With 1 s and 10 s it must close after 1 s
+/// timeout docs/configuration.md states. With 1 s and 10 s it must close after 1 s
 /// and long before 11 s.
 #[tokio::test]
 async fn an_http2_connection_that_only_pings_is_closed_at_the_idle_timeout() {

@@ -1870,7 +1870,7 @@ def test_a_standby_that_stopped_streaming_long_ago_is_not_promoted(template):
 
 
 def test_a_standby_with_no_record_of_being_current_is_not_promoted(template):
-    """The README (Failover, "Against what the old primary had"): a
+    """docs/failover.md ("Against what the old primary had"): a
     candidate with no record of when it was last current with a primary
     (no probe of it ever found it streaming) is refused, changing nothing:
     how far behind it is cannot be known. Here it streams, and is as
@@ -2303,7 +2303,7 @@ def test_a_paused_primary_stops_as_soon_as_it_resumes(template):
     for longer than the lease, its sidecar frozen with it: once resumed,
     the watchdog finds the lease expired and stops the server. What the
     server's sessions acknowledge between the resume and the stop (the
-    race the README states) is counted; the stop itself must follow
+    race docs/failover.md states) is counted; the stop itself must follow
     within a check."""
     db = new_database(template, lease=True, mount_delay=3600)
     try:
@@ -2460,7 +2460,7 @@ NAMED = 'ANY 1 ("db-0","db-1","db-2")'  # as the hook names the instances (child
 
 @pytest.mark.parametrize("where", ["candidate", "every-server"])
 def test_synchronous_promote_refuses_a_candidate_without_synchronous_standby_names(template, where):
-    """README (Failover, "What a failover can lose"): "The Job also
+    """docs/failover.md ("What a failover can lose"): "The Job also
     refuses when the candidate's `synchronous_standby_names` (every
     server's, the old primary's too) is empty or holds `*`". Empty:
     candidate: the old primary runs as the hook starts it (the instances
@@ -2593,7 +2593,7 @@ def test_failover_time_from_the_kill_to_the_first_acknowledged_write(template):
 
 
 # --------------------------------------------------------------------------
-# README promises (Failover) that no test checked before
+# docs/failover.md promises that no test checked before
 
 
 def lsn_bytes(instance: Instance, sql: str) -> int:
@@ -2629,7 +2629,7 @@ def exits_refusing(instance: Instance, *, path: str = PG_PATH, timeout: float = 
 
 
 def test_a_candidate_behind_where_another_standby_saw_the_old_primary_is_refused(database: Database):
-    """README (Failover, "The loss bound is checked against the old
+    """docs/failover.md ("The loss bound is checked against the old
     primary"): the promote Job refuses a candidate "more than that lag
     behind where any answering standby last saw the old primary". Here c's
     probe recorded the old primary at X while c's own WAL receiver was
@@ -2689,7 +2689,7 @@ def test_a_candidate_behind_where_another_standby_saw_the_old_primary_is_refused
 
 
 def test_an_instance_on_a_newer_timeline_is_never_rewound_onto_older_data(database: Database):
-    """README (Failover, "Re-created over retained volumes"): "a standby
+    """docs/failover.md ("Re-created over retained volumes"): "a standby
     or former primary never `pg_rewind`s onto a primary on an older
     timeline than its own newest: it refuses and says what it holds".
     b is promoted at epoch 2 (timeline 2) and takes writes that c
@@ -2727,7 +2727,7 @@ def test_an_instance_on_a_newer_timeline_is_never_rewound_onto_older_data(databa
 
 
 def test_the_lease_wait_is_skipped_when_the_old_primary_answers_in_recovery(template):
-    """README (Failover, "Fencing first"): "With the lease, a failover's
+    """docs/failover.md ("Fencing first"): "With the lease, a failover's
     Job also waits out the old primary's lease (19 s from its start)
     whatever the old primary answers, unless it answers in recovery".
     The old primary came back as a standby (shut down cleanly, then
@@ -2761,7 +2761,7 @@ def test_the_lease_wait_is_skipped_when_the_old_primary_answers_in_recovery(temp
 
 
 def test_a_switchover_without_its_old_primary_is_refused_and_promotes_nothing(database: Database):
-    """README (Failover, "Minor updates"): "a primary lost ... before its
+    """docs/failover.md ("Minor updates"): "a primary lost ... before its
     promote Job exists still gets a switchover Job, which refuses without
     the old primary". The role names b for a switchover (the Service still
     on p), then p is lost: the switchover Job refuses, saying the old
@@ -2781,7 +2781,7 @@ def test_a_switchover_without_its_old_primary_is_refused_and_promotes_nothing(da
 
 
 def test_a_standby_past_the_fork_whose_rewind_fails_does_not_start_and_says_so(database: Database):
-    """README (Failover, "Known limits"): a standby that replayed past the
+    """docs/failover.md ("Known limits"): a standby that replayed past the
     fork is rewound onto the primary's timeline when it restarts, "and when
     that fails it does not start and says so: re-clone it by deleting that
     standby's claim and pod". pg_rewind fails here (a stand-in that exits

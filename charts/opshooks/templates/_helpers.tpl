@@ -111,7 +111,7 @@ secretRef:
 {{/* The fields every hook's webhook gets (templates/controllers.yaml, generated,
 includes it): how Metacontroller verifies the hooks (caBundle), proves who it
 is (clientTLS) and authenticates (authorization). Metacontroller reads the
-Secrets once, when it starts a controller: see the README on rotation. */}}
+Secrets once, when it starts a controller: see docs/installing.md on rotation. */}}
 {{- define "opshooks.webhookAuth" -}}
 {{- $ca := .Values.tls.caBundle -}}
 {{- if or .Values.tls.enabled $ca.inline $ca.secretRef.name $ca.configMapRef.name }}

@@ -427,7 +427,7 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         // another pod is neither ready nor live (the restart rejoins it as
         // a standby); a standby too far behind is not ready.
         // Every 2 s, two failures: a lost primary is not ready within
-        // some 4 s, the first part of the RTO the README states.
+        // some 4 s, the first part of the RTO docs/failover.md states.
         readiness_probe: Some(Probe {
             period_seconds: Some(2),
             timeout_seconds: Some(5),
@@ -635,7 +635,7 @@ mod tests {
     use crate::fixtures;
     use serde_json::json;
 
-    /// README Failover: a StatefulSet made before failover keeps
+    /// docs/failover.md: a StatefulSet made before failover keeps
     /// `OrderedReady` (the API server refuses a change of the field, and
     /// a refused StatefulSet would stop every answer); a new one starts its
     /// instances in parallel, since the primary need not be instance 0.

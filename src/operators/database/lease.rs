@@ -23,7 +23,7 @@
 //! otherwise, so the server's sessions (`COPY TO PROGRAM` as a superuser)
 //! cannot read it.
 //!
-//! The cost, stated in the README: a primary whose node cannot reach the
+//! The cost, stated in docs/failover.md: a primary whose node cannot reach the
 //! API server for [`SECONDS`] stops taking writes until it can. A single
 //! instance cannot fail over, so it gets no lease and keeps serving.
 
@@ -55,7 +55,7 @@ const FILE: &str = "/var/run/opshooks/lease/lease";
 const CREDENTIALS: &str = "/var/run/secrets/opshooks/lease";
 /// A primary serves while its lease is at most this old. Patroni's leader
 /// TTL is 30 s; this is shorter so that a failover fits in the RTO the
-/// README states (a failover's promote Job waits this plus some 4 s), and
+/// docs/failover.md states (a failover's promote Job waits this plus some 4 s), and
 /// still outlasts a failed renewal or two (each gives up after 5 s) and
 /// an API server's restart of some seconds.
 const SECONDS: u32 = 10;

@@ -262,7 +262,7 @@ pub(super) const REPLICATION_TIMEOUT: &str = "5s";
 /// spec names none: a commit returns once a standby has flushed it.
 pub(super) const SYNCHRONOUS_COMMIT: &str = "on";
 
-/// Values that would void what the README promises: `fsync` off loses
+/// Values that would void what the docs promise: `fsync` off loses
 /// or corrupts data on a crash, whatever the replication; under
 /// synchronous replication, a `synchronous_commit` that does not wait for
 /// a standby's flush (off, local, remote_write) acknowledges commits a

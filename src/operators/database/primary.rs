@@ -70,7 +70,7 @@ pub(super) const SWITCHOVER_MODE: &str = "switchover";
 pub(super) const MAX_REFUSED_SWITCHOVERS: usize = 3;
 
 /// The failover delay when `spec.failover.delay` is not set: what the
-/// RTO the README measures at the defaults allows (`dbrealrto`). A
+/// RTO docs/failover.md measures at the defaults allows (`dbrealrto`). A
 /// primary that restarts in place within it is not failed over; one that
 /// comes back after it, while its promote Job begins, makes the Job
 /// refuse at once, and it is designated again.
@@ -1210,7 +1210,7 @@ pub(super) mod tests {
         assert!(!p.changing());
     }
 
-    /// The README (Failover, "When"): a missing primary pod does not start
+    /// docs/failover.md ("When"): a missing primary pod does not start
     /// the delay, however long it has been gone; the StatefulSet makes it
     /// again, and its new `Ready` condition does.
     #[test]

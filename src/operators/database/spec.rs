@@ -196,7 +196,7 @@ pub struct DatabaseSpec {
     pub monitoring: Option<Monitoring>,
 }
 
-/// PostgreSQL's metrics (README "Monitoring").
+/// PostgreSQL's metrics (docs/monitoring.md).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Monitoring {

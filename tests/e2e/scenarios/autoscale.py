@@ -89,7 +89,7 @@ def scenario_autoscale(s):
     nodes = mc["status"].get("nodes") or []
     need(len(nodes) == 3, f"status.nodes lists {nodes}, want the 3 members")
 
-    s.step("`kubectl autoscale` on CPU, as the README shows: the HPA finds the pods")
+    s.step("`kubectl autoscale` on CPU, as docs/memcached.md shows: the HPA finds the pods")
     s.k.delete("HorizontalPodAutoscaler", s.ns, "cache")
     s.kubectl("autoscale", "memcached", "cache", "--min=1", "--max=4", "--cpu-percent=60")
 

@@ -351,7 +351,7 @@ def scenario_real_stale_standby(s):
 
     Asynchronous, because under synchronous replication the promote Job
     refuses while any standby does not answer (it may hold the last
-    commits: the README's promise), as this scenario's first run saw.
+    commits: docs/failover.md's promise), as this scenario's first run saw.
     Paused, not killed: a killed postmaster restarted in place within the
     delay in that run and served on, so nothing was failed over."""
     kill_the_primary(s, delay=10, fault="stale-standby", replication="asynchronous")

@@ -91,7 +91,7 @@ fn live(
     let last = RefCell::new(Value::Null);
     let mut claims_at_delete: Option<Vec<String>> = None;
     // Whether the user deleted a StatefulSet by hand: the one case where
-    // the README says a deletion waits for a person.
+    // docs/deletion.md says a deletion waits for a person.
     let mut statefulset_deleted_by_hand = false;
     // Runs the loop until it settles, or for `steps` steps only (an event
     // then arrives mid-flight), checking the rules after every step.
@@ -288,7 +288,7 @@ fn live(
     let last = last.into_inner();
     let claims_before = claims_at_delete.unwrap_or_default();
     // The deletion finishes by itself: nothing is removed for it by hand,
-    // except where the README says a person must act: volumes a StatefulSet
+    // except where docs/deletion.md says a person must act: volumes a StatefulSet
     // deleted by hand left behind, which the status names. Then the loop
     // has settled: nothing else moves while it waits.
     if let Some(p) = sim.parent() {

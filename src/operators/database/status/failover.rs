@@ -206,7 +206,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The README (Failover, "A lost volume"): the designated primary's
+    /// docs/failover.md ("A lost volume"): the designated primary's
     /// refusal of its empty volume is what `FailingOver` says while the
     /// delay runs.
     #[test]
