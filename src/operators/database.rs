@@ -29,7 +29,9 @@ mod backups;
 mod certificate;
 pub mod children;
 mod deletion;
+mod dumps;
 mod foreign;
+mod images;
 pub mod instances;
 mod kinds;
 mod lease;
@@ -47,12 +49,13 @@ mod status;
 mod storage;
 mod tls;
 mod trust;
+mod upgrade;
 mod validation;
 
 pub use deletion::{Deletion, plan_deletion, plan_finalize};
 pub use names::{claim_name, endpoint, jobs};
 pub use observed::Observed;
-pub use plan::{Plan, Upgrade, check_volumes, has_generated_credentials, plan};
+pub use plan::{Plan, check_volumes, has_generated_credentials, plan};
 pub use primary::{ANNOTATION_SWITCHOVER, Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,
@@ -60,6 +63,7 @@ pub use spec::{
     namespace,
 };
 pub use status::status;
+pub use upgrade::Upgrade;
 
 use std::collections::BTreeMap;
 

@@ -1,74 +1,18 @@
 //! Backups: the scheduled dumps (a CronJob of the Backup operator's job),
-//! the final snapshot before deletion, the dump before an upgrade, and the
-//! verification that restores the newest dump into a throwaway server. Each
-//! reaches the primary as the superuser through the read-write Service.
+//! the final snapshot before deletion, and the verification that restores
+//! the newest dump into a throwaway server. How a dump is made is
+//! [`dumps`](super::dumps); the dump before an upgrade is the upgrade's.
 
 use k8s_openapi::api::batch::v1::Job;
 
-use super::names::{backup_cron_name, jobs, read_write_host, superuser_secret_name, verify_name};
+use super::dumps::{backup_job, backup_plan, source};
+use super::names::{backup_cron_name, jobs, verify_name};
 use super::objects::{job_labels, meta};
 use super::plan::Plan;
-use super::spec::{Database, PORT, database_name, name};
-use super::tls;
+use super::spec::{Database, name};
 use crate::hook::Child;
 use crate::operators::backup_job::verification;
-use crate::operators::backup_job::{self, Credential, Schedule, Source};
-
-/// How backup jobs reach this Database: the primary, as the superuser,
-/// with the running version's pg_dump (`image`).
-pub(super) fn source(db: &Database, image: String) -> Source {
-    Source {
-        host: read_write_host(db),
-        port: PORT,
-        database: database_name(db),
-        user: Credential::Value("postgres".to_string()),
-        password: Credential::Secret {
-            name: superuser_secret_name(db),
-            key: "password".to_string(),
-        },
-        image,
-    }
-}
-
-fn backup_plan<'a>(
-    db: &'a Database,
-    source: &'a Source,
-    dump_name: &'a str,
-    retention_days: Option<i32>,
-) -> Option<backup_job::Plan<'a>> {
-    let backup = db.spec.backup.as_ref()?;
-    Some(backup_job::Plan {
-        source,
-        destination: &backup.destination,
-        name: dump_name,
-        retention_days,
-        retention_requires_verified: backup.verify.is_some(),
-        upload_image: backup.upload_image(),
-        service_account: backup.service_account_name.as_deref(),
-        resources: backup.resources.as_ref(),
-        active_deadline_seconds: 6 * 3600,
-        labels: job_labels(db),
-    })
-}
-
-pub(super) fn backup_job(
-    db: &Database,
-    job_name: String,
-    image: String,
-    client: &tls::Client,
-) -> Option<Job> {
-    let source = source(db, image);
-    let plan = backup_plan(db, &source, &job_name, None)?;
-    let mut spec = backup_job::job_spec(&plan);
-    if let Some(pod) = spec.template.spec.as_mut() {
-        client.apply(pod, &["dump"]);
-    }
-    Some(Job {
-        metadata: meta(db, job_name.clone()),
-        spec: Some(spec),
-        status: None,
-    })
-}
+use crate::operators::backup_job::{self, Schedule};
 
 /// The final snapshot, a dump with the backup job, before deletion.
 fn snapshot_job(db: &Database, plan: &Plan) -> Option<Job> {

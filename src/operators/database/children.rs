@@ -7,40 +7,40 @@ use base64::Engine;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, EnvVar, ObjectReference, PodSpec, Secret, Service, ServicePort,
-    ServiceSpec,
+    ConfigMap, Container, ObjectReference, PodSpec, Secret, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::backups::{self, backup_job};
+use super::backups;
 use super::certificate;
 use super::deletion::while_deleting;
 use super::instances::{
-    DATA_DIR, ROLE_DIR, disruption_budget, hba_config, initdb_scripts, max_silence,
-    max_standby_lag, pgdata, statefulset,
+    ROLE_DIR, disruption_budget, hba_config, initdb_scripts, max_silence, max_standby_lag,
+    statefulset,
 };
 use super::lease;
 use super::monitoring;
 use super::names::{
-    claim_name, connection_name, generated_credentials_name, headless_name, instance_host,
-    is_promote_job, jobs, monitor_secret_name, pod_name, read_only_name, role_name, service_fqdn,
-    superuser_secret_name,
+    connection_name, credentials_secret_name, generated_credentials_name, headless_name,
+    instance_host, is_promote_job, jobs, monitor_secret_name, pod_name, read_only_name, role_name,
+    service_fqdn, superuser_secret_name,
 };
 use super::objects::{
-    APP, claim_volume, kept_job, labels, meta, mount, script_container, script_job, secret_env,
+    APP, app_env, kept_job, labels, meta, mount, script_container, script_job, secret_env,
     superuser_env, value_env, work_volume,
 };
 use super::observed::Observed;
-use super::plan::{Plan, credentials_secret_name, has_generated_credentials};
+use super::plan::{Plan, has_generated_credentials};
 use super::primary::{self, Primary};
 use super::spec::{
-    Database, Major, PORT, Replication, TEMPLATE_HASH, before_stamp, bootstrap_destination,
-    database_name, name,
+    Database, PORT, Replication, TEMPLATE_HASH, before_stamp, bootstrap_destination, database_name,
+    name,
 };
 use super::tls;
 use super::trust;
+use super::upgrade;
 use crate::hook::Child;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::{self, Choice};
@@ -51,12 +51,8 @@ use crate::operators::resources;
 pub const PROMOTE_SCRIPT: &str = include_str!("promote.sh");
 /// The initial-configuration Job.
 pub(super) const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
-/// The upgrade Job's restore into the new version.
-pub(super) const UPGRADE_SCRIPT: &str = include_str!("upgrade.sh");
 /// The bootstrap's restore Job: restores the chosen dump.
 pub(super) const RESTORE_SCRIPT: &str = include_str!("restore.sh");
-/// The upgrade Job's init container: dumps the stopped old version.
-pub(super) const DUMP_STOPPED_SCRIPT: &str = include_str!("dump-stopped.sh");
 
 /// Every desired child of a Database.
 pub fn build(
@@ -358,14 +354,6 @@ pub fn read_only_endpoints(db: &Database, seen: &Observed, primary: &Primary) ->
     }
 }
 
-fn app_env(db: &Database) -> Vec<EnvVar> {
-    vec![
-        secret_env("APP_USER", credentials_secret_name(db), "username"),
-        secret_env("APP_PASSWORD", credentials_secret_name(db), "password"),
-        value_env("APP_DATABASE", database_name(db)),
-    ]
-}
-
 /// The initial configuration: the application user and database.
 pub fn init_job(db: &Database, plan: &Plan) -> Job {
     let mut env = superuser_env(db);
@@ -384,74 +372,18 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
     script_job(db, jobs::init(db), pod, 3)
 }
 
-/// The Jobs of an upgrade, as the plan decided: the pre-upgrade backup of
-/// the running version and the restore into the new one.
-pub fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
-    let (from, to) = (plan.running, plan.target);
-    let mut out = Vec::new();
-    if plan.pre_upgrade_job {
-        out.extend(backup_job(
-            db,
-            jobs::pre_upgrade(db, to),
-            plan.images.image(from),
-            &plan.tls,
-        ));
-    }
-    if plan.upgrade_job {
-        out.push(upgrade_job(db, plan, from, to));
-    }
-    out
-}
-
-/// The restore into `to`, while every instance is stopped: dump the old
-/// version from its own volume (nothing can write any more, so the dump is
-/// complete), build the new version's cluster beside the old one, restore.
-/// The S3 pre-upgrade backup taken before stopping stays as a safety copy.
-pub fn upgrade_job(db: &Database, plan: &Plan, from: Major, to: Major) -> Job {
-    // Whether a restore may start (only after the S3 safety copy) is the
-    // plan's decision; one that started is always built, to be kept.
-    let dump = "/work/dump.pgdump";
-    let dump_env = vec![
-        value_env("OLD_PGDATA", pgdata(from)),
-        value_env("DUMP", dump),
-        value_env("PGDATABASE", database_name(db)),
-    ];
-    let mut env = vec![
-        value_env("NEW_PGDATA", pgdata(to)),
-        value_env("OLD_PGDATA", pgdata(from)),
-        value_env("DUMP", dump),
-        secret_env("POSTGRES_PASSWORD", superuser_secret_name(db), "password"),
-        secret_env(
-            "REPLICATION_PASSWORD",
-            superuser_secret_name(db),
-            "replication-password",
-        ),
-    ];
-    env.extend(app_env(db));
-    let mounts = vec![
-        mount("work", "/work", false),
-        mount("data", DATA_DIR, false),
-    ];
-    let pod = PodSpec {
-        init_containers: Some(vec![script_container(
-            ("dump", plan.images.image(from)),
-            DUMP_STOPPED_SCRIPT,
-            dump_env,
-            Some(mounts.clone()),
-        )]),
-        containers: vec![script_container(
-            ("upgrade", plan.images.image(to)),
-            UPGRADE_SCRIPT,
-            env,
-            Some(mounts),
-        )],
-        volumes: Some(vec![
-            work_volume(),
-            claim_volume("data", claim_name(db, plan.primary.designated)),
-        ]),
-        ..PodSpec::default()
+/// The upgrade's Jobs, from what the plan decided of it.
+pub(super) fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
+    let build = upgrade::Build {
+        from: plan.running,
+        to: plan.target,
+        pre_upgrade_job: plan.pre_upgrade_job,
+        upgrade_job: plan.upgrade_job,
+        images: &plan.images,
+        tls: &plan.tls,
+        designated: plan.primary.designated,
     };
-    script_job(db, jobs::upgrade(db, to), pod, 1)
+    upgrade::jobs(db, &build)
 }
 
 /// The restore of `spec.bootstrap`'s dump into the new primary, before

@@ -23,8 +23,8 @@ use super::certificate;
 use super::lease;
 use super::monitoring;
 use super::names::{
-    ca_config_map_name, hba_name, headless_name, initdb_name, pod_name, read_write_host, role_name,
-    superuser_secret_name,
+    DATA_DIR, ca_config_map_name, hba_name, headless_name, initdb_name, pgdata, pod_name,
+    read_write_host, role_name, superuser_secret_name,
 };
 use super::objects::{
     APP, POSTGRES_UID, TLS_CONTAINER, config_volume, labels, meta, mount, pull_secrets,
@@ -36,8 +36,8 @@ use super::placement;
 use super::plan::Plan;
 use super::primary;
 use super::spec::{
-    ANNOTATION_VERSION, Database, LABEL_DATABASE, Major, PORT, Replication, TEMPLATE_HASH, VOLUME,
-    issuer, name,
+    ANNOTATION_VERSION, Database, LABEL_DATABASE, PORT, Replication, TEMPLATE_HASH, VOLUME, issuer,
+    name,
 };
 use super::tls;
 use crate::hook::digest;
@@ -54,9 +54,6 @@ pub(super) const PROBE_SCRIPT: &str = include_str!("probe.sh");
 /// The instances' `tls` init container: the server's certificate and key
 /// from spec.tls's Secret, or self-signed.
 pub(super) const TLS_SCRIPT: &str = include_str!("tls.sh");
-
-/// Where each instance's volume is mounted.
-pub(super) const DATA_DIR: &str = "/var/lib/postgresql/data";
 
 /// Where every instance reads the role ConfigMap.
 pub(super) const ROLE_DIR: &str = "/etc/opshooks/role";
@@ -144,12 +141,6 @@ pub(super) fn initdb_scripts(db: &Database) -> ConfigMap {
         )])),
         ..ConfigMap::default()
     }
-}
-
-/// The data directory of a major: versioned, so an upgrade builds the new
-/// version beside the old one on the same volume.
-pub(super) fn pgdata(version: Major) -> String {
-    version.data_dir(DATA_DIR)
 }
 
 /// `probe.sh ready` or `probe.sh live`.

@@ -220,3 +220,21 @@ pub mod jobs {
         names
     }
 }
+
+/// The Secret of the application user's credentials: the spec's own, else
+/// the generated one.
+pub fn credentials_secret_name(db: &Database) -> String {
+    db.spec
+        .credentials_secret
+        .clone()
+        .unwrap_or_else(|| generated_credentials_name(db))
+}
+
+/// Where each instance's volume is mounted.
+pub const DATA_DIR: &str = "/var/lib/postgresql/data";
+
+/// The data directory of a major: versioned, so an upgrade builds the new
+/// version beside the old one on the same volume.
+pub fn pgdata(version: Major) -> String {
+    version.data_dir(DATA_DIR)
+}

@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::names::{read_write_host, superuser_secret_name};
-use super::spec::{Database, LABEL_DATABASE, PORT, name, namespace};
+use super::names::{credentials_secret_name, read_write_host, superuser_secret_name};
+use super::spec::{Database, LABEL_DATABASE, PORT, database_name, name, namespace};
 use crate::operators::backup_job::{self, Credential};
 use crate::operators::common::{restricted_container, restricted_pod, standard_labels};
 use crate::operators::expansion::shell_command;
@@ -229,4 +229,14 @@ pub(super) fn identity(
             }]),
         },
     )
+}
+
+/// The application user's name and password and the database's name, for
+/// the Jobs that create or restore them.
+pub(super) fn app_env(db: &Database) -> Vec<EnvVar> {
+    vec![
+        secret_env("APP_USER", credentials_secret_name(db), "username"),
+        secret_env("APP_PASSWORD", credentials_secret_name(db), "password"),
+        value_env("APP_DATABASE", database_name(db)),
+    ]
 }

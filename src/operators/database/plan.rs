@@ -5,15 +5,17 @@
 
 use std::collections::BTreeMap;
 
+use super::images::Images;
 use super::names::{generated_credentials_name, jobs};
 use super::observed::Observed;
 use super::parameters::{self, Held};
 use super::primary::{self, Primary};
 use super::rollout::{self, Rollout, Serving};
-use super::spec::{self, ANNOTATION_VERSION, Database, Major, VOLUME, name};
+use super::spec::{ANNOTATION_VERSION, Database, Major, VOLUME, name};
 use super::storage::Growth;
 use super::tls;
 use super::trust;
+use super::upgrade::{self, Upgrade};
 use crate::hook::conditions::ConditionStatus;
 use crate::operator::HookError;
 use crate::operators::backup_job::RunStatus;
@@ -22,87 +24,6 @@ use crate::operators::validate::InvalidSpec;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-
-/// The application user's Secret: the user's own, or the generated one.
-pub(super) fn credentials_secret_name(db: &Database) -> String {
-    db.spec
-        .credentials_secret
-        .clone()
-        .unwrap_or_else(|| generated_credentials_name(db))
-}
-
-/// Where an upgrade stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Upgrade {
-    /// Running the version asked for.
-    None,
-    /// Asked for a newer version, but there is no destination for the
-    /// pre-upgrade backup.
-    NoDestination {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// Taking the pre-upgrade backup.
-    BackingUp {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// The pre-upgrade backup failed; the old version serves.
-    BackupFailed {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// A change of primary is under way: the designated instance may not
-    /// be promoted yet, and its volume is not the data to upgrade; the
-    /// pre-upgrade backup and the stop wait until the change is done.
-    WaitingForPrimary {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// Stopping the old version so the restore can use its volume.
-    Stopping {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// Restoring into the new version.
-    Restoring {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// The restore failed; the old version serves again.
-    RestoreFailed {
-        /// The major being upgraded to.
-        to: Major,
-    },
-    /// The restore succeeded; the StatefulSet moves to the new version.
-    Starting {
-        /// The major being upgraded to.
-        to: Major,
-    },
-}
-
-impl Upgrade {
-    /// True while an upgrade moves forward by itself (not stopped by a
-    /// failure or a missing destination).
-    pub fn in_progress(self) -> bool {
-        matches!(
-            self,
-            Upgrade::BackingUp { .. }
-                | Upgrade::WaitingForPrimary { .. }
-                | Upgrade::Stopping { .. }
-                | Upgrade::Restoring { .. }
-                | Upgrade::Starting { .. }
-        )
-    }
-
-    /// True from the restore on: the restore Job exists.
-    pub fn is_restoring(self) -> bool {
-        matches!(
-            self,
-            Upgrade::Restoring { .. } | Upgrade::RestoreFailed { .. } | Upgrade::Starting { .. }
-        )
-    }
-}
 
 /// Where the restore of `spec.bootstrap` stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,37 +158,6 @@ pub struct Plan {
     pub certificate_renewal: Option<String>,
 }
 
-/// The image of each major in play: the spec's image for the spec's
-/// major; for the major the StatefulSet runs, the image it runs (an
-/// upgrade's dump reads the old data with the image that wrote it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Images {
-    spec: (Major, String),
-    running: Option<(Major, String)>,
-}
-
-impl Images {
-    fn of(db: &Database, seen: &Observed) -> Self {
-        let running = seen
-            .running()
-            .zip(seen.running_image())
-            .map(|(major, image)| (major, image.to_string()));
-        Images {
-            spec: (db.spec.version, spec::image(db)),
-            running,
-        }
-    }
-
-    /// The image to run `major` with.
-    pub fn image(&self, major: Major) -> String {
-        match (&self.spec, &self.running) {
-            ((m, image), _) if *m == major => image.clone(),
-            (_, Some((m, image))) if *m == major => image.clone(),
-            _ => major.image(),
-        }
-    }
-}
-
 /// Decides the StatefulSet's version and size and which Jobs exist.
 pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
     let running = running(db, seen)?;
@@ -394,47 +284,17 @@ fn reported_version(db: &Database) -> Option<Major> {
     Major::parse(db.status.as_ref()?.version.as_deref()?)
 }
 
-/// Where an upgrade from `running` to the spec's version stands, from the
-/// Jobs observed.
+/// The plan of a Database running `running`, with the upgrade to the
+/// spec's version where it stands.
 pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
     let mut plan = at_rest(db, seen, running);
-    if let Some(to) = restore_in_flight(db, seen, running) {
-        plan.target = to;
-        plan.upgrade = Upgrade::Restoring { to };
-        plan.replicas = 0;
-        plan.upgrade_job = true;
-        plan.pre_upgrade_job =
-            db.spec.backup.is_some() && seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
-        return plan;
-    }
-    let to = db.spec.version;
-    if to == running || !plan.restore.lets_serve() {
-        // Upgraded (or never upgraded): the Jobs have done their work and
-        // go; the pre-upgrade dump stays in S3, the old data on the volume.
-        // An upgrade waits for the bootstrap's restore.
-        return plan;
-    }
-    if db.spec.backup.is_none() {
-        plan.upgrade = Upgrade::NoDestination { to };
-        plan.pre_upgrade_job = seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
-        plan.upgrade_job = seen.jobs.contains_key(&jobs::upgrade(db, to));
-        return plan;
-    }
-    plan.upgrade = upgrade_step(db, seen, to);
-    if let Upgrade::Starting { to } = plan.upgrade {
-        // The new version's data is complete: move the StatefulSet.
-        plan.version = to;
-    }
-    // Kept once observed, so a failed one stays for its logs and is never
-    // retried behind the user's back.
-    plan.pre_upgrade_job = plan.upgrade != Upgrade::WaitingForPrimary { to }
-        || seen.jobs.contains_key(&jobs::pre_upgrade(db, to));
-    plan.upgrade_job =
-        plan.upgrade.is_restoring() || seen.jobs.contains_key(&jobs::upgrade(db, to));
-    if matches!(
-        plan.upgrade,
-        Upgrade::Stopping { .. } | Upgrade::Restoring { .. }
-    ) {
+    let upgrade = upgrade::decide(db, seen, running, plan.restore.lets_serve());
+    plan.upgrade = upgrade.step;
+    plan.target = upgrade.target;
+    plan.version = upgrade.version;
+    plan.pre_upgrade_job = upgrade.pre_upgrade_job;
+    plan.upgrade_job = upgrade.upgrade_job;
+    if upgrade.stops_instances {
         plan.replicas = 0;
     }
     plan
@@ -575,46 +435,6 @@ fn verify_after(db: &Database, seen: &Observed, restore: Restore) -> Option<Time
     let after_each = backup.enabled && backup.verify.as_ref()?.after_each_backup;
     let last = seen.last_backup_time()?;
     (after_each && restore.lets_serve()).then_some(last)
-}
-
-/// The major of an upgrade's restore still running that the spec no longer
-/// asks for (a newer version asked for, the destination removed). It holds
-/// the primary's volume whatever the spec says now: it keeps its Job and
-/// every instance stays stopped until it ends. Dropping its Job would start
-/// instances on a volume the Job's pod may still be using.
-fn restore_in_flight(db: &Database, seen: &Observed, running: Major) -> Option<Major> {
-    let to = Major::ALL.into_iter().find(|m| {
-        *m > running
-            && matches!(
-                seen.job(&jobs::upgrade(db, *m)),
-                Some(RunStatus::Running | RunStatus::None)
-            )
-    })?;
-    (to != db.spec.version || db.spec.backup.is_none()).then_some(to)
-}
-
-/// The step an upgrade to `to` has reached, from its two Jobs.
-fn upgrade_step(db: &Database, seen: &Observed, to: Major) -> Upgrade {
-    // During a change of primary the designated instance may be a standby
-    // not yet promoted: neither its answers (the backup) nor its volume
-    // (the upgrade Job mounts the designated claim) are the data to
-    // upgrade. A step whose Job exists goes on: a Job runs once.
-    let changing = primary::decide(db, seen, false, None).changing();
-    match seen.job(&jobs::pre_upgrade(db, to)) {
-        None if changing => Upgrade::WaitingForPrimary { to },
-        None | Some(RunStatus::Running | RunStatus::None) => Upgrade::BackingUp { to },
-        Some(RunStatus::Failed) => Upgrade::BackupFailed { to },
-        Some(RunStatus::Succeeded) => match seen.job(&jobs::upgrade(db, to)) {
-            None if changing => Upgrade::WaitingForPrimary { to },
-            // The restore needs the primary's volume: stop every instance
-            // first, as the StatefulSet itself reports, not only as far as
-            // its pods are seen.
-            None if seen.live_instances(db) > 0 || !seen.is_stopped() => Upgrade::Stopping { to },
-            None | Some(RunStatus::Running | RunStatus::None) => Upgrade::Restoring { to },
-            Some(RunStatus::Failed) => Upgrade::RestoreFailed { to },
-            Some(RunStatus::Succeeded) => Upgrade::Starting { to },
-        },
-    }
 }
 
 /// Whether the generated application credentials exist: when the spec names

@@ -3,12 +3,13 @@
 use super::deletion::Deletion;
 use super::names::{endpoint, jobs, pod_name};
 use super::observed::Observed;
-use super::plan::{Plan, Restore, Upgrade};
+use super::plan::{Plan, Restore};
 use super::primary::{Primary, is_designated_ready, is_serving};
 use super::rollout::Step;
 use super::spec::{
-    Database, DatabaseStatus, DeletionPolicy, Major, Phase, database_name, shows_condition,
+    Database, DatabaseStatus, DeletionPolicy, Phase, database_name, shows_condition,
 };
+use super::upgrade::{self, Upgrade};
 use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
@@ -405,102 +406,12 @@ fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
         false => rollout_words(db, plan),
     };
     match (plan.upgrade, rolling) {
-        (_, None) => major_words(db, plan),
+        (_, None) => upgrade::words(db, plan.upgrade, plan.version),
         (Upgrade::None, Some(rolling)) => (true, "RollingUpdate", rolling),
         (_, Some(rolling)) => {
-            let (_, _, major) = major_words(db, plan);
+            let (_, _, major) = upgrade::words(db, plan.upgrade, plan.version);
             (true, "RollingUpdate", format!("{rolling}; {major}"))
         }
-    }
-}
-
-/// The major upgrade's words; [`upgrade_words`] adds a rollout's.
-// Long because it is a flat table: one arm of words per upgrade step.
-fn major_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
-    match plan.upgrade {
-        Upgrade::None => match plan.version.end_of_life() {
-            None => (
-                false,
-                "UpToDate",
-                format!("running PostgreSQL {}", plan.version.as_str()),
-            ),
-            Some(date) => (
-                false,
-                "EndOfLife",
-                format!(
-                    "running PostgreSQL {}, which reached its end of life on {date} and gets no more fixes: set spec.version to {} to upgrade",
-                    plan.version.as_str(),
-                    Major::NEWEST.as_str()
-                ),
-            ),
-        },
-        Upgrade::NoDestination { to } => (
-            false,
-            "NoBackupDestination",
-            format!(
-                "upgrading to {} needs a pre-upgrade backup: set spec.backup.destination; {} keeps running",
-                to.as_str(),
-                plan.version.as_str()
-            ),
-        ),
-        Upgrade::BackingUp { to } => (
-            true,
-            "BackingUp",
-            format!(
-                "job {} takes the pre-upgrade backup",
-                jobs::pre_upgrade(db, to)
-            ),
-        ),
-        Upgrade::BackupFailed { to } => (
-            false,
-            "PreUpgradeBackupFailed",
-            format!(
-                "job {} failed; {} keeps running; delete the job to retry",
-                jobs::pre_upgrade(db, to),
-                plan.version.as_str()
-            ),
-        ),
-        Upgrade::WaitingForPrimary { to } => (
-            true,
-            "WaitingForPrimary",
-            format!(
-                "the upgrade to {} waits until the change of primary under way is done: until then the designated instance may not hold the newest data",
-                to.as_str()
-            ),
-        ),
-        Upgrade::Stopping { to } => (
-            true,
-            "Stopping",
-            format!(
-                "stopping {} so job {} can restore into {}",
-                plan.version.as_str(),
-                jobs::upgrade(db, to),
-                to.as_str()
-            ),
-        ),
-        Upgrade::Restoring { to } => (
-            true,
-            "Restoring",
-            format!(
-                "job {} restores the dump of the stopped old version into {}",
-                jobs::upgrade(db, to),
-                to.as_str()
-            ),
-        ),
-        Upgrade::Starting { to } => (
-            true,
-            "Starting",
-            format!("the restore into {} succeeded; starting it", to.as_str()),
-        ),
-        Upgrade::RestoreFailed { to } => (
-            false,
-            "UpgradeFailed",
-            format!(
-                "job {} failed; {} serves again with its data untouched; delete the job to retry",
-                jobs::upgrade(db, to),
-                plan.version.as_str()
-            ),
-        ),
     }
 }
 
