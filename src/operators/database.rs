@@ -15,14 +15,21 @@
 //! removing the StatefulSet; under `Retain` they outlive the Database,
 //! owned by nothing.
 //!
-//! The decisions live in [`plan`]: a pure function from the observed state
-//! to what to build; [`children`] turns that into objects.
+//! Each feature owns its decision, its children and its condition in one
+//! file: `upgrade` (between majors), `restore` (from a dump), `deletion`,
+//! `storage`, `placement`, `parameters`, `backups`, `monitoring`, `tls`,
+//! and `primary` with `lease` and `rollout` (failover, switchover, rolling
+//! a template). [`plan`] assembles the features' decisions, a pure function
+//! from the observed state to what to build; [`children`] and `status`
+//! turn that into objects and conditions.
 //!
 //! Imports go down only. At the bottom: `spec` (the types and the spec's
 //! own rules), `names` (every child's name and address), `kinds` (other
 //! projects' objects: cert-manager's, Prometheus Operator's), `objects`
 //! (what every feature builds with: metadata, a script Job, a kept Job, a
-//! scoped identity) and `observed` (the request, read once). The features
+//! scoped identity), `dumps` (a dump Job), `images` (the image of each
+//! major) and `observed` (the request, read once, with the one definition
+//! of "initialized"). The features
 //! sit above them; `plan`, `children` and `status` assemble on top.
 
 mod backups;
@@ -43,6 +50,7 @@ mod parameters;
 mod placement;
 mod plan;
 mod primary;
+mod restore;
 mod rollout;
 mod spec;
 mod status;

@@ -7,7 +7,7 @@ use base64::Engine;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ObjectReference, PodSpec, Secret, Service, ServicePort, ServiceSpec,
+    ConfigMap, ObjectReference, PodSpec, Secret, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,31 +28,23 @@ use super::names::{
     service_fqdn, superuser_secret_name,
 };
 use super::objects::{
-    APP, app_env, kept_job, labels, meta, mount, script_container, script_job, secret_env,
-    superuser_env, value_env, work_volume,
+    APP, INIT_APP_SCRIPT, app_env, kept_job, labels, meta, script_container, script_job,
+    secret_env, superuser_env, value_env,
 };
 use super::observed::Observed;
 use super::plan::{Plan, has_generated_credentials};
 use super::primary::{self, Primary};
-use super::spec::{
-    Database, PORT, Replication, TEMPLATE_HASH, before_stamp, bootstrap_destination, database_name,
-    name,
-};
+use super::restore;
+use super::spec::{Database, PORT, Replication, TEMPLATE_HASH, database_name, name};
 use super::tls;
 use super::trust;
 use super::upgrade;
 use crate::hook::Child;
 use crate::operator::{Context, HookError};
-use crate::operators::backup_job::{self, Choice};
 use crate::operators::common::selector_labels;
-use crate::operators::resources;
 
 /// The promote Job: promotes a standby once it is safe.
 pub const PROMOTE_SCRIPT: &str = include_str!("promote.sh");
-/// The initial-configuration Job.
-pub(super) const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");
-/// The bootstrap's restore Job: restores the chosen dump.
-pub(super) const RESTORE_SCRIPT: &str = include_str!("restore.sh");
 
 /// Every desired child of a Database.
 pub fn build(
@@ -100,7 +92,9 @@ pub fn build(
     out.extend(promote_jobs(db, seen, plan).iter().map(Child::new));
     out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
     if plan.restore_job {
-        out.extend(restore_job(db, plan).as_ref().map(Child::new));
+        let image = plan.images.image(plan.version);
+        let job = restore::job(db, plan.primary.designated, image, &plan.tls);
+        out.extend(job.as_ref().map(Child::new));
     }
     out.extend(backups::children(db, plan));
     if plan.growth.growing() && !plan.deleting {
@@ -384,81 +378,6 @@ pub(super) fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
         designated: plan.primary.designated,
     };
     upgrade::jobs(db, &build)
-}
-
-/// The restore of `spec.bootstrap`'s dump into the new primary, before
-/// anyone can write: `select` chooses the dump and downloads it, `init`
-/// creates the application user and database (as the init Job does), and
-/// `restore` restores the dump into it in one transaction, everything owned
-/// by the application user. It reaches the designated primary through the
-/// headless Service, since the read-write Service does not exist yet.
-pub fn restore_job(db: &Database, plan: &Plan) -> Option<Job> {
-    let bootstrap = db.spec.bootstrap.as_ref()?;
-    let destination = bootstrap_destination(db)?;
-    // The store is read with the Database's backup settings when it has
-    // them (the same account reads what it wrote).
-    let backup = db.spec.backup.as_ref();
-    let upload_image = backup.map_or(backup_job::DEFAULT_UPLOAD_IMAGE, |b| b.upload_image());
-    let before = bootstrap
-        .before
-        .as_deref()
-        .and_then(|b| before_stamp(b).ok());
-    let choice = match (&bootstrap.key, &bootstrap.database, &bootstrap.backup) {
-        (Some(key), _, _) => Choice::Key(key.clone()),
-        (None, Some(database), _) => Choice::Newest {
-            names: jobs::dump_names(database),
-            before,
-        },
-        (None, None, Some(backup)) => Choice::Newest {
-            names: vec![backup.clone()],
-            before,
-        },
-        (None, None, None) => return None,
-    };
-    let connection = vec![
-        value_env("PGHOST", instance_host(db, plan.primary.designated)),
-        value_env("PGPORT", PORT.to_string()),
-        value_env("PGUSER", "postgres"),
-        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
-        value_env("PGCONNECT_TIMEOUT", "30"),
-    ];
-    let mut init_env = connection.clone();
-    init_env.extend(app_env(db));
-    let mut restore_env = connection;
-    restore_env.extend([
-        value_env("WORK_DIR", "/work"),
-        value_env("PGDATABASE", database_name(db)),
-        secret_env("APP_USER", credentials_secret_name(db), "username"),
-    ]);
-    let image = plan.images.image(plan.version);
-    let given = backup.and_then(|b| b.resources.as_ref());
-    let with_resources = |container: Container| Container {
-        resources: Some(resources::backup(given)),
-        ..container
-    };
-    let pod = PodSpec {
-        init_containers: Some(vec![
-            backup_job::select_container(destination, &choice, upload_image, given),
-            with_resources(script_container(
-                ("init", image.clone()),
-                INIT_APP_SCRIPT,
-                init_env,
-                None,
-            )),
-        ]),
-        containers: vec![with_resources(script_container(
-            ("restore", image),
-            RESTORE_SCRIPT,
-            restore_env,
-            Some(vec![mount("work", "/work", false)]),
-        ))],
-        volumes: Some(vec![work_volume()]),
-        service_account_name: backup.and_then(|b| b.service_account_name.clone()),
-        ..PodSpec::default()
-    };
-    let mut pod = pod;
-    plan.tls.apply(&mut pod, &["init", "restore"]);
-    Some(script_job(db, jobs::restore(db), pod, 1))
 }
 
 /// The promote Jobs: every observed one is kept (a Job runs once, and its

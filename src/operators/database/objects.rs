@@ -240,3 +240,7 @@ pub(super) fn app_env(db: &Database) -> Vec<EnvVar> {
         value_env("APP_DATABASE", database_name(db)),
     ]
 }
+
+/// The application user and database: made by the initial-configuration
+/// Job, and by the restore before it restores into them.
+pub(super) const INIT_APP_SCRIPT: &str = include_str!("init-app.sh");

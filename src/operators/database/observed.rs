@@ -18,13 +18,14 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::kinds::{self, Certificate, CertificateRequest, PodMonitor};
 use super::names::{
-    backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, pod_ordinal, role_name,
+    backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, jobs, pod_ordinal, role_name,
 };
 use super::spec::issuer;
 
 use super::parameters;
 use super::spec::{ANNOTATION_VERSION, Database, Major, TEMPLATE_HASH, name};
 
+use crate::hook::conditions::ConditionStatus;
 use crate::hook::{ObservedPod, SyncRequest};
 use crate::operator::HookError;
 use crate::operators::backup_job::{self, RunStatus};
@@ -105,6 +106,23 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// True once the initial configuration succeeded, now or earlier: the
+    /// Database holds data an instance must never initialize over. The one
+    /// definition of "initialized", and sticky: the init Job's success, or
+    /// what the hook recorded of it, in the status (`Initialized=True`) or in
+    /// the role ConfigMap (`initialized=true`). The Job deleted (by a person
+    /// or a TTL) and made again, or one of the two records lost, never turns
+    /// it false; each record is only ever written true from this.
+    pub fn was_initialized(&self, db: &Database) -> bool {
+        self.job(&jobs::init(db)) == Some(RunStatus::Succeeded)
+            || self.role.as_ref().is_some_and(|r| r.initialized)
+            || db.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Initialized" && c.status == ConditionStatus::True)
+            })
+    }
+
     /// Decodes the request's children and related objects. A StatefulSet
     /// of another name is refused: it holds volumes, and an answer without
     /// it would delete it.

@@ -10,81 +10,17 @@ use super::names::{generated_credentials_name, jobs};
 use super::observed::Observed;
 use super::parameters::{self, Held};
 use super::primary::{self, Primary};
+use super::restore::{self, Restore};
 use super::rollout::{self, Rollout, Serving};
 use super::spec::{ANNOTATION_VERSION, Database, Major, VOLUME, name};
 use super::storage::Growth;
 use super::tls;
 use super::trust;
 use super::upgrade::{self, Upgrade};
-use crate::hook::conditions::ConditionStatus;
 use crate::operator::HookError;
-use crate::operators::backup_job::RunStatus;
 use crate::operators::report::InstanceSays;
 use crate::operators::validate::InvalidSpec;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-
-/// Where the restore of `spec.bootstrap` stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Restore {
-    /// No bootstrap asked for.
-    None,
-    /// Asked for, but the Database holds data of its own: nothing is
-    /// ever restored over it.
-    NotOver(Holds),
-    /// The restore Job runs (or is about to); nobody can write yet.
-    Running,
-    /// The restore Job failed; the Database does not serve.
-    Failed,
-    /// Restored, now or earlier (recorded in the status for ever).
-    Done,
-}
-
-/// What a Database asked to restore already holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holds {
-    /// It was initialized: its own data.
-    Initialized,
-    /// It was created over the retained volumes of an earlier Database of
-    /// its name: it serves their data.
-    RetainedVolumes,
-}
-
-impl Restore {
-    /// True when the Database may serve: nothing to restore, or restored.
-    pub fn lets_serve(self) -> bool {
-        !matches!(self, Restore::Running | Restore::Failed)
-    }
-
-    /// The `Restored` condition's reason for this step. A later call reads
-    /// it back ([`Restore::from_reason`]): it is how a restore whose failed
-    /// Job was deleted is told from a Database that never restored.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Restore::None => "NotRequested",
-            Restore::NotOver(Holds::Initialized) => "AlreadyInitialized",
-            Restore::NotOver(Holds::RetainedVolumes) => "RetainedVolumes",
-            Restore::Running => "Restoring",
-            Restore::Failed => "RestoreFailed",
-            Restore::Done => "Restored",
-        }
-    }
-
-    /// The step a recorded reason names, when the Job that decided it is
-    /// gone: a restore under way stays one (its Job is made again), a
-    /// restore done stays done, and what the Database was found holding
-    /// stays its reason.
-    fn from_reason(reason: &str) -> Option<Restore> {
-        match reason {
-            "Restoring" | "RestoreFailed" => Some(Restore::Running),
-            "Restored" => Some(Restore::Done),
-            "AlreadyInitialized" => Some(Restore::NotOver(Holds::Initialized)),
-            "RetainedVolumes" => Some(Restore::NotOver(Holds::RetainedVolumes)),
-            _ => None,
-        }
-    }
-}
 
 /// What to build, decided from the observed state alone.
 #[derive(Clone, Debug, PartialEq)]
@@ -194,14 +130,14 @@ pub(super) fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, up
     // standbys above the size may be the ones that take over from it, and
     // stopping them could leave no instance that holds the data.
     if plan.replicas > 0
-        && was_initialized(db, seen)
+        && seen.was_initialized(db)
         && !primary::is_designated_ready(db, seen, &steady)
     {
         plan.replicas = plan.replicas.max(seen.statefulset_replicas());
     }
     let replicas = with_primary(plan.replicas, &steady);
     let may_fail_over =
-        !upgrading && plan.restore.lets_serve() && replicas > 1 && was_initialized(db, seen);
+        !upgrading && plan.restore.lets_serve() && replicas > 1 && seen.was_initialized(db);
     let serving = Serving {
         ordinal: steady.serving,
         changing: steady.changing(),
@@ -226,23 +162,6 @@ fn with_primary(replicas: i32, primary: &Primary) -> i32 {
         return 0;
     }
     replicas.max(primary.instances_needed())
-}
-
-/// True once the initial configuration succeeded, now or earlier: the
-/// Database holds data an instance must never initialize over. The one
-/// definition of "initialized", and sticky: the init Job's success, or
-/// what the hook recorded of it, in the status (`Initialized=True`) or in
-/// the role ConfigMap (`initialized=true`). The Job deleted (by a person
-/// or a TTL) and made again, or one of the two records lost, never turns
-/// it false; each record is only ever written true from this.
-pub(super) fn was_initialized(db: &Database, seen: &Observed) -> bool {
-    seen.job(&jobs::init(db)) == Some(RunStatus::Succeeded)
-        || seen.role.as_ref().is_some_and(|r| r.initialized)
-        || db.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Initialized" && c.status == ConditionStatus::True)
-        })
 }
 
 /// Refuses (409) while instance 0 refuses to start on its volume because
@@ -302,7 +221,7 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
 
 /// The plan of a Database running `running` with no upgrade under way.
 fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
-    let restore = restore_step(db, seen);
+    let restore = restore::decide(db, seen);
     let has = |job: &str| seen.jobs.contains_key(job);
     let primary = primary::decide(db, seen, false, None);
     let primary_ready = primary::is_designated_ready(db, seen, &primary);
@@ -334,9 +253,9 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         // data is elsewhere whatever instance 0's volume holds: an empty
         // one refuses to initialize (`start.sh`), and the others report
         // what they hold.
-        initialized: was_initialized(db, seen)
+        initialized: seen.was_initialized(db)
             || matches!(restore, Restore::Done | Restore::NotOver(_))
-            || seen.claims(db).any(|(_, c)| is_older(c, db)),
+            || seen.claims(db).any(|(_, c)| restore::is_older(c, db)),
         images: Images::of(db, seen),
         rollout: rollout::decide(db, seen, 0, Serving::UNKNOWN, false),
         parameters,
@@ -367,67 +286,6 @@ fn decide_parameters(db: &Database, seen: &Observed) -> (BTreeMap<String, String
     parameters::hold_decreases(&wanted, &seen.running_parameters())
 }
 
-/// Where the restore of `spec.bootstrap` stands. It runs only for a
-/// Database that never held data: none was recorded restored or
-/// initialized, and no volume of its name is older than it (retained
-/// volumes of an earlier Database are served, never restored over). Its own
-/// StatefulSet and claims say nothing: Metacontroller may call again, after
-/// creating them, before the first answer's status is written, and taking
-/// them for data would serve an empty cluster that is never restored.
-/// Once started it goes on until it succeeded: a failed Job deleted by the
-/// user is made again. (`restore.sh` refuses a database that holds tables,
-/// whatever is decided here.)
-fn restore_step(db: &Database, seen: &Observed) -> Restore {
-    if db.spec.bootstrap.is_none() {
-        return Restore::None;
-    }
-    let status = db.status.as_ref();
-    if status.is_some_and(|s| s.restored_from.is_some()) {
-        return Restore::Done;
-    }
-    match seen.job(&jobs::restore(db)) {
-        Some(RunStatus::Succeeded) => return Restore::Done,
-        Some(RunStatus::Failed) => return Restore::Failed,
-        Some(RunStatus::Running | RunStatus::None) => return Restore::Running,
-        None => {}
-    }
-    let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let recorded = conditions
-        .iter()
-        .find(|c| c.type_ == "Restored")
-        .and_then(|c| Restore::from_reason(c.reason.as_deref().unwrap_or_default()));
-    // What the Database was found holding stays its reason.
-    if let Some(holds @ Restore::NotOver(_)) = recorded {
-        return holds;
-    }
-    if seen.jobs.contains_key(&jobs::init(db)) {
-        return Restore::NotOver(Holds::Initialized);
-    }
-    // Volumes older than the Database come first: the role this Database
-    // wrote counts them as initialized, and a second call made before the
-    // first answer's status was stored would otherwise give the general
-    // reason instead of the specific one.
-    let retained = seen.claims(db).any(|(_, c)| is_older(c, db));
-    match recorded {
-        None if retained => Restore::NotOver(Holds::RetainedVolumes),
-        _ if was_initialized(db, seen) => Restore::NotOver(Holds::Initialized),
-        Some(step) => step,
-        None => Restore::Running,
-    }
-}
-
-/// True for a volume made before the Database (by an earlier one of its
-/// name), or of unknown age: never one its own StatefulSet made, which is
-/// at least as young as the Database (creation times count seconds, so
-/// "older" is strictly earlier).
-fn is_older(claim: &PersistentVolumeClaim, db: &Database) -> bool {
-    let created = |meta: &ObjectMeta| meta.creation_timestamp.as_ref().map(|t| t.0);
-    match (created(&claim.metadata), created(&db.metadata)) {
-        (Some(claim), Some(database)) => claim < database,
-        _ => true,
-    }
-}
-
 /// The last backup's time, when each backup is to be verified: the backup
 /// CronJob's last success, once there is something to back up.
 fn verify_after(db: &Database, seen: &Observed, restore: Restore) -> Option<Timestamp> {
@@ -449,10 +307,10 @@ pub fn has_generated_credentials(db: &Database, seen: &Observed) -> bool {
 pub(super) mod tests {
     use super::*;
     use crate::fixtures;
+    use crate::hook::conditions::ConditionStatus;
     use crate::operator::Context;
     use crate::operators::database::children;
     use k8s_openapi::api::batch::v1::Job;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     pub(in super::super) fn db(version: &str, policy: &str) -> Database {
@@ -551,252 +409,11 @@ pub(super) mod tests {
             switchover: false,
         });
         let fresh = db("16", "Snapshot");
-        assert!(was_initialized(&fresh, &role_only), "the role ConfigMap");
+        assert!(role_only.was_initialized(&fresh), "the role ConfigMap");
         assert!(
             plan(&fresh, &role_only).unwrap().initialized,
             "the plan, from the role"
         );
-    }
-
-    #[test]
-    fn a_bootstrap_restores_only_into_a_database_that_never_held_data() {
-        let fresh = bootstrapped(&[]);
-        let mut retained = Observed::default();
-        retained
-            .volumes
-            .push(serde_json::from_value(json!({"metadata": {"name": "data-orders-0"}})).unwrap());
-        // The second call, before the first answer's status is stored: the
-        // role it wrote counts the old volumes as initialized.
-        let mut retained_role = retained.clone();
-        retained_role.role = Some(crate::operators::database::observed::Role {
-            primary: "orders-0".into(),
-            epoch: 0,
-            initialized: true,
-            switchover: false,
-        });
-        let initialized = bootstrapped(&[("Initialized", "True", "Initialized")]);
-        let failed_before = bootstrapped(&[("Restored", "False", "RestoreFailed")]);
-        let adopted_before = bootstrapped(&[("Restored", "False", "RetainedVolumes")]);
-        let mut recorded = bootstrapped(&[]);
-        recorded.status.as_mut().unwrap().restored_from = Some(Default::default());
-        let cases = [
-            (
-                "first call, nothing there",
-                &fresh,
-                Observed::default(),
-                Restore::Running,
-            ),
-            (
-                "its Job running",
-                &fresh,
-                with_job(running("16"), "orders-restore", "Running"),
-                Restore::Running,
-            ),
-            (
-                "its Job failed",
-                &fresh,
-                with_job(running("16"), "orders-restore", "Failed"),
-                Restore::Failed,
-            ),
-            (
-                "its Job succeeded",
-                &fresh,
-                with_job(running("16"), "orders-restore", "Complete"),
-                Restore::Done,
-            ),
-            (
-                "recorded, the Job gone",
-                &recorded,
-                running("16"),
-                Restore::Done,
-            ),
-            (
-                "the failed Job deleted: again",
-                &failed_before,
-                running("16"),
-                Restore::Running,
-            ),
-            (
-                "created over retained volumes",
-                &fresh,
-                retained,
-                Restore::NotOver(Holds::RetainedVolumes),
-            ),
-            (
-                "created over retained volumes, the role written before the status",
-                &fresh,
-                retained_role,
-                Restore::NotOver(Holds::RetainedVolumes),
-            ),
-            (
-                "adopted earlier",
-                &adopted_before,
-                running("16"),
-                Restore::NotOver(Holds::RetainedVolumes),
-            ),
-            (
-                "its init Job seen",
-                &fresh,
-                with_job(running("16"), "orders-init", "Complete"),
-                Restore::NotOver(Holds::Initialized),
-            ),
-            (
-                "initialized once",
-                &initialized,
-                Observed::default(),
-                Restore::NotOver(Holds::Initialized),
-            ),
-            (
-                "its own StatefulSet, the status not yet written",
-                &fresh,
-                running("16"),
-                Restore::Running,
-            ),
-        ];
-        for (reason, d, seen, want) in cases {
-            assert_eq!(restore_step(d, &seen), want, "{reason}");
-        }
-        // Found by the restore's real-loop scenario: Metacontroller called
-        // again with the StatefulSet and its claims before the first
-        // status was written, and the Database served an empty cluster,
-        // never restored. Only a volume older than the Database is data.
-        let mut dated = bootstrapped(&[]);
-        dated.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:05Z".parse().unwrap()));
-        let claim_made = |at: &str| -> Observed {
-            let mut seen = running("16");
-            seen.volumes.push(
-                serde_json::from_value(
-                    json!({"metadata": {"name": "data-orders-0", "creationTimestamp": at}}),
-                )
-                .unwrap(),
-            );
-            seen
-        };
-        for (reason, at, want) in [
-            (
-                "its own claim, the same second",
-                "2026-01-01T00:00:05Z",
-                Restore::Running,
-            ),
-            (
-                "its own claim, later",
-                "2026-01-01T00:00:09Z",
-                Restore::Running,
-            ),
-            (
-                "a claim older than it",
-                "2026-01-01T00:00:04Z",
-                Restore::NotOver(Holds::RetainedVolumes),
-            ),
-        ] {
-            assert_eq!(restore_step(&dated, &claim_made(at)), want, "{reason}");
-        }
-        let mut plain = db("16", "Snapshot");
-        plain.status = None;
-        assert_eq!(restore_step(&plain, &Observed::default()), Restore::None);
-    }
-
-    #[test]
-    fn nothing_serves_or_initializes_before_the_restore_succeeded() {
-        let names = |d: &Database, seen: &Observed| -> Vec<String> {
-            let plan = plan(d, seen).unwrap();
-            let ctx = Context {
-                now: "2026-01-01T00:00:00Z".parse().unwrap(),
-                entropy: [0xAB; crate::operator::ENTROPY],
-            };
-            children::build(d, seen, &plan, &ctx)
-                .unwrap()
-                .iter()
-                .map(|c| {
-                    let v = serde_json::to_value(c).unwrap();
-                    format!(
-                        "{}/{}",
-                        v["kind"].as_str().unwrap(),
-                        v["metadata"]["name"].as_str().unwrap()
-                    )
-                })
-                .collect()
-        };
-        let mut d = bootstrapped(&[]);
-        d.spec.backup.as_mut().unwrap().enabled = true;
-        d.spec.backup.as_mut().unwrap().schedule = Some("0 2 * * *".into());
-        let mut restoring = with_job(running("16"), "orders-restore", "Running");
-        restoring.pods.push(instance(0).ready().typed());
-        let built = names(&d, &restoring);
-        assert!(
-            built.contains(&"Job/orders-restore".to_string()),
-            "{built:?}"
-        );
-        for serving in [
-            "Service/orders",
-            "Service/orders-ro",
-            "EndpointSlice/orders-ro",
-            "CronJob/orders-backup",
-            "Job/orders-init",
-        ] {
-            assert!(
-                !built.contains(&serving.to_string()),
-                "{serving} while restoring: {built:?}"
-            );
-        }
-        let restored = with_job(restoring, "orders-restore", "Complete");
-        let built = names(&d, &restored);
-        for serving in [
-            "Service/orders",
-            "Service/orders-ro",
-            "EndpointSlice/orders-ro",
-            "CronJob/orders-backup",
-            "Job/orders-init",
-            "Job/orders-restore",
-        ] {
-            assert!(
-                built.contains(&serving.to_string()),
-                "{serving} once restored: {built:?}"
-            );
-        }
-    }
-
-    /// Review finding: a newer version (or no destination) asked for while
-    /// the restore into 17 runs dropped its Job and started the instances
-    /// again, on the volume the restore may still be using.
-    #[test]
-    fn regression_a_running_restore_holds_whatever_the_spec_says() {
-        // A restore from 15 into 16 is running.
-        let mut seen = stopped("15");
-        for (name, state) in [
-            ("orders-pre-upgrade-16", "Complete"),
-            ("orders-upgrade-16", "Running"),
-        ] {
-            seen.jobs.insert(name.into(), job(state));
-        }
-        let mut no_destination = db("16", "Delete");
-        no_destination.spec.backup = None;
-        for (reason, d) in [
-            ("17 asked for meanwhile", db("17", "Delete")),
-            ("the destination removed", no_destination),
-        ] {
-            let plan = plan(&d, &seen).unwrap();
-            assert_eq!(
-                plan.upgrade,
-                Upgrade::Restoring { to: Major::V16 },
-                "{reason}"
-            );
-            assert_eq!((plan.replicas, plan.version), (0, Major::V15), "{reason}");
-            let built = children::upgrade_jobs(&d, &plan);
-            assert!(
-                built
-                    .iter()
-                    .any(|j| j.metadata.name.as_deref() == Some("orders-upgrade-16")),
-                "{reason}: the running restore Job is kept"
-            );
-        }
-        // Stopping waits for the StatefulSet itself to report zero replicas.
-        let mut stopping = running("16");
-        stopping
-            .jobs
-            .insert("orders-pre-upgrade-17".into(), job("Complete"));
-        let plan = plan(&db("17", "Delete"), &stopping).unwrap();
-        assert_eq!(plan.upgrade, Upgrade::Stopping { to: Major::V17 });
     }
 
     /// `running`, with instance 0 up and ready.
@@ -804,124 +421,6 @@ pub(super) mod tests {
         let mut seen = running(version);
         seen.pods = vec![instance(0).ready().typed()];
         seen
-    }
-
-    #[test]
-    fn upgrade_steps() {
-        let d = db("17", "Delete");
-        struct Case {
-            reason: &'static str,
-            jobs: Vec<(&'static str, &'static str)>,
-            pods: usize,
-            want: Upgrade,
-            want_version: Major,
-            want_replicas: i32,
-        }
-        let to = Major::V17;
-        let cases = [
-            Case {
-                reason: "starts with the backup",
-                jobs: vec![],
-                pods: 2,
-                want: Upgrade::BackingUp { to },
-                want_version: Major::V16,
-                want_replicas: 2,
-            },
-            Case {
-                reason: "a failed backup keeps 16 serving",
-                jobs: vec![("orders-pre-upgrade-17", "Failed")],
-                pods: 2,
-                want: Upgrade::BackupFailed { to },
-                want_version: Major::V16,
-                want_replicas: 2,
-            },
-            Case {
-                reason: "stops before restoring",
-                jobs: vec![("orders-pre-upgrade-17", "Complete")],
-                pods: 2,
-                want: Upgrade::Stopping { to },
-                want_version: Major::V16,
-                want_replicas: 0,
-            },
-            Case {
-                reason: "restores once stopped",
-                jobs: vec![("orders-pre-upgrade-17", "Complete")],
-                pods: 0,
-                want: Upgrade::Restoring { to },
-                want_version: Major::V16,
-                want_replicas: 0,
-            },
-            Case {
-                reason: "a failed restore brings 16 back",
-                jobs: vec![
-                    ("orders-pre-upgrade-17", "Complete"),
-                    ("orders-upgrade-17", "Failed"),
-                ],
-                pods: 0,
-                want: Upgrade::RestoreFailed { to },
-                want_version: Major::V16,
-                want_replicas: 2,
-            },
-            Case {
-                reason: "moves to 17 only after the restore",
-                jobs: vec![
-                    ("orders-pre-upgrade-17", "Complete"),
-                    ("orders-upgrade-17", "Complete"),
-                ],
-                pods: 0,
-                want: Upgrade::Starting { to },
-                want_version: Major::V17,
-                want_replicas: 2,
-            },
-        ];
-        for case in cases {
-            // No pod left means the StatefulSet was scaled to zero and says so.
-            let mut seen = if case.pods == 0 {
-                stopped("16")
-            } else {
-                running("16")
-            };
-            seen.jobs = case
-                .jobs
-                .iter()
-                .map(|(n, s)| (n.to_string(), job(s)))
-                .collect();
-            seen.pods = (0..case.pods).map(|i| instance(i).typed()).collect();
-            let plan = plan(&d, &seen).unwrap();
-            assert_eq!(plan.upgrade, case.want, "{}", case.reason);
-            assert_eq!(plan.version, case.want_version, "{}", case.reason);
-            assert_eq!(plan.replicas, case.want_replicas, "{}", case.reason);
-        }
-    }
-
-    /// Issue 32 item 7: a change of primary under way (orders-1 designated
-    /// at epoch 1, not yet promoted) holds the upgrade before its backup
-    /// and before its stop: the upgrade Job would mount the designated,
-    /// un-promoted standby's volume. Once a step's Job exists it goes on.
-    #[test]
-    fn an_upgrade_waits_for_a_change_of_primary() {
-        let mut d = db("17", "Delete");
-        d.status = Some(
-            serde_json::from_value(json!({"currentPrimary": "orders-0",
-                "targetPrimary": "orders-1", "primaryEpoch": 1}))
-            .unwrap(),
-        );
-        let to = Major::V17;
-        let mut seen = running("16");
-        seen.pods = (0..2).map(|i| instance(i).ready().typed()).collect();
-        let waiting = plan(&d, &seen).unwrap();
-        assert_eq!(waiting.upgrade, Upgrade::WaitingForPrimary { to });
-        assert!(!waiting.pre_upgrade_job, "no backup of the candidate");
-        seen.jobs
-            .insert("orders-pre-upgrade-17".into(), job("Complete"));
-        let backed_up = plan(&d, &seen).unwrap();
-        assert_eq!(backed_up.upgrade, Upgrade::WaitingForPrimary { to });
-        assert_eq!(backed_up.replicas, 2, "nothing stops");
-        assert!(!backed_up.upgrade_job);
-        // The promote Job succeeded: the upgrade goes on.
-        seen.jobs
-            .insert("orders-promote-1-1".into(), job("Complete"));
-        assert_eq!(plan(&d, &seen).unwrap().upgrade, Upgrade::Stopping { to });
     }
 
     #[test]

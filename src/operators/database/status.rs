@@ -3,8 +3,9 @@
 use super::deletion::Deletion;
 use super::names::{endpoint, jobs, pod_name};
 use super::observed::Observed;
-use super::plan::{Plan, Restore};
+use super::plan::Plan;
 use super::primary::{Primary, is_designated_ready, is_serving};
+use super::restore::{self, Restore};
 use super::rollout::Step;
 use super::spec::{
     Database, DatabaseStatus, DeletionPolicy, Phase, database_name, shows_condition,
@@ -16,10 +17,7 @@ use crate::operators::backup_job::RunStatus;
 use crate::operators::backup_job::verification::{self, VerifiedBackup};
 use crate::operators::common::ready_of;
 
-use restore::{restored, restored_from};
-
 mod failover;
-mod restore;
 
 /// The status from the observed state and the plan made from it.
 pub fn status(
@@ -37,7 +35,7 @@ pub fn status(
     let init = seen.job(&jobs::init(db));
     // Once initialized, the init Job seen again (made again after it was
     // deleted) counts as succeeded: its first run did.
-    let init = match super::plan::was_initialized(db, seen) {
+    let init = match seen.was_initialized(db) {
         true => Some(RunStatus::Succeeded),
         false => init,
     };
@@ -50,11 +48,16 @@ pub fn status(
         .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
     let mut observations = vec![ready_condition, initialized];
     observations.extend(feature_conditions(db, seen, plan, instances));
-    let restored_from = restored_from(db, seen, plan, ctx);
+    let restored_from = restore::restored_from(db, seen, plan.restore, ctx);
     let (verified_condition, last_verified_backup) = verified(db, seen, ctx);
     observations.extend(verified_condition);
     if db.spec.bootstrap.is_some() {
-        observations.push(restored(db, seen, plan, restored_from.as_ref()));
+        observations.push(restore::restored(
+            db,
+            seen,
+            (plan.restore, plan.restore_job),
+            restored_from.as_ref(),
+        ));
     }
     if let Some(deletion) = deletion {
         observations.push(snapshotted(db, seen, &plan.primary, deletion));

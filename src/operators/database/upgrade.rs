@@ -408,3 +408,173 @@ pub(super) fn words(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::children;
+    use super::super::plan::plan;
+    use super::super::plan::tests::{db, instance, job, running, stopped};
+    use super::*;
+    use serde_json::json;
+
+    /// Review finding: a newer version (or no destination) asked for while
+    /// the restore into 17 runs dropped its Job and started the instances
+    /// again, on the volume the restore may still be using.
+    #[test]
+    fn regression_a_running_restore_holds_whatever_the_spec_says() {
+        // A restore from 15 into 16 is running.
+        let mut seen = stopped("15");
+        for (name, state) in [
+            ("orders-pre-upgrade-16", "Complete"),
+            ("orders-upgrade-16", "Running"),
+        ] {
+            seen.jobs.insert(name.into(), job(state));
+        }
+        let mut no_destination = db("16", "Delete");
+        no_destination.spec.backup = None;
+        for (reason, d) in [
+            ("17 asked for meanwhile", db("17", "Delete")),
+            ("the destination removed", no_destination),
+        ] {
+            let plan = plan(&d, &seen).unwrap();
+            assert_eq!(
+                plan.upgrade,
+                Upgrade::Restoring { to: Major::V16 },
+                "{reason}"
+            );
+            assert_eq!((plan.replicas, plan.version), (0, Major::V15), "{reason}");
+            let built = children::upgrade_jobs(&d, &plan);
+            assert!(
+                built
+                    .iter()
+                    .any(|j| j.metadata.name.as_deref() == Some("orders-upgrade-16")),
+                "{reason}: the running restore Job is kept"
+            );
+        }
+        // Stopping waits for the StatefulSet itself to report zero replicas.
+        let mut stopping = running("16");
+        stopping
+            .jobs
+            .insert("orders-pre-upgrade-17".into(), job("Complete"));
+        let plan = plan(&db("17", "Delete"), &stopping).unwrap();
+        assert_eq!(plan.upgrade, Upgrade::Stopping { to: Major::V17 });
+    }
+
+    #[test]
+    fn upgrade_steps() {
+        let d = db("17", "Delete");
+        struct Case {
+            reason: &'static str,
+            jobs: Vec<(&'static str, &'static str)>,
+            pods: usize,
+            want: Upgrade,
+            want_version: Major,
+            want_replicas: i32,
+        }
+        let to = Major::V17;
+        let cases = [
+            Case {
+                reason: "starts with the backup",
+                jobs: vec![],
+                pods: 2,
+                want: Upgrade::BackingUp { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "a failed backup keeps 16 serving",
+                jobs: vec![("orders-pre-upgrade-17", "Failed")],
+                pods: 2,
+                want: Upgrade::BackupFailed { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "stops before restoring",
+                jobs: vec![("orders-pre-upgrade-17", "Complete")],
+                pods: 2,
+                want: Upgrade::Stopping { to },
+                want_version: Major::V16,
+                want_replicas: 0,
+            },
+            Case {
+                reason: "restores once stopped",
+                jobs: vec![("orders-pre-upgrade-17", "Complete")],
+                pods: 0,
+                want: Upgrade::Restoring { to },
+                want_version: Major::V16,
+                want_replicas: 0,
+            },
+            Case {
+                reason: "a failed restore brings 16 back",
+                jobs: vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Failed"),
+                ],
+                pods: 0,
+                want: Upgrade::RestoreFailed { to },
+                want_version: Major::V16,
+                want_replicas: 2,
+            },
+            Case {
+                reason: "moves to 17 only after the restore",
+                jobs: vec![
+                    ("orders-pre-upgrade-17", "Complete"),
+                    ("orders-upgrade-17", "Complete"),
+                ],
+                pods: 0,
+                want: Upgrade::Starting { to },
+                want_version: Major::V17,
+                want_replicas: 2,
+            },
+        ];
+        for case in cases {
+            // No pod left means the StatefulSet was scaled to zero and says so.
+            let mut seen = if case.pods == 0 {
+                stopped("16")
+            } else {
+                running("16")
+            };
+            seen.jobs = case
+                .jobs
+                .iter()
+                .map(|(n, s)| (n.to_string(), job(s)))
+                .collect();
+            seen.pods = (0..case.pods).map(|i| instance(i).typed()).collect();
+            let plan = plan(&d, &seen).unwrap();
+            assert_eq!(plan.upgrade, case.want, "{}", case.reason);
+            assert_eq!(plan.version, case.want_version, "{}", case.reason);
+            assert_eq!(plan.replicas, case.want_replicas, "{}", case.reason);
+        }
+    }
+
+    /// Issue 32 item 7: a change of primary under way (orders-1 designated
+    /// at epoch 1, not yet promoted) holds the upgrade before its backup
+    /// and before its stop: the upgrade Job would mount the designated,
+    /// un-promoted standby's volume. Once a step's Job exists it goes on.
+    #[test]
+    fn an_upgrade_waits_for_a_change_of_primary() {
+        let mut d = db("17", "Delete");
+        d.status = Some(
+            serde_json::from_value(json!({"currentPrimary": "orders-0",
+                "targetPrimary": "orders-1", "primaryEpoch": 1}))
+            .unwrap(),
+        );
+        let to = Major::V17;
+        let mut seen = running("16");
+        seen.pods = (0..2).map(|i| instance(i).ready().typed()).collect();
+        let waiting = plan(&d, &seen).unwrap();
+        assert_eq!(waiting.upgrade, Upgrade::WaitingForPrimary { to });
+        assert!(!waiting.pre_upgrade_job, "no backup of the candidate");
+        seen.jobs
+            .insert("orders-pre-upgrade-17".into(), job("Complete"));
+        let backed_up = plan(&d, &seen).unwrap();
+        assert_eq!(backed_up.upgrade, Upgrade::WaitingForPrimary { to });
+        assert_eq!(backed_up.replicas, 2, "nothing stops");
+        assert!(!backed_up.upgrade_job);
+        // The promote Job succeeded: the upgrade goes on.
+        seen.jobs
+            .insert("orders-promote-1-1".into(), job("Complete"));
+        assert_eq!(plan(&d, &seen).unwrap().upgrade, Upgrade::Stopping { to });
+    }
+}
