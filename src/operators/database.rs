@@ -90,88 +90,7 @@ pub const WAIT_SECONDS: f64 = 15.0;
 /// The Database operator and its routes.
 pub fn operator() -> Operator {
     let controller = ControllerSpec {
-        children: vec![
-            ChildResource::new(
-                "apps/v1",
-                "statefulsets",
-                "InPlace",
-                "the StatefulSet rolls its own pods; scaling and image changes apply in place",
-            ),
-            ChildResource::new(
-                "v1",
-                "services",
-                "InPlace",
-                "selectors and ports are updated in place",
-            ),
-            ChildResource::new(
-                "discovery.k8s.io/v1",
-                "endpointslices",
-                "InPlace",
-                "the read-only Service's endpoints follow the ready standbys",
-            ),
-            ChildResource::new(
-                "v1",
-                "configmaps",
-                "InPlace",
-                "connection details follow the spec",
-            ),
-            ChildResource::new(
-                "v1",
-                "secrets",
-                "OnDelete",
-                "credentials are created once and never changed",
-            ),
-            ChildResource::new(
-                "batch/v1",
-                "jobs",
-                "OnDelete",
-                "a Job runs once; it is never replaced",
-            ),
-            ChildResource::new(
-                "batch/v1",
-                "cronjobs",
-                "InPlace",
-                "a schedule or destination change updates the backup CronJob",
-            ),
-            ChildResource::new(
-                "policy/v1",
-                "poddisruptionbudgets",
-                "InPlace",
-                "the instances' disruption budget follows the size and spec.enablePDB",
-            ),
-            ChildResource::new(
-                "v1",
-                "serviceaccounts",
-                "InPlace",
-                "the instances' lease sidecar's identity, with standbys; the grow Job's, while claims grow",
-            ),
-            ChildResource::new(
-                "rbac.authorization.k8s.io/v1",
-                "roles",
-                "InPlace",
-                "the lease sidecar may get the role ConfigMap; the grow Job may patch the claims it grows; no more",
-            ),
-            ChildResource::new(
-                "rbac.authorization.k8s.io/v1",
-                "rolebindings",
-                "InPlace",
-                "binds each Role to its ServiceAccount",
-            ),
-            ChildResource::new(
-                "cert-manager.io/v1",
-                "certificates",
-                "InPlace",
-                "the instances' certificate under spec.tls.issuerRef follows the issuer and the names; cert-manager reissues it",
-            )
-            .only_with(certificate::CHART_VALUE),
-            ChildResource::new(
-                "monitoring.coreos.com/v1",
-                "podmonitors",
-                "InPlace",
-                "the instances' PodMonitor under spec.monitoring.podMonitor follows the Database's labels",
-            )
-            .only_with(monitoring::CHART_VALUE),
-        ],
+        children: [workload_children(), access_children()].concat(),
         generate_selector: true,
         resync_period_seconds: Some(60),
     };
@@ -183,6 +102,100 @@ pub fn operator() -> Operator {
     .sync(sync)
     .finalize(finalize)
     .customize(customize)
+}
+
+/// The kinds that hold and run the data: the instances, their Services,
+/// configuration, credentials, Jobs, backups and disruption budget.
+fn workload_children() -> Vec<ChildResource> {
+    vec![
+        ChildResource::new(
+            "apps/v1",
+            "statefulsets",
+            "InPlace",
+            "the StatefulSet rolls its own pods; scaling and image changes apply in place",
+        ),
+        ChildResource::new(
+            "v1",
+            "services",
+            "InPlace",
+            "selectors and ports are updated in place",
+        ),
+        ChildResource::new(
+            "discovery.k8s.io/v1",
+            "endpointslices",
+            "InPlace",
+            "the read-only Service's endpoints follow the ready standbys",
+        ),
+        ChildResource::new(
+            "v1",
+            "configmaps",
+            "InPlace",
+            "connection details follow the spec",
+        ),
+        ChildResource::new(
+            "v1",
+            "secrets",
+            "OnDelete",
+            "credentials are created once and never changed",
+        ),
+        ChildResource::new(
+            "batch/v1",
+            "jobs",
+            "OnDelete",
+            "a Job runs once; it is never replaced",
+        ),
+        ChildResource::new(
+            "batch/v1",
+            "cronjobs",
+            "InPlace",
+            "a schedule or destination change updates the backup CronJob",
+        ),
+        ChildResource::new(
+            "policy/v1",
+            "poddisruptionbudgets",
+            "InPlace",
+            "the instances' disruption budget follows the size and spec.enablePDB",
+        ),
+    ]
+}
+
+/// The kinds that scope what the instances' sidecars and the Jobs may do,
+/// and other projects' kinds when their chart value is on.
+fn access_children() -> Vec<ChildResource> {
+    vec![
+        ChildResource::new(
+            "v1",
+            "serviceaccounts",
+            "InPlace",
+            "the instances' lease sidecar's identity, with standbys; the grow Job's, while claims grow",
+        ),
+        ChildResource::new(
+            "rbac.authorization.k8s.io/v1",
+            "roles",
+            "InPlace",
+            "the lease sidecar may get the role ConfigMap; the grow Job may patch the claims it grows; no more",
+        ),
+        ChildResource::new(
+            "rbac.authorization.k8s.io/v1",
+            "rolebindings",
+            "InPlace",
+            "binds each Role to its ServiceAccount",
+        ),
+        ChildResource::new(
+            "cert-manager.io/v1",
+            "certificates",
+            "InPlace",
+            "the instances' certificate under spec.tls.issuerRef follows the issuer and the names; cert-manager reissues it",
+        )
+        .only_with(certificate::CHART_VALUE),
+        ChildResource::new(
+            "monitoring.coreos.com/v1",
+            "podmonitors",
+            "InPlace",
+            "the instances' PodMonitor under spec.monitoring.podMonitor follows the Database's labels",
+        )
+        .only_with(monitoring::CHART_VALUE),
+    ]
 }
 
 /// Asks for this Database's Pods and PersistentVolumeClaims, and the

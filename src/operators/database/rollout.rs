@@ -151,7 +151,33 @@ pub(super) fn decide(
             switchover: None,
         };
     };
-    let pods: Vec<(u32, bool, bool)> = (0..n)
+    let pods = instances(db, seen, n, revision);
+    let (_, _, primary_ready) = pods[p as usize];
+    let (step, switchover) = next_step(&pods, p, n);
+    let step = match (serving.changing, step) {
+        // The rollout's own switchover is the change under way.
+        (true, Step::Switchover { to }) if switchover == Some(to) => Step::Switchover { to },
+        (true, step) if step != Step::Done => Step::Paused,
+        (_, step) => step,
+    };
+    let partition = match (&step, serving.changing) {
+        (_, true) => all,
+        (Step::Rest { .. }, false) => 0,
+        (_, false) => hold,
+    };
+    Rollout {
+        step,
+        partition,
+        hold: if serving.changing { all } else { hold },
+        // Only a primary that serves is switched over from: one that is not
+        // ready is a failover's business.
+        switchover: switchover.filter(|_| primary_ready),
+    }
+}
+
+/// Each instance up to `n`, as (ordinal, runs `revision`, ready).
+fn instances(db: &Database, seen: &Observed, n: u32, revision: &str) -> Vec<(u32, bool, bool)> {
+    (0..n)
         .map(|o| {
             let pod = seen
                 .instances(db)
@@ -162,8 +188,15 @@ pub(super) fn decide(
                 .is_some_and(|r| r == revision);
             (o, updated, pod.is_some_and(|pod| pod.is_ready()))
         })
-        .collect();
-    let (_, primary_updated, primary_ready) = pods[p as usize];
+        .collect()
+}
+
+/// The rollout's next step from the instances (see [`instances`]) with
+/// `p` the primary's ordinal, and the instance to switch over to, if any:
+/// the standbys above the primary first, then a switchover to the lowest
+/// of them, then the rest below it.
+fn next_step(pods: &[(u32, bool, bool)], p: u32, n: u32) -> (Step, Option<u32>) {
+    let (_, primary_updated, _) = pods[p as usize];
     let count = |from: u32| {
         pods.iter()
             .filter(|(o, updated, _)| *o >= from && *updated)
@@ -171,7 +204,7 @@ pub(super) fn decide(
     };
     let updated_all = u32::try_from(count(0)).unwrap_or(0);
     let above: Vec<&(u32, bool, bool)> = pods.iter().filter(|(o, _, _)| *o > p).collect();
-    let (step, switchover) = if primary_updated {
+    if primary_updated {
         let step = match updated_all == n {
             true => Step::Done,
             false => Step::Rest {
@@ -196,25 +229,6 @@ pub(super) fn decide(
         let of = u32::try_from(above.len()).unwrap_or(0);
         let updated = u32::try_from(count(p + 1)).unwrap_or(0);
         (Step::Standbys { updated, of }, None)
-    };
-    let step = match (serving.changing, step) {
-        // The rollout's own switchover is the change under way.
-        (true, Step::Switchover { to }) if switchover == Some(to) => Step::Switchover { to },
-        (true, step) if step != Step::Done => Step::Paused,
-        (_, step) => step,
-    };
-    let partition = match (&step, serving.changing) {
-        (_, true) => all,
-        (Step::Rest { .. }, false) => 0,
-        (_, false) => hold,
-    };
-    Rollout {
-        step,
-        partition,
-        hold: if serving.changing { all } else { hold },
-        // Only a primary that serves is switched over from: one that is not
-        // ready is a failover's business.
-        switchover: switchover.filter(|_| primary_ready),
     }
 }
 

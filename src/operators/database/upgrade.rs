@@ -316,31 +316,14 @@ fn upgrade_job(db: &Database, build: &Build<'_>) -> Job {
 /// The `Upgrading` condition's status, reason and message for `upgrade`,
 /// with `version` the major the StatefulSet runs; the status adds a
 /// rollout's words.
-// Long because it is a flat table: one arm of words per upgrade step.
 pub(super) fn words(
     db: &Database,
     upgrade: Upgrade,
     version: Major,
 ) -> (bool, &'static str, String) {
-    match upgrade {
-        Upgrade::None => match version.end_of_life() {
-            None => (
-                false,
-                "UpToDate",
-                format!("running PostgreSQL {}", version.as_str()),
-            ),
-            Some(date) => (
-                false,
-                "EndOfLife",
-                format!(
-                    "running PostgreSQL {}, which reached its end of life on {date} and gets no more fixes: set spec.version to {} to upgrade",
-                    version.as_str(),
-                    Major::NEWEST.as_str()
-                ),
-            ),
-        },
+    let (reason, message) = match upgrade {
+        Upgrade::None => return settled(version),
         Upgrade::NoDestination { to } => (
-            false,
             "NoBackupDestination",
             format!(
                 "upgrading to {} needs a pre-upgrade backup: set spec.backup.destination; {} keeps running",
@@ -349,7 +332,6 @@ pub(super) fn words(
             ),
         ),
         Upgrade::BackingUp { to } => (
-            true,
             "BackingUp",
             format!(
                 "job {} takes the pre-upgrade backup",
@@ -357,7 +339,6 @@ pub(super) fn words(
             ),
         ),
         Upgrade::BackupFailed { to } => (
-            false,
             "PreUpgradeBackupFailed",
             format!(
                 "job {} failed; {} keeps running; delete the job to retry",
@@ -366,7 +347,6 @@ pub(super) fn words(
             ),
         ),
         Upgrade::WaitingForPrimary { to } => (
-            true,
             "WaitingForPrimary",
             format!(
                 "the upgrade to {} waits until the change of primary under way is done: until then the designated instance may not hold the newest data",
@@ -374,7 +354,6 @@ pub(super) fn words(
             ),
         ),
         Upgrade::Stopping { to } => (
-            true,
             "Stopping",
             format!(
                 "stopping {} so job {} can restore into {}",
@@ -384,7 +363,6 @@ pub(super) fn words(
             ),
         ),
         Upgrade::Restoring { to } => (
-            true,
             "Restoring",
             format!(
                 "job {} restores the dump of the stopped old version into {}",
@@ -393,17 +371,37 @@ pub(super) fn words(
             ),
         ),
         Upgrade::Starting { to } => (
-            true,
             "Starting",
             format!("the restore into {} succeeded; starting it", to.as_str()),
         ),
         Upgrade::RestoreFailed { to } => (
-            false,
             "UpgradeFailed",
             format!(
                 "job {} failed; {} serves again with its data untouched; delete the job to retry",
                 jobs::upgrade(db, to),
                 version.as_str()
+            ),
+        ),
+    };
+    (upgrade.in_progress(), reason, message)
+}
+
+/// The words of a Database running the version asked for: up to date, or
+/// past its end of life.
+fn settled(version: Major) -> (bool, &'static str, String) {
+    match version.end_of_life() {
+        None => (
+            false,
+            "UpToDate",
+            format!("running PostgreSQL {}", version.as_str()),
+        ),
+        Some(date) => (
+            false,
+            "EndOfLife",
+            format!(
+                "running PostgreSQL {}, which reached its end of life on {date} and gets no more fixes: set spec.version to {} to upgrade",
+                version.as_str(),
+                Major::NEWEST.as_str()
             ),
         ),
     }

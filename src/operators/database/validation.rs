@@ -5,7 +5,8 @@
 
 use super::parameters;
 use super::spec::{
-    Bootstrap, Database, DeletionPolicy, MAX_NAME, Major, Tls, before_stamp, is_synchronous, name,
+    Bootstrap, Database, DatabaseBackup, DeletionPolicy, MAX_NAME, Major, Tls, before_stamp,
+    is_synchronous, name,
 };
 use crate::operators::backup_job::validate_destination;
 use crate::operators::resources;
@@ -15,6 +16,45 @@ use crate::operators::validate::{self, InvalidSpec};
 /// field; a feature's own fields are its to check (`database::validate`).
 pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
     validate::dns_label("metadata.name", name(db), MAX_NAME)?;
+    validate_sizes(db)?;
+    validate_backups(db)?;
+    if let Some(bootstrap) = &db.spec.bootstrap {
+        validate_bootstrap(db, bootstrap)?;
+    }
+    if let Some(image) = &db.spec.image_name {
+        validate_image(db.spec.version, image)?;
+    }
+    if let Some(image) = &db.spec.storage.resize_image {
+        validate::image("spec.storage.resizeImage", image)?;
+    }
+    if let Some(backup) = &db.spec.backup {
+        validate_backup_pods(backup)?;
+    }
+    if let Some(r) = &db.spec.resources {
+        resources::validate("spec.resources", r)?;
+    }
+    if let Some(tls) = &db.spec.tls {
+        validate_tls(tls)?;
+    }
+    if let Some(pg) = &db.spec.postgresql {
+        parameters::validate(&pg.parameters, db.spec.size.instances(), is_synchronous(db))?;
+        parameters::validate_hba(&pg.pg_hba)?;
+    }
+    super::placement::validate(
+        db.spec.affinity.as_ref(),
+        db.spec.topology_spread_constraints.as_deref(),
+    )?;
+    for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
+        let field = format!("spec.imagePullSecrets[{i}].name");
+        validate::object_name(&field, &secret.name, "Secret")?;
+    }
+    Ok(())
+}
+
+/// The sizes and names: a synchronous Database needs a standby; the
+/// storage, the standby lag and the PostgreSQL names must be ones the
+/// server can take.
+fn validate_sizes(db: &Database) -> Result<(), InvalidSpec> {
     if is_synchronous(db) && db.spec.size.instances() < 2 {
         return Err(InvalidSpec::new(
             "spec.replication",
@@ -59,6 +99,12 @@ pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
             ));
         }
     }
+    Ok(())
+}
+
+/// The backups' destination and schedules, and the Snapshot policy's need
+/// of a destination.
+fn validate_backups(db: &Database) -> Result<(), InvalidSpec> {
     if let Some(b) = &db.spec.backup {
         validate_destination("spec.backup.destination", &b.destination)?;
         match (&b.schedule, b.enabled) {
@@ -81,49 +127,24 @@ pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
             "Snapshot needs spec.backup.destination to store the snapshot; add one, or choose Retain or Delete",
         ));
     }
-    if let Some(bootstrap) = &db.spec.bootstrap {
-        validate_bootstrap(db, bootstrap)?;
+    Ok(())
+}
+
+/// What the pods that read or write the store run with: the upload image,
+/// their resources and their ServiceAccount.
+fn validate_backup_pods(backup: &DatabaseBackup) -> Result<(), InvalidSpec> {
+    if let Some(image) = &backup.upload_image {
+        validate::image("spec.backup.uploadImage", image)?;
     }
-    if let Some(image) = &db.spec.image_name {
-        validate_image(db.spec.version, image)?;
+    if let Some(r) = &backup.resources {
+        resources::validate("spec.backup.resources", r)?;
     }
-    if let Some(image) = &db.spec.storage.resize_image {
-        validate::image("spec.storage.resizeImage", image)?;
-    }
-    if let Some(backup) = &db.spec.backup {
-        if let Some(image) = &backup.upload_image {
-            validate::image("spec.backup.uploadImage", image)?;
-        }
-        if let Some(r) = &backup.resources {
-            resources::validate("spec.backup.resources", r)?;
-        }
-        if let Some(account) = &backup.service_account_name {
-            validate::object_name("spec.backup.serviceAccountName", account, "ServiceAccount")?;
-        }
-    }
-    if let Some(r) = &db.spec.resources {
-        resources::validate("spec.resources", r)?;
-    }
-    if let Some(tls) = &db.spec.tls {
-        validate_tls(tls)?;
-    }
-    if let Some(pg) = &db.spec.postgresql {
-        parameters::validate(&pg.parameters, db.spec.size.instances(), is_synchronous(db))?;
-        parameters::validate_hba(&pg.pg_hba)?;
-    }
-    super::placement::validate(
-        db.spec.affinity.as_ref(),
-        db.spec.topology_spread_constraints.as_deref(),
-    )?;
-    for (i, secret) in db.spec.image_pull_secrets.iter().enumerate() {
-        let field = format!("spec.imagePullSecrets[{i}].name");
-        validate::object_name(&field, &secret.name, "Secret")?;
+    if let Some(account) = &backup.service_account_name {
+        validate::object_name("spec.backup.serviceAccountName", account, "ServiceAccount")?;
     }
     Ok(())
 }
 
-/// `spec.imageName`: an image reference whose tag, when it names a major,
-/// names `spec.version`'s.
 /// `spec.tls`: one source, each named as Kubernetes names it.
 fn validate_tls(tls: &Tls) -> Result<(), InvalidSpec> {
     if tls.secret_name.is_some() && tls.issuer_ref.is_some() {
@@ -177,6 +198,8 @@ fn validate_tls(tls: &Tls) -> Result<(), InvalidSpec> {
     Ok(())
 }
 
+/// `spec.imageName`: an image reference whose tag, when it names a major,
+/// names `spec.version`'s.
 fn validate_image(version: Major, image: &str) -> Result<(), InvalidSpec> {
     validate::image("spec.imageName", image)?;
     match Major::of_image(image) {

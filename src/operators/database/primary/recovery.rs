@@ -41,23 +41,7 @@ pub(super) enum Recovery {
 /// (highest epoch, then timeline, then WAL position; the lowest ordinal
 /// of equals) is designated at the next epoch above every one recorded.
 pub(super) fn recovery(db: &Database, seen: &Observed, epoch: u64) -> Recovery {
-    let running = u32::try_from(seen.statefulset_replicas()).unwrap_or(0);
-    let mut ordinals: Vec<u32> = (0..running)
-        .chain(seen.instances(db).map(|(o, _)| o))
-        .collect();
-    ordinals.sort_unstable();
-    ordinals.dedup();
-    let mut held = Vec::new();
-    let mut unreadable = Vec::new();
-    for o in &ordinals {
-        match seen.holding(db, *o) {
-            Some(Ok(h)) => held.push((*o, h)),
-            Some(Err(message)) => {
-                unreadable.push(format!("{}: {}", pod_name(db, *o), quote(message)));
-            }
-            None => {}
-        }
-    }
+    let (ordinals, held, unreadable) = reports(db, seen);
     // Data of a later epoch, or of this epoch but another Database: the
     // records were lost (the Database was created again).
     let uid = db.metadata.uid.as_deref();
@@ -118,6 +102,36 @@ pub(super) fn recovery(db: &Database, seen: &Observed, epoch: u64) -> Recovery {
             quote(at_top)
         ));
     }
+    designate(db, &held, epoch, top)
+}
+
+/// Every instance the StatefulSet runs or that is seen, what each reported
+/// it holds, and the reports that could not be read (each in words).
+fn reports(db: &Database, seen: &Observed) -> (Vec<u32>, Vec<(u32, Holding)>, Vec<String>) {
+    let running = u32::try_from(seen.statefulset_replicas()).unwrap_or(0);
+    let mut ordinals: Vec<u32> = (0..running)
+        .chain(seen.instances(db).map(|(o, _)| o))
+        .collect();
+    ordinals.sort_unstable();
+    ordinals.dedup();
+    let mut held = Vec::new();
+    let mut unreadable = Vec::new();
+    for o in &ordinals {
+        match seen.holding(db, *o) {
+            Some(Ok(h)) => held.push((*o, h)),
+            Some(Err(message)) => {
+                unreadable.push(format!("{}: {}", pod_name(db, *o), quote(message)));
+            }
+            None => {}
+        }
+    }
+    (ordinals, held, unreadable)
+}
+
+/// The instance holding the newest data (highest epoch, then timeline,
+/// then WAL position; the lowest ordinal of equals), designated at the
+/// epoch after `top` and every one recorded (`epoch`).
+fn designate(db: &Database, held: &[(u32, Holding)], epoch: u64, top: u64) -> Recovery {
     let Some((ordinal, newest)) = held
         .iter()
         .max_by_key(|(o, h)| (h.epoch, h.timeline, h.lsn, std::cmp::Reverse(*o)))

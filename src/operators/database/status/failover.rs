@@ -115,23 +115,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
                 format_time(*since)
             ),
         ),
-        Step::Fencing if primary.planned => (
-            ConditionStatus::True,
-            "SwitchingOver",
-            format!(
-                "{designated} is designated primary at epoch {epoch} for a switchover{}; the read-write Service stays on the old primary until its promote job has stopped writes there and promoted {designated}",
-                replacing(db, primary)
-            ),
-        ),
-        Step::Fencing => (
-            ConditionStatus::True,
-            "Fencing",
-            format!(
-                "{}{designated} is designated primary at epoch {epoch}{}; the read-write Service selects it, and its promote job starts once every instance reads the role ConfigMap",
-                recovered(primary),
-                replacing(db, primary)
-            ),
-        ),
+        Step::Fencing => fencing(db, primary),
         Step::Starting => (
             ConditionStatus::True,
             "Starting",
@@ -139,24 +123,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
                 "{designated} is designated primary at epoch {epoch}, and no instance is known to serve (the role was lost); its promote job starts once {designated} is ready on the data it holds"
             ),
         ),
-        Step::Promoting if primary.planned => (
-            ConditionStatus::True,
-            "SwitchingOver",
-            format!(
-                "job {} stops writes on the old primary, waits until {designated} has all of its WAL, then promotes it{}",
-                primary.promote_job.as_deref().unwrap_or_default(),
-                replacing(db, primary)
-            ),
-        ),
-        Step::Promoting => (
-            ConditionStatus::True,
-            "Promoting",
-            format!(
-                "job {} promotes {designated}{} once it is the most advanced standby and the old primary does not answer as one",
-                primary.promote_job.as_deref().unwrap_or_default(),
-                replacing(db, primary)
-            ),
-        ),
+        Step::Promoting => promoting(db, primary),
         Step::RoleLost(why) => (
             ConditionStatus::True,
             "RoleLost",
@@ -172,6 +139,58 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
         ),
     };
     Observation::new("FailingOver", status, reason, message)
+}
+
+/// The words while a new primary is fenced: a switchover's (planned), or a
+/// failover's.
+fn fencing(db: &Database, primary: &Primary) -> (ConditionStatus, &'static str, String) {
+    let designated = pod_name(db, primary.designated);
+    let epoch = primary.epoch;
+    match primary.planned {
+        true => (
+            ConditionStatus::True,
+            "SwitchingOver",
+            format!(
+                "{designated} is designated primary at epoch {epoch} for a switchover{}; the read-write Service stays on the old primary until its promote job has stopped writes there and promoted {designated}",
+                replacing(db, primary)
+            ),
+        ),
+        false => (
+            ConditionStatus::True,
+            "Fencing",
+            format!(
+                "{}{designated} is designated primary at epoch {epoch}{}; the read-write Service selects it, and its promote job starts once every instance reads the role ConfigMap",
+                recovered(primary),
+                replacing(db, primary)
+            ),
+        ),
+    }
+}
+
+/// The words while the promote Job runs: a switchover's (planned), or a
+/// failover's.
+fn promoting(db: &Database, primary: &Primary) -> (ConditionStatus, &'static str, String) {
+    let designated = pod_name(db, primary.designated);
+    match primary.planned {
+        true => (
+            ConditionStatus::True,
+            "SwitchingOver",
+            format!(
+                "job {} stops writes on the old primary, waits until {designated} has all of its WAL, then promotes it{}",
+                primary.promote_job.as_deref().unwrap_or_default(),
+                replacing(db, primary)
+            ),
+        ),
+        false => (
+            ConditionStatus::True,
+            "Promoting",
+            format!(
+                "job {} promotes {designated}{} once it is the most advanced standby and the old primary does not answer as one",
+                primary.promote_job.as_deref().unwrap_or_default(),
+                replacing(db, primary)
+            ),
+        ),
+    }
 }
 
 fn recovered(primary: &Primary) -> String {
