@@ -135,43 +135,15 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
             "--extend.query-path={QUERIES_DIR}/{DEFAULT_QUERIES_KEY}"
         ));
         mounts = Some(vec![mount(QUERIES_VOLUME, QUERIES_DIR, true)]);
-        pod.volumes.get_or_insert_with(Vec::new).push(Volume {
-            name: QUERIES_VOLUME.to_string(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: queries.name.clone(),
-                items: Some(vec![KeyToPath {
-                    key: key.to_string(),
-                    path: DEFAULT_QUERIES_KEY.to_string(),
-                    mode: None,
-                }]),
-                default_mode: Some(0o444),
-                // A missing ConfigMap must not keep an instance from
-                // starting: the exporter then runs its own queries only.
-                optional: Some(true),
-            }),
-            ..Volume::default()
-        });
+        pod.volumes
+            .get_or_insert_with(Vec::new)
+            .push(queries_volume(&queries.name, key));
     }
     let quantity = |cpu: &str, memory: &str| {
         Some(BTreeMap::from([
             ("cpu".to_string(), Quantity(cpu.to_string())),
             ("memory".to_string(), Quantity(memory.to_string())),
         ]))
-    };
-    let password = k8s_openapi::api::core::v1::EnvVar {
-        name: "DATA_SOURCE_PASS".to_string(),
-        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
-            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
-                name: monitor_secret_name(db),
-                key: PASSWORD_KEY.to_string(),
-                // Turned off, the Secret goes while the old template may
-                // still start an instance (the primary is held on it):
-                // the exporter must not keep that instance from starting.
-                optional: Some(true),
-            }),
-            ..Default::default()
-        }),
-        value: None,
     };
     pod.containers.push(Container {
         name: CONTAINER.to_string(),
@@ -191,7 +163,7 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
                 format!("127.0.0.1:{PORT}/postgres?sslmode=require"),
             ),
             env("DATA_SOURCE_USER", ROLE),
-            password,
+            password_env(db),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some(PORT_NAME.to_string()),
@@ -208,6 +180,46 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
         security_context: Some(restricted_container()),
         ..Container::default()
     });
+}
+
+/// The user's queries, from key `key` of ConfigMap `config_map`, as the
+/// exporter's queries file.
+fn queries_volume(config_map: &str, key: &str) -> Volume {
+    Volume {
+        name: QUERIES_VOLUME.to_string(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map.to_string(),
+            items: Some(vec![KeyToPath {
+                key: key.to_string(),
+                path: DEFAULT_QUERIES_KEY.to_string(),
+                mode: None,
+            }]),
+            default_mode: Some(0o444),
+            // A missing ConfigMap must not keep an instance from
+            // starting: the exporter then runs its own queries only.
+            optional: Some(true),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The exporter's password, from the monitoring role's Secret.
+fn password_env(db: &Database) -> k8s_openapi::api::core::v1::EnvVar {
+    k8s_openapi::api::core::v1::EnvVar {
+        name: "DATA_SOURCE_PASS".to_string(),
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                name: monitor_secret_name(db),
+                key: PASSWORD_KEY.to_string(),
+                // Turned off, the Secret goes while the old template may
+                // still start an instance (the primary is held on it):
+                // the exporter must not keep that instance from starting.
+                optional: Some(true),
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    }
 }
 
 /// The role Job's name for the observed password on `major`: a new

@@ -176,27 +176,18 @@ pub struct PodPlacement {
     pub topology_spread_constraints: Option<Vec<core::TopologySpreadConstraint>>,
 }
 
-/// Where the instances, the pods `selector` selects, run.
-pub fn pod_placement(
-    affinity: Option<&Affinity>,
-    spread: Option<&[TopologySpreadConstraint]>,
-    selector: &BTreeMap<String, String>,
-) -> PodPlacement {
-    let default = Affinity::default();
-    let a = affinity.unwrap_or(&default);
-    let instances = || LabelSelector {
-        match_labels: Some(selector.clone()),
-        match_expressions: None,
-    };
+/// The instances' anti-affinity to each other over `a`'s topology key
+/// (the node by default): preferred or required, or none when turned off.
+fn anti_affinity(a: &Affinity, instances: LabelSelector) -> Option<PodAntiAffinity> {
     let term = PodAffinityTerm {
-        label_selector: Some(instances()),
+        label_selector: Some(instances),
         topology_key: a
             .topology_key
             .clone()
             .unwrap_or_else(|| HOSTNAME.to_string()),
         ..PodAffinityTerm::default()
     };
-    let anti = match (
+    match (
         a.enable_pod_anti_affinity.unwrap_or(true),
         a.pod_anti_affinity_type.unwrap_or_default(),
     ) {
@@ -214,7 +205,22 @@ pub fn pod_placement(
             required_during_scheduling_ignored_during_execution: Some(vec![term]),
             ..PodAntiAffinity::default()
         }),
+    }
+}
+
+/// Where the instances, the pods `selector` selects, run.
+pub fn pod_placement(
+    affinity: Option<&Affinity>,
+    spread: Option<&[TopologySpreadConstraint]>,
+    selector: &BTreeMap<String, String>,
+) -> PodPlacement {
+    let default = Affinity::default();
+    let a = affinity.unwrap_or(&default);
+    let instances = || LabelSelector {
+        match_labels: Some(selector.clone()),
+        match_expressions: None,
     };
+    let anti = anti_affinity(a, instances());
     let default_spread = default_spread();
     let spread: Vec<core::TopologySpreadConstraint> = spread
         .unwrap_or(&default_spread)

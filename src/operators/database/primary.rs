@@ -310,45 +310,63 @@ pub(super) fn decide(
     }
     let request = switchover_request(db);
     if primary.changing() {
-        // Once its promote Job exists, the Job says how it promotes (a Job
-        // is never changed): a rollout whose template moved on, or an
-        // annotation taken away, does not turn a switchover into a
-        // failover half-way.
-        // Before it, the role ConfigMap published for this designation
-        // says so: the primary lost, or the rollout moved on, before the
-        // Job was made, a switchover is still one.
-        let published_as_switchover = seen.role.as_ref().is_some_and(|r| {
-            r.switchover && r.epoch == epoch && pod_ordinal(db, &r.primary) == Some(designated)
-        });
-        primary.planned = match seen.job_env(&promote_job(db, epoch, designated), "MODE") {
-            Some(mode) => mode == SWITCHOVER_MODE,
-            None => {
-                published_as_switchover
-                    || epoch > 0
-                        && (request == Some((designated, epoch - 1)) || rollout == Some(designated))
-            }
-        };
+        primary.planned = is_planned(db, seen, (designated, epoch), request, rollout);
         change(db, seen, &mut primary);
     } else if may_fail_over {
         consider_failover(db, seen, &mut primary);
         if primary.step == Step::Steady {
             consider_switchover(db, seen, request, &mut primary);
         }
-        if primary.step == Step::Steady
-            && let Some(to) = rollout
-            && to != primary.designated
-        {
-            // The rollout's own request: at the epoch in force, until
-            // switchovers were refused too many times in a row.
-            match refused_switchovers(db, seen) {
-                refused if refused.len() >= MAX_REFUSED_SWITCHOVERS => {
-                    ignore_request(&mut primary, rollout_gave_up(db, seen, to, &refused));
-                }
-                _ => consider_switchover(db, seen, Some((to, epoch)), &mut primary),
-            }
+        if primary.step == Step::Steady {
+            consider_rollout(db, seen, rollout, &mut primary);
         }
     }
     primary
+}
+
+/// Whether the change of primary to `designated` at `epoch` is a
+/// switchover (the old primary serves until the new one has its WAL)
+/// rather than a failover. Once its promote Job exists, the Job says how it
+/// promotes (a Job is never changed): a rollout whose template moved on, or
+/// an annotation taken away, does not turn a switchover into a failover
+/// half-way. Before it, the role ConfigMap published for this designation
+/// says so: the primary lost, or the rollout moved on, before the Job was
+/// made, a switchover is still one.
+fn is_planned(
+    db: &Database,
+    seen: &Observed,
+    (designated, epoch): (u32, u64),
+    request: Option<(u32, u64)>,
+    rollout: Option<u32>,
+) -> bool {
+    let published_as_switchover = seen.role.as_ref().is_some_and(|r| {
+        r.switchover && r.epoch == epoch && pod_ordinal(db, &r.primary) == Some(designated)
+    });
+    match seen.job_env(&promote_job(db, epoch, designated), "MODE") {
+        Some(mode) => mode == SWITCHOVER_MODE,
+        None => {
+            published_as_switchover
+                || epoch > 0
+                    && (request == Some((designated, epoch - 1)) || rollout == Some(designated))
+        }
+    }
+}
+
+/// The rollout's own switchover request, to `rollout`: at the epoch in
+/// force, until switchovers were refused too many times in a row.
+fn consider_rollout(db: &Database, seen: &Observed, rollout: Option<u32>, primary: &mut Primary) {
+    if let Some(to) = rollout
+        && to != primary.designated
+    {
+        // The rollout's own request: at the epoch in force, until
+        // switchovers were refused too many times in a row.
+        match refused_switchovers(db, seen) {
+            refused if refused.len() >= MAX_REFUSED_SWITCHOVERS => {
+                ignore_request(primary, rollout_gave_up(db, seen, to, &refused));
+            }
+            _ => consider_switchover(db, seen, Some((to, primary.epoch)), primary),
+        }
+    }
 }
 
 /// The switchover asked for by annotation: (instance, epoch). An

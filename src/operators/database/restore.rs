@@ -16,7 +16,7 @@ use super::objects::{
 };
 use super::observed::Observed;
 use super::spec::{
-    Database, PORT, RestoredFrom, before_stamp, bootstrap_destination, database_name,
+    Bootstrap, Database, PORT, RestoredFrom, before_stamp, bootstrap_destination, database_name,
 };
 use super::tls;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
@@ -168,22 +168,7 @@ pub(super) fn job(
     // them (the same account reads what it wrote).
     let backup = db.spec.backup.as_ref();
     let upload_image = backup.map_or(backup_job::DEFAULT_UPLOAD_IMAGE, |b| b.upload_image());
-    let before = bootstrap
-        .before
-        .as_deref()
-        .and_then(|b| before_stamp(b).ok());
-    let choice = match (&bootstrap.key, &bootstrap.database, &bootstrap.backup) {
-        (Some(key), _, _) => Choice::Key(key.clone()),
-        (None, Some(database), _) => Choice::Newest {
-            names: jobs::dump_names(database),
-            before,
-        },
-        (None, None, Some(backup)) => Choice::Newest {
-            names: vec![backup.clone()],
-            before,
-        },
-        (None, None, None) => return None,
-    };
+    let choice = choice(bootstrap)?;
     let connection = vec![
         value_env("PGHOST", instance_host(db, designated)),
         value_env("PGPORT", PORT.to_string()),
@@ -227,6 +212,29 @@ pub(super) fn job(
     let mut pod = pod;
     client.apply(&mut pod, &["init", "restore"]);
     Some(script_job(db, jobs::restore(db), pod, 1))
+}
+
+/// Which dump the restore takes: the key named, else the newest of the
+/// Database's or the Backup's dumps (before `before`, when given).
+fn choice(bootstrap: &Bootstrap) -> Option<Choice> {
+    let before = bootstrap
+        .before
+        .as_deref()
+        .and_then(|b| before_stamp(b).ok());
+    Some(
+        match (&bootstrap.key, &bootstrap.database, &bootstrap.backup) {
+            (Some(key), _, _) => Choice::Key(key.clone()),
+            (None, Some(database), _) => Choice::Newest {
+                names: jobs::dump_names(database),
+                before,
+            },
+            (None, None, Some(backup)) => Choice::Newest {
+                names: vec![backup.clone()],
+                before,
+            },
+            (None, None, None) => return None,
+        },
+    )
 }
 
 /// The dump this Database was restored from: as recorded, or, the first

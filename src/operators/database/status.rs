@@ -32,13 +32,7 @@ pub fn status(
     let replicas = sts_status.map_or(0, |s| s.replicas);
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
     let instances = running_instances(db, plan);
-    let init = seen.job(&jobs::init(db));
-    // Once initialized, the init Job seen again (made again after it was
-    // deleted) counts as succeeded: its first run did.
-    let init = match seen.was_initialized(db) {
-        true => Some(RunStatus::Succeeded),
-        false => init,
-    };
+    let init = init_run(db, seen);
     let initialized = initialized(db, init, plan.restore.lets_serve());
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
     let ready = phase == Phase::Running;
@@ -90,6 +84,16 @@ pub fn status(
             ctx.now,
         ),
         observed_generation: None,
+    }
+}
+
+/// How the initial configuration ran. Once initialized, the init Job seen
+/// again (made again after it was deleted) counts as succeeded: its first
+/// run did.
+fn init_run(db: &Database, seen: &Observed) -> Option<RunStatus> {
+    match seen.was_initialized(db) {
+        true => Some(RunStatus::Succeeded),
+        false => seen.job(&jobs::init(db)),
     }
 }
 

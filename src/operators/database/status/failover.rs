@@ -83,21 +83,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
             "Promoting",
             format!("{designated} is being promoted at epoch {epoch}"),
         ),
-        Step::Steady => match &primary.request_ignored {
-            Some(why) => (
-                ConditionStatus::False,
-                "SwitchoverIgnored",
-                format!("{designated} is the primary (epoch {epoch}); {why}"),
-            ),
-            None => (
-                ConditionStatus::False,
-                "Stable",
-                match &primary.status_ignored {
-                    Some(why) => format!("{designated} is the primary (epoch {epoch}); {why}"),
-                    None => format!("{designated} is the primary (epoch {epoch})"),
-                },
-            ),
-        },
+        Step::Steady => steady(&designated, primary),
         Step::Waiting { since, after } => (
             ConditionStatus::False,
             "PrimaryNotReady",
@@ -139,6 +125,27 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Ob
         ),
     };
     Observation::new("FailingOver", status, reason, message)
+}
+
+/// The words of a primary that serves: stable, or stable with a request
+/// or a status field that was ignored, and why.
+fn steady(designated: &str, primary: &Primary) -> (ConditionStatus, &'static str, String) {
+    let epoch = primary.epoch;
+    match &primary.request_ignored {
+        Some(why) => (
+            ConditionStatus::False,
+            "SwitchoverIgnored",
+            format!("{designated} is the primary (epoch {epoch}); {why}"),
+        ),
+        None => (
+            ConditionStatus::False,
+            "Stable",
+            match &primary.status_ignored {
+                Some(why) => format!("{designated} is the primary (epoch {epoch}); {why}"),
+                None => format!("{designated} is the primary (epoch {epoch})"),
+            },
+        ),
+    }
 }
 
 /// The words while a new primary is fenced: a switchover's (planned), or a
