@@ -33,7 +33,10 @@
 //! - [`manifests`]: the CRDs and CompositeControllers generated from the code.
 //! - [`simulate`]: the loop offline: an operator stepped through a modelled
 //!   cluster with Metacontroller's semantics, for `opshooks simulate` and
-//!   the whole-life property tests.
+//!   the whole-life property tests; the events of `--then`, the report of
+//!   each step, the request Metacontroller sends and how it applies the
+//!   answer each in their own file, and [`simulate::cluster`], the object
+//!   store with one file per modelled controller.
 //! - [`cli`]: the `hook`, `openapi`, `manifests`, `simulate`, `render` and
 //!   `report` subcommands.
 //! - [`config`]: command-line flags, each also read from the environment.
