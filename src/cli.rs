@@ -103,45 +103,11 @@ fn not_a_request(body: &[u8]) -> Option<String> {
 /// Metacontroller would get for this parent and these observed objects,
 /// printed as objects rather than as a hook response.
 pub fn render(args: &RenderArgs) -> Result<(), Failure> {
-    use serde::Deserialize;
     let ops = operators::all();
     let op = operator_named(&ops, &args.operator)?;
     let now = now_from(args.now.as_deref())?;
-    let seed = match args.seed {
-        Some(seed) => seed,
-        None => {
-            let mut bytes = [0u8; 8];
-            getrandom::fill(&mut bytes)
-                .map_err(|err| Failure::usage(format!("randomness: {err}")))?;
-            u64::from_le_bytes(bytes)
-        }
-    };
-    // Every object in a file: YAML documents, JSON, or a kubectl List.
-    let objects = |path: &Path| -> Result<Vec<serde_json::Value>, Failure> {
-        let bad = |err: String| Failure::usage(format!("{}: {err}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|err| bad(err.to_string()))?;
-        let mut out = Vec::new();
-        for document in yaml_serde::Deserializer::from_str(&text) {
-            let value =
-                serde_json::Value::deserialize(document).map_err(|err| bad(err.to_string()))?;
-            match value {
-                serde_json::Value::Null => {}
-                serde_json::Value::Object(ref o)
-                    if o.get("kind").and_then(|k| k.as_str()) == Some("List") =>
-                {
-                    out.extend(
-                        o.get("items")
-                            .and_then(|i| i.as_array())
-                            .cloned()
-                            .unwrap_or_default(),
-                    );
-                }
-                value => out.push(value),
-            }
-        }
-        Ok(out)
-    };
-    let mut parents = objects(&args.file)?;
+    let seed = seed_from(args.seed)?;
+    let mut parents = objects_in(&args.file)?;
     if parents.len() != 1 {
         return Err(Failure::usage(format!(
             "{}: holds {} objects; give exactly one parent (the observed objects go in --observed)",
@@ -156,7 +122,7 @@ pub fn render(args: &RenderArgs) -> Result<(), Failure> {
     // finalizer, as the API server and Metacontroller would; the objects
     // printed are the parent as given, with its new status.
     for path in &args.observed {
-        for object in objects(path)? {
+        for object in objects_in(path)? {
             sim.observe(object)
                 .map_err(|err| Failure::usage(format!("{}: {err}", path.display())))?;
         }
@@ -177,18 +143,63 @@ pub fn render(args: &RenderArgs) -> Result<(), Failure> {
     }
     let mut items = vec![rendered];
     items.extend(answer["children"].as_array().cloned().unwrap_or_default());
+    print_objects(&items, &args.output);
+    Ok(())
+}
+
+/// `--seed`: the seed given, or a random one.
+fn seed_from(seed: Option<u64>) -> Result<u64, Failure> {
+    Ok(match seed {
+        Some(seed) => seed,
+        None => {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes)
+                .map_err(|err| Failure::usage(format!("randomness: {err}")))?;
+            u64::from_le_bytes(bytes)
+        }
+    })
+}
+
+/// Every object in a file: YAML documents, JSON, or a kubectl List.
+fn objects_in(path: &Path) -> Result<Vec<serde_json::Value>, Failure> {
+    use serde::Deserialize;
+    let bad = |err: String| Failure::usage(format!("{}: {err}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|err| bad(err.to_string()))?;
+    let mut out = Vec::new();
+    for document in yaml_serde::Deserializer::from_str(&text) {
+        let value = serde_json::Value::deserialize(document).map_err(|err| bad(err.to_string()))?;
+        match value {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(ref o)
+                if o.get("kind").and_then(|k| k.as_str()) == Some("List") =>
+            {
+                out.extend(
+                    o.get("items")
+                        .and_then(|i| i.as_array())
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+            }
+            value => out.push(value),
+        }
+    }
+    Ok(out)
+}
+
+/// Prints rendered objects: a kubectl List as JSON with `--output json`,
+/// else YAML documents.
+fn print_objects(items: &[serde_json::Value], output: &str) {
     let mut out = std::io::stdout().lock();
-    if args.output == "json" {
+    if output == "json" {
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
         serde_json::to_writer_pretty(&mut out, &list).expect("JSON values serialize");
         writeln!(out).ok();
     } else {
-        for item in &items {
+        for item in items {
             let text = yaml_serde::to_string(item).expect("JSON values serialize as YAML");
             write!(out, "---\n{text}").ok();
         }
     }
-    Ok(())
 }
 
 /// A refusal as one line: `422 Unprocessable Entity: spec.x: …`.

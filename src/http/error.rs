@@ -296,7 +296,7 @@ pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
     limits: &super::Limits,
-    mut hold: impl FnMut(usize) -> Result<(), Problem>,
+    hold: impl FnMut(usize) -> Result<(), Problem>,
 ) -> Result<Bytes, Problem> {
     let (max, deadline) = (limits.max_body_bytes, limits.request_timeout);
     let started = Instant::now();
@@ -316,57 +316,81 @@ pub(super) async fn read_body(
     // would hold the body twice at the end. Its pages are touched, and so
     // use memory, only as the body arrives.
     let capacity = declared.map_or(0, |n| usize::try_from(n).unwrap_or(max).min(max));
-    // The most the buffer held, known even when the deadline drops it.
-    let mut held = 0;
-    let mut refused = None;
-    let read = async {
-        use http_body_util::BodyExt;
-        let mut body = body;
-        let mut buffer = Vec::with_capacity(capacity);
-        let mut last = started;
-        loop {
-            let frame = match next_part_due(started, last, buffer.len(), limits.min_body_rate) {
-                None => body.frame().await,
-                Some((due, why)) => match tokio::time::timeout_at(due.into(), body.frame()).await {
-                    Ok(frame) => frame,
-                    Err(_) => {
-                        refused = Some(too_slow(buffer.len(), started, why, limits.min_body_rate));
-                        return Ok(None);
-                    }
-                },
-            };
-            let Some(frame) = frame else { break };
-            last = Instant::now();
-            if let Some(data) = frame?.data_ref() {
-                let received = buffer.len() + data.len();
-                if received > max {
-                    return Ok(None);
-                }
-                if let Err(problem) = hold(received) {
-                    refused = Some(problem);
-                    drop(buffer);
-                    let mut seen = received;
-                    drain(&mut body, &mut seen, max).await;
-                    return Ok(None);
-                }
-                buffer.extend_from_slice(data);
-                held = received;
-            }
-        }
-        Ok::<_, axum::Error>(Some(Bytes::from(buffer)))
-    };
+    // What the read leaves behind, known even when the deadline drops it.
+    let mut reading = Reading::default();
+    let read = read_frames(body, capacity, started, limits, hold, &mut reading);
     let read = tokio::time::timeout(deadline, read).await;
-    let result = match refused {
+    let result = match reading.refused {
         Some(problem) => Err(problem),
         None => refused_or_read(read, declared, deadline, too_large),
     };
-    if result.is_err() && held >= super::memory::LARGE_BODY {
+    if result.is_err() && reading.held >= super::memory::LARGE_BODY {
         // The refused body is freed by now, on this thread: hand its pages
         // back as after a large call, rather than when this thread next
         // allocates.
         super::memory::release_memory();
     }
     result
+}
+
+/// What reading a body leaves behind, known even when the deadline drops
+/// the read: the most its buffer held, and why it was refused (unset when
+/// it was refused for its size).
+#[derive(Default)]
+struct Reading {
+    /// The most the buffer held.
+    held: usize,
+    /// The refusal that stopped the read, other than for size.
+    refused: Option<Problem>,
+}
+
+/// Reads a body's frames into one buffer of `capacity` bytes, each part
+/// due at the pace [`next_part_due`] sets, asking `hold` for room for each
+/// part. `None` when refused: over the size limit, or with the refusal
+/// recorded in `reading` (a refused `hold` first drains the rest of the
+/// body).
+async fn read_frames(
+    mut body: Body,
+    capacity: usize,
+    started: Instant,
+    limits: &super::Limits,
+    mut hold: impl FnMut(usize) -> Result<(), Problem>,
+    reading: &mut Reading,
+) -> Result<Option<Bytes>, axum::Error> {
+    use http_body_util::BodyExt;
+    let mut buffer = Vec::with_capacity(capacity);
+    let mut last = started;
+    loop {
+        let frame = match next_part_due(started, last, buffer.len(), limits.min_body_rate) {
+            None => body.frame().await,
+            Some((due, why)) => match tokio::time::timeout_at(due.into(), body.frame()).await {
+                Ok(frame) => frame,
+                Err(_) => {
+                    reading.refused =
+                        Some(too_slow(buffer.len(), started, why, limits.min_body_rate));
+                    return Ok(None);
+                }
+            },
+        };
+        let Some(frame) = frame else { break };
+        last = Instant::now();
+        if let Some(data) = frame?.data_ref() {
+            let received = buffer.len() + data.len();
+            if received > limits.max_body_bytes {
+                return Ok(None);
+            }
+            if let Err(problem) = hold(received) {
+                reading.refused = Some(problem);
+                drop(buffer);
+                let mut seen = received;
+                drain(&mut body, &mut seen, limits.max_body_bytes).await;
+                return Ok(None);
+            }
+            buffer.extend_from_slice(data);
+            reading.held = received;
+        }
+    }
+    Ok(Some(Bytes::from(buffer)))
 }
 
 /// Why a body's next part is due when it is.
