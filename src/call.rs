@@ -249,12 +249,7 @@ mod tests {
             .into_iter()
             .find(|op| op.name == "database")
             .unwrap();
-        let parent = fixtures::database("orders")
-            .namespace("ns")
-            .spec("version", "16")
-            .spec("storage/size", "1Gi")
-            .spec("deletionPolicy", "Retain")
-            .spec("instances", 5);
+        let parent = fixtures::orders().spec("instances", 5);
         let ask = |parent: Value| {
             let body = json!({"parent": parent}).to_string();
             call_slice(
@@ -273,12 +268,7 @@ mod tests {
         );
         assert!(ask(parent.deleting().json()).is_ok());
         // A null the API server drops is no refusal.
-        let nulled = fixtures::database("orders")
-            .namespace("ns")
-            .spec("version", "16")
-            .spec("storage/size", "1Gi")
-            .spec("deletionPolicy", "Retain")
-            .spec("postgresql", Value::Null);
+        let nulled = fixtures::orders().spec("postgresql", Value::Null);
         let nulled = ask(nulled.json());
         assert!(nulled.is_ok(), "{nulled:?}");
     }

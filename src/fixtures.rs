@@ -69,6 +69,24 @@ pub fn database(name: &str) -> Object {
     parent("Database", name)
 }
 
+/// Database `orders` in namespace `prod`, where the Database's unit tests
+/// start: version 16, size medium, 1Gi of storage, `deletionPolicy:
+/// Retain`; a test sets what its case is about (`.spec("size", "large")`).
+pub fn orders() -> Object {
+    database("orders")
+        .namespace("prod")
+        .spec("version", "16")
+        .spec("size", "medium")
+        .spec("storage", json!({"size": "1Gi"}))
+        .spec("deletionPolicy", "Retain")
+}
+
+/// Instance `ordinal` of Database `orders`: its pod, as its StatefulSet
+/// labels it, running and not ready.
+pub fn instance(ordinal: u32) -> Object {
+    pod(&format!("orders-{ordinal}")).label("app.kubernetes.io/name", "postgresql")
+}
+
 impl Object {
     /// The object as JSON.
     pub fn json(self) -> Value {

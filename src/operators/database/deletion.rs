@@ -329,7 +329,7 @@ mod tests {
         let lost = |ordinal: usize, version: &str| {
             let mut seen = serving(version);
             seen.pods = vec![instance(0).ready().typed(), instance(1).ready().typed()];
-            seen.pods[ordinal] = instance(ordinal)
+            seen.pods[ordinal] = instance(ordinal as u32)
                 .not_ready_since("2026-03-04T05:00:00Z")
                 .typed();
             seen.jobs

@@ -655,12 +655,12 @@ mod tests {
     /// their own, which the newer templates read.
     #[test]
     fn the_rules_without_tls_stay_while_a_template_from_before_tls_may_start_an_instance() {
-        let db: Database = serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain",
-                     "postgresql": {"pgHba": ["host all all 10.0.0.0/8 scram-sha-256"]}}
-        }))
-        .unwrap();
+        let db: Database = fixtures::orders()
+            .spec(
+                "postgresql",
+                json!({"pgHba": ["host all all 10.0.0.0/8 scram-sha-256"]}),
+            )
+            .typed();
         let seen = |hba_file: &str, current: &str, update: &str| {
             Observed {
             statefulset: Some(

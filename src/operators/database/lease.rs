@@ -226,11 +226,7 @@ mod tests {
     use crate::fixtures;
 
     fn db(size: &str) -> Database {
-        serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": size, "storage": {"size": "1Gi"}, "deletionPolicy": "Retain"}
-        }))
-        .unwrap()
+        fixtures::orders().spec("size", size).typed()
     }
 
     /// With standbys the pods hold a lease, through a token only the

@@ -373,12 +373,10 @@ mod tests {
     use super::*;
 
     fn db(monitoring: serde_json::Value) -> Database {
-        serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"},
-                     "deletionPolicy": "Retain", "user": "opshooks_monitor", "monitoring": monitoring}
-        }))
-        .unwrap()
+        crate::fixtures::orders()
+            .spec("user", "opshooks_monitor")
+            .spec("monitoring", monitoring)
+            .typed()
     }
 
     fn refusal(monitoring: serde_json::Value) -> Option<String> {

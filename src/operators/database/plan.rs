@@ -314,12 +314,11 @@ pub(super) mod tests {
     use serde_json::json;
 
     pub(in super::super) fn db(version: &str, policy: &str) -> Database {
-        serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": version, "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": policy,
-                     "backup": {"destination": {"s3Bucket": "b"}}}
-        }))
-        .unwrap()
+        fixtures::orders()
+            .spec("version", version)
+            .spec("deletionPolicy", policy)
+            .spec("backup", json!({"destination": {"s3Bucket": "b"}}))
+            .typed()
     }
 
     pub(in super::super) fn job(state: &str) -> Job {
@@ -334,11 +333,7 @@ pub(super) mod tests {
         }
     }
 
-    /// An instance pod of `orders`, as the StatefulSet labels it.
-    pub(in super::super) fn instance(index: usize) -> fixtures::Object {
-        fixtures::pod(&format!("orders-{index}"))
-            .label(crate::operators::common::LABEL_NAME, "postgresql")
-    }
+    pub(in super::super) use crate::fixtures::instance;
 
     /// `running`, scaled to zero, its controller reporting no replica left.
     pub(in super::super) fn stopped(version: &str) -> Observed {

@@ -693,7 +693,7 @@ fn last_failover(db: &Database, seen: &Observed, rec: &Recorded) -> Option<Failo
 pub(super) mod tests {
     use super::*;
     use crate::fixtures;
-    use crate::operators::common::LABEL_NAME;
+    pub(in super::super) use crate::fixtures::instance;
     use crate::operators::database::observed::Role;
     use crate::operators::database::spec::TEMPLATE_HASH;
     use serde_json::json;
@@ -708,17 +708,12 @@ pub(super) mod tests {
     /// times in these tests are counted against it; it is not the
     /// default: [`default_delay_is_three_seconds`]).
     pub(in super::super) fn db(status: serde_json::Value) -> Database {
-        serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "large", "storage": {"size": "1Gi"},
-                     "failover": {"delay": 30}},
-            "status": status
-        }))
-        .unwrap()
-    }
-
-    pub(in super::super) fn instance(i: u32) -> fixtures::Object {
-        fixtures::pod(&format!("orders-{i}")).label(LABEL_NAME, "postgresql")
+        fixtures::orders()
+            .spec("size", "large")
+            .spec("deletionPolicy", "Snapshot")
+            .spec("failover", json!({"delay": 30}))
+            .status(status)
+            .typed()
     }
 
     /// Three instances: 0 not ready since `since` (ready if `None`), 1 and

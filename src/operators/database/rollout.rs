@@ -239,11 +239,7 @@ mod tests {
     use serde_json::json;
 
     fn db() -> Database {
-        serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "large", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain"}
-        }))
-        .unwrap()
+        fixtures::orders().spec("size", "large").typed()
     }
 
     /// Three instances; `updated[o]` says whether instance o runs the

@@ -177,11 +177,7 @@ pub(super) mod tests {
 
     /// Database `orders` (medium) with `spec.tls` as given.
     pub(in crate::operators::database) fn db(tls: serde_json::Value) -> Database {
-        serde_json::from_value(json!({
-            "metadata": {"name": "orders", "namespace": "prod"},
-            "spec": {"version": "16", "size": "medium", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain", "tls": tls}
-        }))
-        .unwrap()
+        fixtures::orders().spec("tls", tls).typed()
     }
 
     /// A StatefulSet whose template starts the server with `args` and

@@ -464,7 +464,7 @@ mod tests {
         struct Case {
             reason: &'static str,
             jobs: Vec<(&'static str, &'static str)>,
-            pods: usize,
+            pods: u32,
             want: Upgrade,
             want_version: Major,
             want_replicas: i32,

@@ -279,11 +279,7 @@ mod tests {
     #[test]
     fn an_image_of_another_major_is_refused_naming_both() {
         let db = |image: &str| -> Database {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "orders"},
-                "spec": {"version": "16", "storage": {"size": "1Gi"}, "deletionPolicy": "Retain", "imageName": image}
-            }))
-            .unwrap()
+            crate::fixtures::orders().spec("imageName", image).typed()
         };
         assert!(validate(&db("postgres:16.6")).is_ok());
         assert!(validate(&db("example.com/pg@sha256:00")).is_ok());
