@@ -201,6 +201,9 @@ mod status_code {
     }
 }
 
+/// The metrics label of a call whose answer never reached its client.
+pub(super) const CLIENT_GONE: &str = "client_gone";
+
 /// Every metrics label [`outcome`] gives, so each series exists from the
 /// first scrape.
 pub(super) const OUTCOMES: [&str; 13] = [
@@ -216,7 +219,7 @@ pub(super) const OUTCOMES: [&str; 13] = [
     "timeout",
     "internal",
     "other",
-    super::report::CLIENT_GONE,
+    CLIENT_GONE,
 ];
 
 /// The outcomes of a refusal made before any route is known, counted with

@@ -18,9 +18,6 @@ use super::error;
 use super::metrics::Metrics;
 use crate::hook::Hook;
 
-/// The metrics label of a call whose answer never reached its client.
-pub(super) const CLIENT_GONE: &str = "client_gone";
-
 /// What one call's line and metric say; written once, when the answer is
 /// delivered or, on drop, as a client that went away.
 pub(super) struct Report {
@@ -110,7 +107,7 @@ impl Report {
         let answer = match answer {
             Some(answer) if delivered => answer,
             answer => {
-                let outcome = CLIENT_GONE;
+                let outcome = error::CLIENT_GONE;
                 self.metrics
                     .observe(operator, hook.as_str(), outcome, elapsed.as_secs_f64());
                 // No status: nobody received one. What it would have been,
