@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from test_database_scripts import SYSTEM_PATH, scratch, script_argv, shell_path  # noqa: F401 (scratch: autouse)
+from pods import uptime
+from postgres import SYSTEM_PATH, scratch, script_argv, shell_path  # noqa: F401 (scratch: autouse)
 
 NS, NAME = "shop", "orders-role"
 
@@ -84,8 +85,6 @@ def configmap(primary: str, epoch: int, initialized: str = "true") -> dict:
             "data": {"primary": primary, "epoch": str(epoch), "initialized": initialized}}
 
 
-def uptime() -> int:
-    return int(float(Path("/proc/uptime").read_text().split()[0]))
 
 
 class Sidecar:

@@ -34,21 +34,20 @@ import boto3
 import pytest
 from reports import parse, termination_line  # tests/support: the hook reads each line
 
-import test_backup_job as backup
-from test_backup_job import (  # noqa: F401 (fixtures)
-    PY_BIN,
-    SECRET_ACCESS_KEY,
+import backups
+from backups import run_backup
+from postgres import (  # noqa: F401 (postgres: a fixture)
     SYSTEM_PATH,
-    S3,
     Postgres,
-    bucket,
+    as_postgres,
     have_shell,
+    pg_bin,
     postgres,
-    run_backup,
+    quote_ident,
     running_postgres,
-    running_s3,
-    s3,
+    shell_path,
 )
+from s3 import PY_BIN, S3, SECRET_ACCESS_KEY, bucket, running_s3, s3  # noqa: F401 (bucket, s3: fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 SELECT_SH = REPO / "src" / "operators" / "backup_job" / "select.sh"
@@ -91,13 +90,13 @@ def root():
     PWNED.unlink(missing_ok=True)
     ROOT = Path(tempfile.mkdtemp(prefix="opshooks-restore-"))
     ROOT.chmod(0o755)  # the postgres user reaches the work volumes below
-    saved, backup.SCRATCH = backup.SCRATCH, ROOT
+    saved, backups.SCRATCH = backups.SCRATCH, ROOT
     try:
         yield ROOT
     finally:
-        backup.SCRATCH = saved
+        backups.SCRATCH = saved
         for pid_file in ROOT.rglob("postmaster.pid"):  # a server a script left running
-            subprocess.run(backup.as_postgres([str(backup.pg_bin() / "pg_ctl"), "-D", str(pid_file.parent),
+            subprocess.run(as_postgres([str(pg_bin() / "pg_ctl"), "-D", str(pid_file.parent),
                                                "-m", "immediate", "-w", "stop"]), capture_output=True)
         shutil.rmtree(ROOT, ignore_errors=True)
         ROOT = None
@@ -123,7 +122,7 @@ def run_script(script: Path, env: dict[str, str], work: Path, *, shell: str = "d
     hang the test."""
     if not have_shell(shell):
         pytest.skip(f"{shell} is not installed")
-    executable, argv0 = backup.SHELLS[shell]
+    executable, argv0 = shell_path(shell), ["sh"]
     log = work / "termination-log"
     env = {"HOME": str(work.parent / "home"), "WORK_DIR": str(work), "TERMINATION_LOG": str(log), **env}
     if shell == "busybox":
@@ -197,7 +196,7 @@ def restore(pg: Postgres, work: Path, database: str = APP_DATABASE, app_user: st
 
 
 def verify(work: Path, shell: str = "dash", path: str | None = None) -> Result:
-    env = {"PATH": path or f"{backup.pg_bin()}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
+    env = {"PATH": path or f"{pg_bin()}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
     return run_script(VERIFY_SH, env, work, shell=shell, user="postgres")
 
 
@@ -274,7 +273,7 @@ def literal(value: str) -> str:
 def source_sql(alice: str, bob: str) -> str:
     """Several schemas, two owners, a large object, sequences in use, a view
     and a function, and a few thousand rows."""
-    a, b = backup.quote_ident(alice), backup.quote_ident(bob)
+    a, b = quote_ident(alice), quote_ident(bob)
     return f"""
 CREATE ROLE {a};
 CREATE ROLE {b};
@@ -340,14 +339,14 @@ def source(postgres, s3) -> Source:
     """A database backed up once with the real dump.sh + upload.sh."""
     tag = uuid.uuid4().hex[:6]
     owners = (f"alice {tag}", f"bob's {tag}")
-    db = backup.new_database(postgres, f"orders src {tag}")
+    db = backups.new_database(postgres, f"orders src {tag}")
     postgres.sql(source_sql(*owners), db)
     before = snapshot(postgres, db)
     assert before["customers"].startswith("2001|2001|"), before
     name = f"src-{tag}"
     s3.client.create_bucket(Bucket=name)
     run = run_backup(postgres, s3, name, database=db, name="orders", prefix="db/")
-    key = backup.assert_published_one(s3, name, run, "db/", "orders")
+    key = backups.assert_published_one(s3, name, run, "db/", "orders")
     return Source(db, owners, before, name, key, s3.get(name, key))
 
 
@@ -691,7 +690,7 @@ def test_restore_that_fails_midway_leaves_nothing(source, target, s3, bucket):
     a superuser may create an event trigger, restored last): the one
     transaction leaves nothing behind."""
     tag = uuid.uuid4().hex[:6]
-    db = backup.new_database(target, f"midway {tag}")
+    db = backups.new_database(target, f"midway {tag}")
     target.sql("CREATE TABLE aaa (id int); INSERT INTO aaa SELECT generate_series(1, 1000);"
                "CREATE FUNCTION on_ddl() RETURNS event_trigger LANGUAGE plpgsql AS 'BEGIN END';"
                "CREATE EVENT TRIGGER zzz ON ddl_command_start EXECUTE FUNCTION on_ddl();", db)
@@ -716,7 +715,7 @@ def test_restore_needs_the_application_user(source, target, s3, bucket):
 def test_restore_needs_a_database_the_user_owns(source, target, s3, bucket):
     work = selected_dump(s3, bucket, source.dump)
     user, _ = fresh_app(target)
-    database = backup.new_database(target, f"not theirs {uuid.uuid4().hex[:6]}")  # owned by postgres
+    database = backups.new_database(target, f"not theirs {uuid.uuid4().hex[:6]}")  # owned by postgres
     r = restore(target, work, database, user)
     assert_one_line_failure(r, f"database {database} is not owned by the application user {user}")
     assert user_relations(target, database) == EMPTY
@@ -765,7 +764,7 @@ def test_verify_passes_on_a_good_dump(source, s3, bucket, shell):
 def test_verify_counts_inheritance_and_partitions(postgres, s3, bucket):
     """A parent's rows are its own (not its children's); with
     --load-via-partition-root every partition's rows go to the root."""
-    db = backup.new_database(postgres)
+    db = backups.new_database(postgres)
     postgres.sql(
         "CREATE TABLE parent (id int); CREATE TABLE child (extra text) INHERITS (parent);"
         "INSERT INTO parent SELECT generate_series(1, 10); INSERT INTO child SELECT g, 'c' FROM generate_series(1, 25) g;"
@@ -797,7 +796,7 @@ def test_verify_as_root_runs_the_server_as_postgres(source, s3, bucket):
     if os.geteuid() == 0:
         shutil.chown(work, "root", "root")
         work.chmod(0o755)
-    env = {"PATH": f"{shim}:{backup.pg_bin()}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
+    env = {"PATH": f"{shim}:{pg_bin()}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
     r = run_script(VERIFY_SH, env, work)
     assert verify_ok(r, selected_line(Result(0, "", "", "", work))) == (3, SOURCE_ROWS)
     assert_server_gone(r)
@@ -829,7 +828,7 @@ def test_verify_fails_when_the_restored_rows_disagree(postgres, s3, bucket, effe
     """A dump that restores (exit 0) with other rows than it holds: a CHECK
     constraint's function deletes rows of (or drops) a table restored
     before it."""
-    db = backup.new_database(postgres)
+    db = backups.new_database(postgres)
     postgres.sql(
         "CREATE TABLE a_victims (id int); INSERT INTO a_victims SELECT generate_series(1, 100);"
         "CREATE FUNCTION eat(v int) RETURNS boolean LANGUAGE plpgsql AS "
@@ -850,7 +849,7 @@ def test_verify_fails_when_the_restored_rows_disagree(postgres, s3, bucket, effe
 
 @pytest.mark.parametrize("header", ["server version", "archive format"])
 def test_verify_refuses_a_dump_from_a_newer_major(source, s3, bucket, header):
-    version = subprocess.run([str(backup.pg_bin() / "pg_restore"), "--version"], capture_output=True, text=True)
+    version = subprocess.run([str(pg_bin() / "pg_restore"), "--version"], capture_output=True, text=True)
     major = int(re.search(r"\) (\d+)", version.stdout)[1])
     if header == "server version":
         body = newer_major_dump(source.dump, major)
@@ -938,9 +937,9 @@ def test_retention_waits_for_a_newer_verified_dump(postgres, source, s3, bucket)
     has verified; once the next real backup verified and mark.sh marked it,
     the old dumps go, with their markers."""
     prefix, name = "db/", "orders"
-    now = backup.utcnow()
-    old_verified = f"{prefix}{name}-{backup.stamp(now - dt.timedelta(days=40))}.pgdump"
-    failed = f"{prefix}{name}-{backup.stamp(now - dt.timedelta(days=31))}.pgdump"
+    now = backups.utcnow()
+    old_verified = f"{prefix}{name}-{backups.stamp(now - dt.timedelta(days=40))}.pgdump"
+    failed = f"{prefix}{name}-{backups.stamp(now - dt.timedelta(days=31))}.pgdump"
     s3.put(bucket, old_verified, source.dump)
     s3.put(bucket, old_verified + ".verified", b"opshooks verify: verified (long ago)\n")
     s3.put(bucket, failed, source.dump[: len(source.dump) // 2])
@@ -955,10 +954,10 @@ def test_retention_waits_for_a_newer_verified_dump(postgres, source, s3, bucket)
     seeded = [old_verified, old_verified + ".verified", failed]
     assert s3.keys(bucket) == sorted(seeded)
 
-    def backup_run() -> tuple[backup.Run, str]:
+    def backup_run() -> tuple[backups.Run, str]:
         run = run_backup(postgres, s3, bucket, database=source.database, name=name, prefix=prefix,
                          retention_days=30, requires_verified="1")
-        return run, backup.assert_published_one(s3, bucket, run, prefix, name, seeded=seeded)
+        return run, backups.assert_published_one(s3, bucket, run, prefix, name, seeded=seeded)
 
     # Both old dumps are past the cutoff; nothing newer verified: both stay.
     run, first = backup_run()

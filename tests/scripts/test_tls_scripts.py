@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from reports import termination_line  # tests/support: the hook reads each line
 
-from test_database_scripts import (  # noqa: F401 (scratch: the module's autouse fixture)
+from pods import Instance, Proxy, RoleConfigMap, template, wait_for  # noqa: F401 (template: a fixture)
+from postgres import (  # noqa: F401 (scratch: an autouse fixture)
     PG_PATH,
     SUPERUSER_PASSWORD,
     fresh_path,
@@ -34,13 +35,6 @@ from test_database_scripts import (  # noqa: F401 (scratch: the module's autouse
     scratch,
     script_argv,
     shell_path,
-)
-from test_failover_scripts import (  # noqa: F401 (template: a fixture)
-    Instance,
-    Proxy,
-    RoleConfigMap,
-    template,
-    wait_for,
 )
 
 REPO = Path(__file__).resolve().parents[2]
