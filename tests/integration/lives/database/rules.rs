@@ -554,11 +554,14 @@ pub(super) fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<()
             return Err(format!("{job} switches over, and no rollout asked for it"));
         }
         // (No read-write Service at all, as while deleting, routes nothing.)
+        // A switchover whose old primary no longer serves (every pod made
+        // again, the old one fenced by the role ConfigMap) routes as a
+        // failover does: to the candidate, which refuses writes until it
+        // is promoted.
         let selected = read_write_pod(cluster)?;
-        let routed = if planned {
-            designated.clone()
-        } else {
-            Some(candidate)
+        let routed = match &designated {
+            Some(serving) if planned => Some(serving.clone()),
+            _ => Some(candidate),
         };
         if !seen.step.interrupted && selected.is_some() && selected != routed {
             return Err(format!(

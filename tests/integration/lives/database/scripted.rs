@@ -571,3 +571,24 @@ fn regression_a_rollouts_failed_switchover_retried_during_a_major_upgrade() {
     ];
     scripted_database_life(orders("14", "medium", "Snapshot"), &script);
 }
+
+/// Found by database_lives (random): a bootstrapped small Database whose
+/// promote Jobs fail, grown to medium (a rollout: its switchover to
+/// orders-1 is refused), then the StatefulSet deleted by hand. Every pod
+/// is made again; the old primary, fenced by the role ConfigMap, no
+/// longer serves, and the hook points the read-write Service at the
+/// designated orders-1, which refuses writes until promoted, as in a
+/// failover. Healed, the promote Job is made again. The rule wanted the
+/// Service on a serving primary that no longer existed. (A rule fix: the
+/// hook was right.)
+#[test]
+fn regression_a_bootstrapped_database_grown_while_promote_jobs_fail() {
+    let script = [
+        Scripted::FailJob("orders-promote-*".to_string()),
+        Scripted::Spec("size", json!("medium")),
+        Scripted::DeleteChild(19),
+    ];
+    let mut parent = orders("14", "small", "Snapshot");
+    parent["spec"]["bootstrap"] = json!({"database": "orders"});
+    scripted_database_life(parent, &script);
+}
