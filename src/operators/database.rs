@@ -16,10 +16,13 @@
 //! owned by nothing.
 //!
 //! Each feature owns its decision, its children and its condition in one
-//! file: `upgrade` (between majors), `restore` (from a dump), `deletion`,
-//! `storage`, `placement`, `parameters`, `backups`, `monitoring`, `tls`,
-//! and `primary` with `lease` and `rollout` (failover, switchover, rolling
-//! a template). [`plan`] assembles the features' decisions, a pure function
+//! file or folder: `upgrade` (between majors), `restore` (from a dump),
+//! `deletion` (with its `Snapshotted` condition), `storage`, `placement`,
+//! `parameters`, `backups` (scheduled dumps and their verification),
+//! `monitoring`, `tls`, `rollout` (a new template), and `primary/`
+//! (failover and switchover: the decision in `primary.rs`, the promote
+//! Jobs in `jobs.rs`, the lease sidecar in `lease.rs`, the `FailingOver`
+//! condition and the instances' roles in `status.rs`). [`plan`] assembles the features' decisions, a pure function
 //! from the observed state to what to build; [`children`] and `status`
 //! turn that into objects and conditions.
 //!
@@ -41,7 +44,6 @@ mod foreign;
 mod images;
 pub mod instances;
 mod kinds;
-mod lease;
 mod monitoring;
 pub mod names;
 mod objects;
@@ -64,6 +66,7 @@ pub use deletion::{Deletion, plan_deletion, plan_finalize};
 pub use names::{claim_name, endpoint, jobs};
 pub use observed::Observed;
 pub use plan::{Plan, check_volumes, has_generated_credentials, plan};
+pub use primary::jobs::PROMOTE_SCRIPT;
 pub use primary::{ANNOTATION_SWITCHOVER, Failover, Primary, Step};
 pub use spec::{
     ANNOTATION_VERSION, Database, DatabaseBackup, DatabaseSpec, DatabaseStatus, DeletionPolicy,

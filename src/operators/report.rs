@@ -465,7 +465,7 @@ mod tests {
     /// their real lines through this parser too: `opshooks report`.)
     #[test]
     fn the_scripts_write_the_phrases_the_hook_reads() {
-        use crate::operators::database::children::PROMOTE_SCRIPT;
+        use crate::operators::database::PROMOTE_SCRIPT;
         use crate::operators::database::instances::START_SCRIPT;
         assert!(
             PROMOTE_SCRIPT.contains("report \"refused $1\""),

@@ -8,10 +8,13 @@ use k8s_openapi::api::batch::v1::Job;
 use super::dumps::{backup_job, backup_plan, source};
 use super::names::{backup_cron_name, jobs, verify_name};
 use super::objects::{job_labels, meta};
+use super::observed::Observed;
 use super::plan::Plan;
 use super::spec::{Database, name};
 use crate::hook::Child;
-use crate::operators::backup_job::verification;
+use crate::hook::conditions::Observation;
+use crate::operator::Context;
+use crate::operators::backup_job::verification::{self, VerifiedBackup};
 use crate::operators::backup_job::{self, Schedule};
 
 /// The final snapshot, a dump with the backup job, before deletion.
@@ -94,4 +97,71 @@ pub(super) fn children(db: &Database, plan: &Plan) -> Vec<Child> {
         }
     }
     out
+}
+
+/// `BackupScheduled`: whether scheduled backups are asked for and set up.
+pub(super) fn backup_scheduled(db: &Database, seen: &Observed, restored: bool) -> Observation {
+    match &db.spec.backup {
+        Some(b) if b.enabled && !restored => Observation::new(
+            "BackupScheduled",
+            false,
+            "WaitingForRestore",
+            "scheduled backups start once the restore succeeded",
+        ),
+        Some(b) if b.enabled => match &seen.cron_job {
+            Some(_) => Observation::new(
+                "BackupScheduled",
+                true,
+                "Scheduled",
+                format!(
+                    "backups run on schedule {:?}",
+                    b.schedule.as_deref().unwrap_or_default()
+                ),
+            ),
+            None => Observation::new(
+                "BackupScheduled",
+                false,
+                "CronJobPending",
+                "the backup CronJob is being created",
+            ),
+        },
+        _ => Observation::new(
+            "BackupScheduled",
+            false,
+            "Disabled",
+            "spec.backup.enabled is false",
+        ),
+    }
+}
+
+/// With `spec.backup.verify`: `BackupVerified`, from the newest finished
+/// verification run; and the newest dump proven to restore, now or before.
+/// Its schedule (read in UTC: the verify CronJob names no time zone)
+/// bounds how old the proof may be.
+pub(super) fn verified(
+    db: &Database,
+    seen: &Observed,
+    ctx: &Context,
+) -> (Option<Observation>, Option<VerifiedBackup>) {
+    let report = verification::newest_report(seen.pods.iter(), seen.jobs.values());
+    let recorded = db
+        .status
+        .as_ref()
+        .and_then(|s| s.last_verified_backup.as_ref());
+    let verify = db.spec.backup.as_ref().and_then(|b| b.verify.as_ref());
+    let last = verification::last_verified(report.as_ref(), recorded);
+    let overdue = verify
+        .and_then(|v| v.schedule.as_deref())
+        .and_then(|schedule| {
+            verification::Overdue::of(
+                schedule,
+                ctx.now,
+                db.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                last.as_ref().and_then(verification::proof_time),
+            )
+        });
+    (
+        verify.map(|_| verification::condition(report.as_ref(), recorded, overdue.as_ref())),
+        last,
+    )
 }

@@ -16,35 +16,28 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::backups;
 use super::certificate;
 use super::deletion::while_deleting;
-use super::instances::{
-    ROLE_DIR, disruption_budget, hba_config, initdb_scripts, max_silence, max_standby_lag,
-    statefulset,
-};
-use super::lease;
+use super::instances::{disruption_budget, hba_config, initdb_scripts, statefulset};
 use super::monitoring;
 use super::names::{
     connection_name, credentials_secret_name, generated_credentials_name, headless_name,
-    instance_host, is_promote_job, jobs, monitor_secret_name, pod_name, read_only_name, role_name,
-    service_fqdn, superuser_secret_name,
+    instance_host, jobs, monitor_secret_name, pod_name, read_only_name, role_name, service_fqdn,
+    superuser_secret_name,
 };
 use super::objects::{
-    APP, INIT_APP_SCRIPT, app_env, kept_job, labels, meta, script_container, script_job,
-    secret_env, superuser_env, value_env,
+    APP, INIT_APP_SCRIPT, app_env, labels, meta, script_container, script_job, superuser_env,
 };
 use super::observed::Observed;
 use super::plan::{Plan, has_generated_credentials};
+use super::primary::lease;
 use super::primary::{self, Primary};
 use super::restore;
-use super::spec::{Database, PORT, Replication, TEMPLATE_HASH, database_name, name};
+use super::spec::{Database, PORT, database_name, name};
 use super::tls;
 use super::trust;
 use super::upgrade;
 use crate::hook::Child;
 use crate::operator::{Context, HookError};
 use crate::operators::common::selector_labels;
-
-/// The promote Job: promotes a standby once it is safe.
-pub const PROMOTE_SCRIPT: &str = include_str!("promote.sh");
 
 /// Every desired child of a Database.
 pub fn build(
@@ -89,7 +82,17 @@ pub fn build(
         out.push(Child::new(&init_job(db, plan)));
     }
     out.extend(monitoring::children(db, seen, plan));
-    out.extend(promote_jobs(db, seen, plan).iter().map(Child::new));
+    let promote = primary::jobs::Build {
+        replicas: plan.replicas,
+        image: plan.images.image(plan.version),
+        tls: &plan.tls,
+        template: seen.template_hash(),
+    };
+    out.extend(
+        primary::jobs::promote_jobs(db, seen, &plan.primary, &promote)
+            .iter()
+            .map(Child::new),
+    );
     out.extend(upgrade_jobs(db, plan).iter().map(Child::new));
     if plan.restore_job {
         let image = plan.images.image(plan.version);
@@ -202,7 +205,7 @@ pub fn connection(db: &Database, client: &tls::Client) -> ConfigMap {
 }
 
 /// Who the primary is, for every instance to read when it starts
-/// (`start.sh` reads it mounted at [`ROLE_DIR`]): the designated primary's
+/// (`start.sh` reads it mounted at [`ROLE_DIR`](super::names::ROLE_DIR)): the designated primary's
 /// pod and where it answers (`host`: `probe.sh` asks it whether it is
 /// promoted yet before it fences the primary it replaces), the epoch,
 /// whether the Database was ever initialized (an instance with an empty
@@ -378,91 +381,4 @@ pub(super) fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
         designated: plan.primary.designated,
     };
     upgrade::jobs(db, &build)
-}
-
-/// The promote Jobs: every observed one is kept (a Job runs once, and its
-/// report is the record of what it did), and the plan's, if any, made.
-pub fn promote_jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Job> {
-    let wanted = plan.primary.promote_job.as_deref();
-    let mut out: Vec<Job> = seen
-        .jobs
-        .keys()
-        .filter(|job| is_promote_job(db, job) && Some(job.as_str()) != wanted)
-        .map(|job| kept_job(db, job))
-        .collect();
-    out.extend(wanted.map(|_| promote_job(db, plan, seen.template_hash())));
-    out
-}
-
-/// The promote Job of the designated standby: promotes it over the
-/// network (`promote.sh`) once it is the most advanced standby and the old
-/// primary does not answer as one; refuses otherwise, changing nothing.
-/// Annotated with the hash of the instances' template last written
-/// (`template`), so the switchovers a rollout of that template had refused
-/// can be counted.
-fn promote_job(db: &Database, plan: &Plan, template: Option<&str>) -> Job {
-    let primary = &plan.primary;
-    let others: Vec<String> = (0..u32::try_from(plan.replicas).unwrap_or(0))
-        .filter(|o| *o != primary.designated && Some(*o) != primary.serving)
-        .map(|o| instance_host(db, o))
-        .collect();
-    let mut env = vec![
-        value_env("CANDIDATE", instance_host(db, primary.designated)),
-        value_env(
-            "OLD_PRIMARY",
-            primary
-                .serving
-                .map(|o| instance_host(db, o))
-                .unwrap_or_default(),
-        ),
-        value_env("STANDBYS", others.join(" ")),
-        value_env(
-            "SYNCHRONOUS",
-            (db.spec.replication == Some(Replication::Synchronous)).to_string(),
-        ),
-        value_env(
-            "MODE",
-            if primary.planned {
-                primary::SWITCHOVER_MODE
-            } else {
-                "failover"
-            },
-        ),
-        // The role the instances must read before anything is promoted.
-        value_env("EXPECT_PRIMARY", pod_name(db, primary.designated)),
-        value_env("EXPECT_EPOCH", primary.epoch.to_string()),
-        value_env("ROLE_DIR", ROLE_DIR),
-        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
-        value_env("CONNECT_TIMEOUT", "5"),
-        max_silence(db),
-    ];
-    if let Some(bytes) = max_standby_lag(db) {
-        env.push(value_env("MAX_LAG_BYTES", bytes.to_string()));
-    }
-    if lease::enabled(db) {
-        env.extend(lease::script_env());
-    }
-    let container = script_container(
-        ("promote", plan.images.image(plan.version)),
-        PROMOTE_SCRIPT,
-        env,
-        None,
-    );
-    let job_name = primary
-        .promote_job
-        .clone()
-        .unwrap_or_else(|| super::names::promote_job(db, primary.epoch, primary.designated));
-    let mut pod = PodSpec {
-        containers: vec![container],
-        ..PodSpec::default()
-    };
-    plan.tls.apply(&mut pod, &["promote"]);
-    let mut job = script_job(db, job_name, pod, 0);
-    if let Some(hash) = template {
-        job.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(TEMPLATE_HASH.to_string(), hash.to_string());
-    }
-    job
 }

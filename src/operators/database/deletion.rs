@@ -15,11 +15,11 @@ use super::names::jobs;
 use super::objects::kept_job;
 use super::observed::Observed;
 use super::plan::{Plan, decide_primary, plan, running, upgrade_plan};
-use super::primary;
+use super::primary::{Primary, is_serving};
 use super::spec::{Database, DeletionPolicy};
 use super::upgrade::Upgrade;
 use crate::hook::Child;
-use crate::hook::conditions::format_time;
+use crate::hook::conditions::{ConditionStatus, Observation, format_time};
 use crate::hook::group_key;
 use crate::operator::{Context, HookError};
 use crate::operators::backup_job::RunStatus;
@@ -111,8 +111,7 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
     // Database whose bootstrap never restored holds nothing to snapshot, and
     // a snapshot of it would become the newest dump of its name.
     let restored = plan.restore.lets_serve();
-    let serving =
-        exists && plan.replicas > 0 && restored && primary::is_serving(db, seen, &plan.primary);
+    let serving = exists && plan.replicas > 0 && restored && is_serving(db, seen, &plan.primary);
     let snapshotted = deletion.snapshot_time.is_some();
     let volumes_may_go = volumes_may_go(db.spec.deletion_policy, snapshotted || !restored);
     plan.snapshot_job = seen.jobs.contains_key(&jobs::snapshot(db))
@@ -240,6 +239,122 @@ impl Plan {
             && seen.statefulset.is_none()
             && (volumes_stay || seen.claims(db).next().is_none())
     }
+}
+
+/// `Ready` while deleting, when the deletion waits on the volumes: the
+/// StatefulSet controller has not yet handed them over (or back), or they
+/// outlived the StatefulSet although they were to go.
+pub(super) fn deleting_condition(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+) -> Option<Observation> {
+    let waiting = |message: String| {
+        Some(Observation::new(
+            "Ready",
+            false,
+            "WaitingForVolumes",
+            message,
+        ))
+    };
+    if !plan.volumes_pending.is_empty() {
+        let (verb, outcome) = if plan.delete_volumes {
+            ("holds", "they go with it")
+        } else {
+            ("has released", "they stay when it goes")
+        };
+        return waiting(format!(
+            "deleting: the StatefulSet is kept until it {verb} volumes {}, so {outcome}; its controller does that only for an instance it runs and finds ready, so an instance scaled away earlier runs again meanwhile",
+            plan.volumes_pending.join(", ")
+        ));
+    }
+    let leftover: Vec<&str> = seen
+        .claims(db)
+        .filter_map(|(_, c)| c.metadata.name.as_deref())
+        .collect();
+    let volumes_stay = db.spec.deletion_policy == DeletionPolicy::Retain;
+    if seen.statefulset.is_some() || leftover.is_empty() || volumes_stay {
+        return None;
+    }
+    waiting(format!(
+        "waiting for volumes {} to be deleted; the StatefulSet is gone, so a volume it did not hold must be deleted by hand (after copying its data, if no snapshot was taken)",
+        leftover.join(", ")
+    ))
+}
+
+/// While deleting: whether the data was snapshotted, or why not yet.
+pub(super) fn snapshotted(
+    db: &Database,
+    seen: &Observed,
+    primary: &Primary,
+    deletion: &Deletion,
+) -> Observation {
+    let job = jobs::snapshot(db);
+    let condition = |status: ConditionStatus, reason, message: String| {
+        Observation::new("Snapshotted", status, reason, message)
+    };
+    match db.spec.deletion_policy {
+        DeletionPolicy::Retain => condition(
+            ConditionStatus::False,
+            "Retained",
+            "deletionPolicy Retain: the volumes are kept".into(),
+        ),
+        DeletionPolicy::Delete => condition(
+            ConditionStatus::False,
+            "NotRequested",
+            "deletionPolicy Delete: no snapshot".into(),
+        ),
+        DeletionPolicy::Snapshot => match (&deletion.snapshot_time, seen.job(&job)) {
+            (Some(at), _) => condition(
+                ConditionStatus::True,
+                "Snapshotted",
+                format!("job {job} stored the final snapshot at {at}"),
+            ),
+            (None, Some(RunStatus::Failed)) => condition(
+                ConditionStatus::False,
+                "SnapshotFailed",
+                format!(
+                    "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
+                ),
+            ),
+            (None, None) if seen.statefulset.is_some() && !is_serving(db, seen, primary) => {
+                condition(
+                    ConditionStatus::Unknown,
+                    "WaitingForPrimary",
+                    format!(
+                        "job {job} takes the final snapshot once the primary is ready; nothing is deleted meanwhile"
+                    ),
+                )
+            }
+            (None, None) if seen.statefulset.is_none() => condition(
+                ConditionStatus::False,
+                "NothingToSnapshot",
+                nothing_to_snapshot(seen),
+            ),
+            _ => condition(
+                ConditionStatus::Unknown,
+                "SnapshotRunning",
+                format!("job {job} takes the final snapshot"),
+            ),
+        },
+    }
+}
+
+/// Why there is nothing to snapshot once the StatefulSet is gone, and what
+/// becomes of the volumes left.
+fn nothing_to_snapshot(seen: &Observed) -> String {
+    let volumes: Vec<&str> = seen
+        .volumes
+        .iter()
+        .filter_map(|v| v.metadata.name.as_deref())
+        .collect();
+    if volumes.is_empty() {
+        return "the StatefulSet is gone and no volume is left: nothing to snapshot".into();
+    }
+    format!(
+        "the StatefulSet is gone and no snapshot is recorded; nothing is created again while deleting; volumes {} go with the StatefulSet's retention policy, or by hand once copied",
+        volumes.join(", ")
+    )
 }
 
 #[cfg(test)]

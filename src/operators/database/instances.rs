@@ -20,10 +20,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::certificate;
-use super::lease;
 use super::monitoring;
 use super::names::{
-    DATA_DIR, ca_config_map_name, hba_name, headless_name, initdb_name, pgdata, pod_name,
+    DATA_DIR, ROLE_DIR, ca_config_map_name, hba_name, headless_name, initdb_name, pgdata, pod_name,
     read_write_host, role_name, superuser_secret_name,
 };
 use super::objects::{
@@ -34,7 +33,8 @@ use super::observed::Observed;
 use super::parameters;
 use super::placement;
 use super::plan::Plan;
-use super::primary;
+use super::primary::jobs::{max_silence, max_standby_lag};
+use super::primary::lease;
 use super::spec::{
     ANNOTATION_VERSION, Database, LABEL_DATABASE, PORT, Replication, TEMPLATE_HASH, VOLUME, issuer,
     name,
@@ -54,9 +54,6 @@ pub(super) const PROBE_SCRIPT: &str = include_str!("probe.sh");
 /// The instances' `tls` init container: the server's certificate and key
 /// from spec.tls's Secret, or self-signed.
 pub(super) const TLS_SCRIPT: &str = include_str!("tls.sh");
-
-/// Where every instance reads the role ConfigMap.
-pub(super) const ROLE_DIR: &str = "/etc/opshooks/role";
 
 /// Where every instance reads the pg_hba.conf of `spec.postgresql.pgHba`.
 pub(super) const HBA_DIR: &str = "/etc/opshooks/hba";
@@ -352,24 +349,6 @@ pub(super) fn instance_env(db: &Database, plan: &Plan) -> Vec<EnvVar> {
     env.push(max_silence(db));
     env.extend(plan.tls.instance_env(&format!("{TLS_DIR}/{}", tls::CA_KEY)));
     env
-}
-
-/// `MAX_SILENCE_SECONDS` of `probe.sh` and `promote.sh`: a standby last
-/// current with a primary longer ago is not ready and is never promoted.
-/// A standby that streamed until the primary failed is checked by the
-/// promote Job at most this long after: the failover delay, plus the
-/// primary's readiness failing (3 probes 5 s apart), the hook's answer,
-/// the Job's start and one probe period, for which a minute allows.
-pub(super) fn max_silence(db: &Database) -> EnvVar {
-    let seconds = primary::delay_seconds(db).saturating_add(60);
-    value_env("MAX_SILENCE_SECONDS", seconds.to_string())
-}
-
-/// `spec.failover.maxStandbyLag` in bytes: a standby further behind is not
-/// ready, so it leaves the read-only endpoints and is no failover candidate.
-pub(super) fn max_standby_lag(db: &Database) -> Option<u64> {
-    let lag = db.spec.failover.as_ref()?.max_standby_lag.as_deref()?;
-    crate::operators::validate::quantity_bytes(lag)
 }
 
 /// Each instance's CPU and memory: `spec.resources`, else the size's, as

@@ -230,6 +230,9 @@ pub fn credentials_secret_name(db: &Database) -> String {
         .unwrap_or_else(|| generated_credentials_name(db))
 }
 
+/// Where every instance reads the role ConfigMap.
+pub const ROLE_DIR: &str = "/etc/opshooks/role";
+
 /// Where each instance's volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/postgresql/data";
 

@@ -37,7 +37,10 @@ use crate::operators::backup_job::RunStatus;
 use crate::operators::report::{self, Report, Unreadable};
 use recovery::{Recovery, recovery};
 
+pub(super) mod jobs;
+pub(super) mod lease;
 mod recovery;
+pub(super) mod status;
 
 /// What a failed promote Job reported (`promote.sh`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,23 +1,19 @@
 //! The Database's status from what was observed and the plan made from it.
 
-use super::deletion::Deletion;
+use super::backups;
+use super::deletion::{self, Deletion};
 use super::names::{endpoint, jobs, pod_name};
 use super::observed::Observed;
 use super::plan::Plan;
-use super::primary::{Primary, is_designated_ready, is_serving};
+use super::primary::{self, is_designated_ready};
 use super::restore::{self, Restore};
 use super::rollout::Step;
-use super::spec::{
-    Database, DatabaseStatus, DeletionPolicy, Phase, database_name, shows_condition,
-};
+use super::spec::{Database, DatabaseStatus, Phase, database_name, shows_condition};
 use super::upgrade::{self, Upgrade};
-use crate::hook::conditions::{self, ConditionStatus, Observation, format_time};
+use crate::hook::conditions::{self, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::RunStatus;
-use crate::operators::backup_job::verification::{self, VerifiedBackup};
 use crate::operators::common::ready_of;
-
-mod failover;
 
 /// The status from the observed state and the plan made from it.
 pub fn status(
@@ -37,13 +33,13 @@ pub fn status(
     let phase = phase(db, seen, plan, init, finalizing, (replicas, ready_replicas));
     let ready = phase == Phase::Running;
     let ready_condition = finalizing
-        .then(|| deleting_condition(db, seen, plan))
+        .then(|| deletion::deleting_condition(db, seen, plan))
         .flatten()
         .unwrap_or_else(|| ready_condition(phase, ready_replicas, instances));
     let mut observations = vec![ready_condition, initialized];
     observations.extend(feature_conditions(db, seen, plan, instances));
     let restored_from = restore::restored_from(db, seen, plan.restore, ctx);
-    let (verified_condition, last_verified_backup) = verified(db, seen, ctx);
+    let (verified_condition, last_verified_backup) = backups::verified(db, seen, ctx);
     observations.extend(verified_condition);
     if db.spec.bootstrap.is_some() {
         observations.push(restore::restored(
@@ -54,7 +50,7 @@ pub fn status(
         ));
     }
     if let Some(deletion) = deletion {
-        observations.push(snapshotted(db, seen, &plan.primary, deletion));
+        observations.push(deletion::snapshotted(db, seen, &plan.primary, deletion));
     }
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
     let primary = &plan.primary;
@@ -62,8 +58,8 @@ pub fn status(
         current_primary: primary.serving.map(|o| pod_name(db, o)),
         target_primary: primary.changing().then(|| pod_name(db, primary.designated)),
         primary_epoch: primary.epoch,
-        last_failover: failover::last(db, primary),
-        instances: failover::instances(db, seen, plan),
+        last_failover: primary::status::last(db, primary),
+        instances: primary::status::instances(db, seen, &plan.primary, plan.replicas),
         phase,
         ready,
         endpoint: Some(endpoint(db)),
@@ -107,94 +103,19 @@ fn feature_conditions(
     instances: i32,
 ) -> Vec<Observation> {
     let mut out = vec![
-        backup_scheduled(db, seen, plan.restore.lets_serve()),
+        backups::backup_scheduled(db, seen, plan.restore.lets_serve()),
         upgrading_condition(db, plan),
     ];
     // Shown once there are standbys, and kept true after: a condition
     // left out would stay in the status as it was last written.
     if instances > 1 || shows_condition(db, "FailingOver") {
-        out.push(failover::condition(db, seen, &plan.primary));
+        out.push(primary::status::condition(db, seen, &plan.primary));
     }
     out.extend(parameters_condition(db, plan));
     out.extend(super::certificate::condition(db, seen));
     out.extend(super::monitoring::condition(db, seen, plan));
     out.extend(plan.growth.observation(db, seen));
     out
-}
-
-/// While deleting: whether the data was snapshotted, or why not yet.
-pub(super) fn snapshotted(
-    db: &Database,
-    seen: &Observed,
-    primary: &Primary,
-    deletion: &Deletion,
-) -> Observation {
-    let job = jobs::snapshot(db);
-    let condition = |status: ConditionStatus, reason, message: String| {
-        Observation::new("Snapshotted", status, reason, message)
-    };
-    match db.spec.deletion_policy {
-        DeletionPolicy::Retain => condition(
-            ConditionStatus::False,
-            "Retained",
-            "deletionPolicy Retain: the volumes are kept".into(),
-        ),
-        DeletionPolicy::Delete => condition(
-            ConditionStatus::False,
-            "NotRequested",
-            "deletionPolicy Delete: no snapshot".into(),
-        ),
-        DeletionPolicy::Snapshot => match (&deletion.snapshot_time, seen.job(&job)) {
-            (Some(at), _) => condition(
-                ConditionStatus::True,
-                "Snapshotted",
-                format!("job {job} stored the final snapshot at {at}"),
-            ),
-            (None, Some(RunStatus::Failed)) => condition(
-                ConditionStatus::False,
-                "SnapshotFailed",
-                format!(
-                    "job {job} failed; nothing is deleted; fix the cause and delete the job to retry, or set deletionPolicy Retain"
-                ),
-            ),
-            (None, None) if seen.statefulset.is_some() && !is_serving(db, seen, primary) => {
-                condition(
-                    ConditionStatus::Unknown,
-                    "WaitingForPrimary",
-                    format!(
-                        "job {job} takes the final snapshot once the primary is ready; nothing is deleted meanwhile"
-                    ),
-                )
-            }
-            (None, None) if seen.statefulset.is_none() => condition(
-                ConditionStatus::False,
-                "NothingToSnapshot",
-                nothing_to_snapshot(seen),
-            ),
-            _ => condition(
-                ConditionStatus::Unknown,
-                "SnapshotRunning",
-                format!("job {job} takes the final snapshot"),
-            ),
-        },
-    }
-}
-
-/// Why there is nothing to snapshot once the StatefulSet is gone, and what
-/// becomes of the volumes left.
-fn nothing_to_snapshot(seen: &Observed) -> String {
-    let volumes: Vec<&str> = seen
-        .volumes
-        .iter()
-        .filter_map(|v| v.metadata.name.as_deref())
-        .collect();
-    if volumes.is_empty() {
-        return "the StatefulSet is gone and no volume is left: nothing to snapshot".into();
-    }
-    format!(
-        "the StatefulSet is gone and no snapshot is recorded; nothing is created again while deleting; volumes {} go with the StatefulSet's retention policy, or by hand once copied",
-        volumes.join(", ")
-    )
 }
 
 /// `Initialized`: how the one-time setup Job went.
@@ -237,43 +158,6 @@ fn initialized(db: &Database, init: Option<RunStatus>, restored: bool) -> Observ
     }
 }
 
-/// `Ready` while deleting, when the deletion waits on the volumes: the
-/// StatefulSet controller has not yet handed them over (or back), or they
-/// outlived the StatefulSet although they were to go.
-fn deleting_condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<Observation> {
-    let waiting = |message: String| {
-        Some(Observation::new(
-            "Ready",
-            false,
-            "WaitingForVolumes",
-            message,
-        ))
-    };
-    if !plan.volumes_pending.is_empty() {
-        let (verb, outcome) = if plan.delete_volumes {
-            ("holds", "they go with it")
-        } else {
-            ("has released", "they stay when it goes")
-        };
-        return waiting(format!(
-            "deleting: the StatefulSet is kept until it {verb} volumes {}, so {outcome}; its controller does that only for an instance it runs and finds ready, so an instance scaled away earlier runs again meanwhile",
-            plan.volumes_pending.join(", ")
-        ));
-    }
-    let leftover: Vec<&str> = seen
-        .claims(db)
-        .filter_map(|(_, c)| c.metadata.name.as_deref())
-        .collect();
-    let volumes_stay = db.spec.deletion_policy == DeletionPolicy::Retain;
-    if seen.statefulset.is_some() || leftover.is_empty() || volumes_stay {
-        return None;
-    }
-    waiting(format!(
-        "waiting for volumes {} to be deleted; the StatefulSet is gone, so a volume it did not hold must be deleted by hand (after copying its data, if no snapshot was taken)",
-        leftover.join(", ")
-    ))
-}
-
 /// `Ready`: whether every instance serves, or what it waits for.
 fn ready_condition(phase: Phase, ready_replicas: i32, instances: i32) -> Observation {
     if phase == Phase::Running {
@@ -292,41 +176,6 @@ fn ready_condition(phase: Phase, ready_replicas: i32, instances: i32) -> Observa
             phase.as_str(),
             format!("phase {phase:?}: {ready_replicas} of {instances} instances are ready"),
         )
-    }
-}
-
-/// `BackupScheduled`: whether scheduled backups are asked for and set up.
-fn backup_scheduled(db: &Database, seen: &Observed, restored: bool) -> Observation {
-    match &db.spec.backup {
-        Some(b) if b.enabled && !restored => Observation::new(
-            "BackupScheduled",
-            false,
-            "WaitingForRestore",
-            "scheduled backups start once the restore succeeded",
-        ),
-        Some(b) if b.enabled => match &seen.cron_job {
-            Some(_) => Observation::new(
-                "BackupScheduled",
-                true,
-                "Scheduled",
-                format!(
-                    "backups run on schedule {:?}",
-                    b.schedule.as_deref().unwrap_or_default()
-                ),
-            ),
-            None => Observation::new(
-                "BackupScheduled",
-                false,
-                "CronJobPending",
-                "the backup CronJob is being created",
-            ),
-        },
-        _ => Observation::new(
-            "BackupScheduled",
-            false,
-            "Disabled",
-            "spec.backup.enabled is false",
-        ),
     }
 }
 
@@ -494,36 +343,4 @@ fn is_planned_change(plan: &Plan, primary_ready: bool) -> bool {
             | Step::Rest { .. }
     );
     rolling && primary_ready
-}
-
-/// With `spec.backup.verify`: `BackupVerified`, from the newest finished
-/// verification run; and the newest dump proven to restore, now or before.
-/// Its schedule (read in UTC: the verify CronJob names no time zone)
-/// bounds how old the proof may be.
-fn verified(
-    db: &Database,
-    seen: &Observed,
-    ctx: &Context,
-) -> (Option<Observation>, Option<VerifiedBackup>) {
-    let report = verification::newest_report(seen.pods.iter(), seen.jobs.values());
-    let recorded = db
-        .status
-        .as_ref()
-        .and_then(|s| s.last_verified_backup.as_ref());
-    let verify = db.spec.backup.as_ref().and_then(|b| b.verify.as_ref());
-    let last = verification::last_verified(report.as_ref(), recorded);
-    let overdue = verify
-        .and_then(|v| v.schedule.as_deref())
-        .and_then(|schedule| {
-            verification::Overdue::of(
-                schedule,
-                ctx.now,
-                db.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                last.as_ref().and_then(verification::proof_time),
-            )
-        });
-    (
-        verify.map(|_| verification::condition(report.as_ref(), recorded, overdue.as_ref())),
-        last,
-    )
 }

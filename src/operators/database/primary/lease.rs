@@ -37,16 +37,16 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::names::{lease_account_name, role_name};
-use super::objects::{identity, mount};
-use super::observed::Observed;
-use super::spec::{Database, namespace};
+use super::super::names::{lease_account_name, role_name};
+use super::super::objects::{identity, mount};
+use super::super::observed::Observed;
+use super::super::spec::{Database, namespace};
 
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::{env, shell_command};
 
 /// The sidecar's script.
-const SCRIPT: &str = include_str!("lease.sh");
+const SCRIPT: &str = include_str!("../lease.sh");
 /// Where both containers see the lease: an emptyDir in memory.
 const DIR: &str = "/var/run/opshooks/lease";
 /// The lease file, in [`DIR`].
@@ -71,7 +71,7 @@ const TOKEN_SECONDS: i64 = 3600;
 
 /// Whether this Database's instances hold a lease: when it has standbys,
 /// which a failover promotes.
-pub(super) fn enabled(db: &Database) -> bool {
+pub(in super::super) fn enabled(db: &Database) -> bool {
     db.spec.size.instances() > 1
 }
 
@@ -80,7 +80,7 @@ pub(super) fn enabled(db: &Database) -> bool {
 /// run as that ServiceAccount (a `size` made `small`): deleted under them,
 /// the sidecar's token stops working, its lease ages, and the watchdog
 /// stops the primary before the rollout replaces it.
-pub(super) fn kept(db: &Database, seen: &Observed) -> bool {
+pub(in super::super) fn kept(db: &Database, seen: &Observed) -> bool {
     let account = lease_account_name(db);
     enabled(db)
         || seen
@@ -100,7 +100,7 @@ pub(super) fn kept(db: &Database, seen: &Observed) -> bool {
 
 /// The ServiceAccount, its Role (`get` on the role ConfigMap, nothing
 /// else) and their binding.
-pub(super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
+pub(in super::super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
     let rule = PolicyRule {
         api_groups: Some(vec![String::new()]),
         resources: Some(vec!["configmaps".to_string()]),
@@ -112,7 +112,7 @@ pub(super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
 }
 
 /// The values `start.sh`, `probe.sh` and `promote.sh` read the lease by.
-pub(super) fn script_env() -> Vec<EnvVar> {
+pub(in super::super) fn script_env() -> Vec<EnvVar> {
     vec![
         env("LEASE_FILE", FILE),
         env("LEASE_SECONDS", SECONDS.to_string()),
@@ -123,7 +123,7 @@ pub(super) fn script_env() -> Vec<EnvVar> {
 /// Adds the lease to an instance's pod: the sidecar, its volumes and
 /// ServiceAccount, and the lease's values and mount to `server`, the
 /// container that runs `start.sh`.
-pub(super) fn apply(db: &Database, image: String, pod: &mut PodSpec, server: &str) {
+pub(in super::super) fn apply(db: &Database, image: String, pod: &mut PodSpec, server: &str) {
     for container in pod.containers.iter_mut().filter(|c| c.name == server) {
         container
             .env

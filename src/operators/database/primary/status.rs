@@ -3,14 +3,13 @@
 
 use super::super::names::pod_name;
 use super::super::observed::Observed;
-use super::super::plan::Plan;
-use super::super::primary::{Primary, Step, delay_seconds};
 use super::super::spec::{Database, InstanceStatus, LastFailover};
+use super::{Primary, Step, delay_seconds};
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
 
 /// The last failover: the one the plan saw succeed now, else the one
 /// recorded.
-pub(super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
+pub(in super::super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
     let Some(new) = &primary.last else {
         return db.status.as_ref()?.last_failover.clone();
     };
@@ -41,11 +40,16 @@ pub(super) fn last(db: &Database, primary: &Primary) -> Option<LastFailover> {
 }
 
 /// Each observed instance the StatefulSet runs: its role and readiness.
-pub(super) fn instances(db: &Database, seen: &Observed, plan: &Plan) -> Vec<InstanceStatus> {
-    let primary = &plan.primary;
+/// Of the `replicas` instances the plan runs.
+pub(in super::super) fn instances(
+    db: &Database,
+    seen: &Observed,
+    primary: &Primary,
+    replicas: i32,
+) -> Vec<InstanceStatus> {
     let mut out: Vec<(u32, InstanceStatus)> = seen
         .instances(db)
-        .filter(|(o, _)| i64::from(*o) < i64::from(plan.replicas))
+        .filter(|(o, _)| i64::from(*o) < i64::from(replicas))
         .map(|(o, pod)| {
             let role = match (o == primary.designated, Some(o) == primary.serving) {
                 (true, true) => "primary",
@@ -69,7 +73,11 @@ pub(super) fn instances(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Inst
 /// `FailingOver`: True while the primary changes or a change is stuck;
 /// False otherwise, saying whether the primary is not ready and what
 /// happens next.
-pub(super) fn condition(db: &Database, seen: &Observed, primary: &Primary) -> Observation {
+pub(in super::super) fn condition(
+    db: &Database,
+    seen: &Observed,
+    primary: &Primary,
+) -> Observation {
     let designated = pod_name(db, primary.designated);
     let epoch = primary.epoch;
     let why_down = seen
