@@ -336,7 +336,8 @@ fn answer(
     foreign::keep_or_refuse(db, &req.children, &mut built, finalizing)?;
     let status = status(db, seen, &plan, deletion, ctx);
     let finalized = finalizing && plan.is_finalized(db, seen);
-    let waiting = finalizing && !finalized || plan.upgrade.in_progress() || plan.primary.changing();
+    let waiting =
+        finalizing && !finalized || plan.upgrade.step.in_progress() || plan.primary.changing();
     Ok(SyncResponse {
         status,
         children: Child::sorted(built),

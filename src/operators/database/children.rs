@@ -373,9 +373,9 @@ pub fn init_job(db: &Database, plan: &Plan) -> Job {
 pub(super) fn upgrade_jobs(db: &Database, plan: &Plan) -> Vec<Job> {
     let build = upgrade::Build {
         from: plan.running,
-        to: plan.target,
-        pre_upgrade_job: plan.pre_upgrade_job,
-        upgrade_job: plan.upgrade_job,
+        to: plan.upgrade.target,
+        pre_upgrade_job: plan.upgrade.pre_upgrade_job,
+        upgrade_job: plan.upgrade.upgrade_job,
         images: &plan.images,
         tls: &plan.tls,
         designated: plan.primary.designated,

@@ -154,9 +154,9 @@ pub fn plan_deletion(db: &Database, seen: &Observed, deletion: &Deletion, mut pl
 /// rollout's switchover may go on meanwhile, and says so.
 fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
     let has = |job: &str| seen.jobs.contains_key(job);
-    let to = plan.target;
+    let to = plan.upgrade.target;
     if !has(&jobs::upgrade(db, to)) {
-        plan.upgrade = Upgrade::None;
+        plan.upgrade.step = Upgrade::None;
         plan.version = plan.running;
         // Never fewer instances than run: a smaller size (or one a refused
         // spec asks for, which no sync applied) would stop the standby a
@@ -167,8 +167,8 @@ fn keep_observed_jobs(db: &Database, seen: &Observed, plan: &mut Plan) {
         decide_primary(db, seen, plan, false);
     }
     plan.init_job = has(&jobs::init(db));
-    plan.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
-    plan.upgrade_job = has(&jobs::upgrade(db, to));
+    plan.upgrade.pre_upgrade_job = has(&jobs::pre_upgrade(db, to));
+    plan.upgrade.upgrade_job = has(&jobs::upgrade(db, to));
     plan.restore_job = has(&jobs::restore(db));
     plan.deleting = true;
 }
@@ -526,7 +526,7 @@ mod tests {
                 seen = with_job(seen, name, state);
             }
             let (planned, _) = plan_finalize(&deleting(version), &seen, &ctx).unwrap();
-            assert_eq!(planned.upgrade, want, "{what}");
+            assert_eq!(planned.upgrade.step, want, "{what}");
         }
     }
 

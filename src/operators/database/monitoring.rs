@@ -250,7 +250,7 @@ pub(super) fn role_job(db: &Database, seen: &Observed, plan: &Plan) -> Option<Jo
     // that serves, not one being promoted or fenced (a read-only server
     // would use up the Job's tries).
     let serving = plan.restore.lets_serve()
-        && matches!(plan.upgrade, Upgrade::None)
+        && matches!(plan.upgrade.step, Upgrade::None)
         && super::primary::is_serving(db, seen, &plan.primary);
     if !(serving || seen.jobs.contains_key(&job_name)) {
         return None;

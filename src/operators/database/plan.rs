@@ -16,7 +16,7 @@ use super::spec::{ANNOTATION_VERSION, Database, Major, VOLUME, name};
 use super::storage::Growth;
 use super::tls;
 use super::trust;
-use super::upgrade::{self, Upgrade};
+use super::upgrade;
 use crate::operator::HookError;
 use crate::operators::report::InstanceSays;
 use crate::operators::validate::InvalidSpec;
@@ -34,19 +34,12 @@ pub struct Plan {
     pub reported: Option<Major>,
     /// The major the StatefulSet should run.
     pub version: Major,
-    /// The major the upgrade Jobs are for: the spec's, or that of a restore
-    /// still running when the spec moved on.
-    pub target: Major,
     /// How many instances the StatefulSet should run.
     pub replicas: i32,
-    /// Where an upgrade stands.
-    pub upgrade: Upgrade,
+    /// Where an upgrade stands, and which of its Jobs exist.
+    pub upgrade: upgrade::Decision,
     /// Whether the initial-configuration Job should exist.
     pub init_job: bool,
-    /// Whether the pre-upgrade backup Job should exist.
-    pub pre_upgrade_job: bool,
-    /// Whether the upgrade's restore Job (`jobs::upgrade`) should exist.
-    pub upgrade_job: bool,
     /// Where the restore of `spec.bootstrap` stands.
     pub restore: Restore,
     /// Whether the bootstrap's restore Job (`jobs::restore`) should exist.
@@ -113,55 +106,24 @@ pub fn plan(db: &Database, seen: &Observed) -> Result<Plan, HookError> {
     let mut plan = upgrade_plan(db, seen, running);
     // A failed or impossible upgrade (no destination, a failed backup or
     // restore) leaves the old version serving: it fails over as ever.
-    let upgrading = plan.upgrade.in_progress();
+    let upgrading = plan.upgrade.step.in_progress();
     decide_primary(db, seen, &mut plan, upgrading);
     Ok(plan)
 }
 
-/// Who is the primary, and the instances to run for it. A failover may
-/// start unless an upgrade or a restore holds the instances; also while
-/// deleting: the final snapshot reads the primary, and a primary lost for
-/// good would otherwise hold the deletion for ever.
+/// Who is the primary, the rollout around it and the instances to run
+/// for both ([`primary::decide_all`]), into the plan.
 pub(super) fn decide_primary(db: &Database, seen: &Observed, plan: &mut Plan, upgrading: bool) {
-    // The standbys counted with the instances kept up to the primary: a
-    // size made smaller after a failover still has one below it.
-    let steady = primary::decide(db, seen, false, None);
-    // A smaller size waits while the designated primary is not ready: the
-    // standbys above the size may be the ones that take over from it, and
-    // stopping them could leave no instance that holds the data.
-    if plan.replicas > 0
-        && seen.was_initialized(db)
-        && !primary::is_designated_ready(db, seen, &steady)
-    {
-        plan.replicas = plan.replicas.max(seen.statefulset_replicas());
-    }
-    let replicas = with_primary(plan.replicas, &steady);
-    let may_fail_over =
-        !upgrading && plan.restore.lets_serve() && replicas > 1 && seen.was_initialized(db);
-    let serving = Serving {
-        ordinal: steady.serving,
-        changing: steady.changing(),
-    };
-    plan.rollout = rollout::decide(db, seen, replicas, serving, may_fail_over);
-    plan.primary = match may_fail_over {
-        true => primary::decide(db, seen, true, plan.rollout.switchover),
-        false => steady,
-    };
-    plan.replicas = with_primary(plan.replicas, &plan.primary);
-}
-
-/// The instances to run: at least up to the designated primary and, during
-/// a change, the one still serving, which a smaller size must never stop
-/// (the read-write Service would select no pod, and nothing would fail
-/// over to the instances left). Moving the primary to a lower ordinal is a
-/// switchover: a person asks for one, or a rollout of a new template that
-/// finds the primary the highest instance. None while everything is
-/// stopped.
-fn with_primary(replicas: i32, primary: &Primary) -> i32 {
-    if replicas == 0 {
-        return 0;
-    }
-    replicas.max(primary.instances_needed())
+    let decided = primary::decide_all(
+        db,
+        seen,
+        plan.replicas,
+        plan.restore.lets_serve(),
+        upgrading,
+    );
+    plan.primary = decided.primary;
+    plan.rollout = decided.rollout;
+    plan.replicas = decided.replicas;
 }
 
 /// Refuses (409) while instance 0 refuses to start on its volume because
@@ -208,11 +170,8 @@ fn reported_version(db: &Database) -> Option<Major> {
 pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Plan {
     let mut plan = at_rest(db, seen, running);
     let upgrade = upgrade::decide(db, seen, running, plan.restore.lets_serve());
-    plan.upgrade = upgrade.step;
-    plan.target = upgrade.target;
+    plan.upgrade = upgrade;
     plan.version = upgrade.version;
-    plan.pre_upgrade_job = upgrade.pre_upgrade_job;
-    plan.upgrade_job = upgrade.upgrade_job;
     if upgrade.stops_instances {
         plan.replicas = 0;
     }
@@ -233,12 +192,9 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         running,
         reported: seen.running().or_else(|| reported_version(db)),
         version: running,
-        target: db.spec.version,
         replicas: db.spec.size.instances(),
-        upgrade: Upgrade::None,
+        upgrade: upgrade::Decision::idle(db, running),
         init_job,
-        pre_upgrade_job: false,
-        upgrade_job: false,
         restore,
         // The restore connects to the primary: it starts once that is ready.
         restore_job: has(&jobs::restore(db)) || (restore == Restore::Running && primary_ready),
@@ -504,7 +460,10 @@ pub(super) mod tests {
         let err = plan(&db("17", "Delete"), &sts(None, None, None)).unwrap_err();
         assert!(matches!(err, HookError::Unsafe(_)), "{err:?}");
         let upgrade = plan(&db("17", "Delete"), &sts(None, None, Some("postgres:16"))).unwrap();
-        assert_eq!(upgrade.upgrade, Upgrade::BackingUp { to: Major::V17 });
+        assert_eq!(
+            upgrade.upgrade.step,
+            upgrade::Upgrade::BackingUp { to: Major::V17 }
+        );
         assert_eq!(upgrade.version, Major::V16);
     }
 

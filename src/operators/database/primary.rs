@@ -31,29 +31,21 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::names::{parse_promote_job, pod_name, pod_ordinal, promote_job};
 use super::observed::Observed;
+use super::rollout::{self, Rollout, Serving};
 use super::spec::Database;
 use crate::hook::quote::quote;
 use crate::operators::backup_job::RunStatus;
-use crate::operators::report::{self, Report, Unreadable};
+
 use recovery::{Recovery, recovery};
 
 pub(super) mod jobs;
 pub(super) mod lease;
 mod recovery;
+mod refusals;
 pub(super) mod status;
 
-/// What a failed promote Job reported (`promote.sh`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// The Job.
-    pub job: String,
-    /// Its words, after `opshooks promote: `.
-    pub said: String,
-    /// It refused before `pg_promote()`: nothing was promoted.
-    pub before_promoting: bool,
-    /// It refused because the old primary still answers as a primary.
-    pub old_primary_answers: bool,
-}
+pub(super) use refusals::Refusal;
+use refusals::{refusals, refused_switchovers, rollout_gave_up};
 
 /// Annotation on a Database asking for a planned switchover:
 /// `<pod>@<epoch>`, the instance to promote and the `status.primaryEpoch`
@@ -257,6 +249,72 @@ fn promote_jobs<'a>(
     })
 }
 
+/// Who is the primary, how a new template rolls out around it, and the
+/// instances to run for both, from the `replicas` the size asks for. A
+/// failover may start unless an upgrade (`upgrading`) or a restore
+/// (`restore_lets_serve` false) holds the instances; also while deleting:
+/// the final snapshot reads the primary, and a primary lost for good
+/// would otherwise hold the deletion for ever.
+pub(super) fn decide_all(
+    db: &Database,
+    seen: &Observed,
+    replicas: i32,
+    restore_lets_serve: bool,
+    upgrading: bool,
+) -> Decided {
+    // The standbys counted with the instances kept up to the primary: a
+    // size made smaller after a failover still has one below it.
+    let steady = decide(db, seen, false, None);
+    // A smaller size waits while the designated primary is not ready: the
+    // standbys above the size may be the ones that take over from it, and
+    // stopping them could leave no instance that holds the data.
+    let mut replicas = replicas;
+    if replicas > 0 && seen.was_initialized(db) && !is_designated_ready(db, seen, &steady) {
+        replicas = replicas.max(seen.statefulset_replicas());
+    }
+    let with_steady = with_primary(replicas, &steady);
+    let may_fail_over =
+        !upgrading && restore_lets_serve && with_steady > 1 && seen.was_initialized(db);
+    let serving = Serving {
+        ordinal: steady.serving,
+        changing: steady.changing(),
+    };
+    let rollout = rollout::decide(db, seen, with_steady, serving, may_fail_over);
+    let primary = match may_fail_over {
+        true => decide(db, seen, true, rollout.switchover),
+        false => steady,
+    };
+    Decided {
+        replicas: with_primary(replicas, &primary),
+        primary,
+        rollout,
+    }
+}
+
+/// What [`decide_all`] decided.
+pub(super) struct Decided {
+    /// Who is the primary, and where a change of primary stands.
+    pub primary: Primary,
+    /// How a change of the instances' template rolls out.
+    pub rollout: Rollout,
+    /// How many instances the StatefulSet should run.
+    pub replicas: i32,
+}
+
+/// The instances to run: at least up to the designated primary and, during
+/// a change, the one still serving, which a smaller size must never stop
+/// (the read-write Service would select no pod, and nothing would fail
+/// over to the instances left). Moving the primary to a lower ordinal is a
+/// switchover: a person asks for one, or a rollout of a new template that
+/// finds the primary the highest instance. None while everything is
+/// stopped.
+fn with_primary(replicas: i32, primary: &Primary) -> i32 {
+    if replicas == 0 {
+        return 0;
+    }
+    replicas.max(primary.instances_needed())
+}
+
 /// Decides who is the primary. `may_fail_over`: nothing else holds the
 /// instances (no upgrade or restore under way) and there are standbys at
 /// all; a change already under way goes on regardless. A deletion does not
@@ -430,45 +488,6 @@ fn ignore_request(primary: &mut Primary, why: String) {
     });
 }
 
-/// The switchover promote Jobs that failed under the instances' template
-/// last written (the rollout under way) since the primary last changed
-/// (at epochs above every succeeded promote Job's), newest first. A new
-/// template, the one that mends the cause perhaps, starts the count again.
-fn refused_switchovers<'a>(db: &'a Database, seen: &'a Observed) -> Vec<(u64, &'a str)> {
-    let Some(template) = seen.template_hash() else {
-        return Vec::new();
-    };
-    let since = promote_jobs(db, seen)
-        .filter(|(_, _, job)| seen.job(job) == Some(RunStatus::Succeeded))
-        .map(|(epoch, _, _)| epoch)
-        .max()
-        .unwrap_or(0);
-    let mut refused: Vec<(u64, &str)> = promote_jobs(db, seen)
-        .filter(|(epoch, _, job)| {
-            *epoch > since
-                && seen.job(job) == Some(RunStatus::Failed)
-                && seen.job_env(job, "MODE") == Some(SWITCHOVER_MODE)
-                && seen.job_template_hash(job) == Some(template)
-        })
-        .map(|(epoch, _, job)| (epoch, job))
-        .collect();
-    refused.sort_unstable_by(|a, b| b.cmp(a));
-    refused
-}
-
-/// Why the rollout no longer asks for its switchover to `to`, and how a
-/// person goes on.
-fn rollout_gave_up(db: &Database, seen: &Observed, to: u32, refused: &[(u64, &str)]) -> String {
-    let (_, last) = refused[0];
-    let why = refusal(seen, last).said;
-    format!(
-        "the rollout's switchover to {} is not asked again: {} switchovers in a row were refused under the template it rolls out (the last, job {last}: {why}); once the cause is mended, ask for it with the annotation {ANNOTATION_SWITCHOVER}: {}@<status.primaryEpoch>, or change the template",
-        pod_name(db, to),
-        refused.len(),
-        pod_name(db, to),
-    )
-}
-
 /// The designation in force: the newest of the role ConfigMap, the status
 /// and the promote Jobs (the epoch only grows, whichever of them was lost).
 /// At one epoch the role ConfigMap wins, then the status, then the Job
@@ -629,47 +648,6 @@ pub(super) fn delay_seconds(db: &Database) -> u32 {
         .as_ref()
         .and_then(|f| f.delay)
         .unwrap_or(DEFAULT_DELAY_SECONDS)
-}
-
-/// What this epoch's failed promote Jobs reported, by Job.
-fn refusals(db: &Database, seen: &Observed, epoch: u64) -> Vec<Refusal> {
-    promote_jobs(db, seen)
-        .filter(|(e, _, job)| *e == epoch && seen.job(job) == Some(RunStatus::Failed))
-        .map(|(_, _, job)| refusal(seen, job))
-        .collect()
-}
-
-/// What a failed promote Job reported.
-fn refusal(seen: &Observed, job: &str) -> Refusal {
-    let said = seen.job_message(job, "promote").map(Report::parse);
-    let (said, before_promoting, old_primary_answers) = match said {
-        Some(Ok(r)) if r.prefix() == report::PROMOTE => {
-            let answers = matches!(
-                r,
-                Report::PromoteRefused {
-                    old_primary_answers: true,
-                    ..
-                }
-            );
-            let refused = matches!(r, Report::PromoteRefused { .. });
-            (r.words(), refused, answers)
-        }
-        Some(Err(Unreadable {
-            prefix: Some(report::PROMOTE),
-            words,
-        })) => (words.to_string(), false, false),
-        _ => (
-            "failed without a report; see its logs".to_string(),
-            false,
-            false,
-        ),
-    };
-    Refusal {
-        job: job.to_string(),
-        said,
-        before_promoting,
-        old_primary_answers,
-    }
 }
 
 /// The newest promote Job that succeeded, when the status has not

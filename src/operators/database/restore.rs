@@ -287,7 +287,8 @@ pub(super) fn restored_from(
 pub(super) fn restored(
     db: &Database,
     seen: &Observed,
-    (restore, job_made): (Restore, bool),
+    restore: Restore,
+    job_made: bool,
     from: Option<&RestoredFrom>,
 ) -> Observation {
     let job = jobs::restore(db);

@@ -45,7 +45,8 @@ pub fn status(
         observations.push(restore::restored(
             db,
             seen,
-            (plan.restore, plan.restore_job),
+            plan.restore,
+            plan.restore_job,
             restored_from.as_ref(),
         ));
     }
@@ -257,15 +258,15 @@ fn upgrading_condition(db: &Database, plan: &Plan) -> Observation {
 /// rollout's switchover is what a reader of the status must be told.
 fn upgrade_words(db: &Database, plan: &Plan) -> (bool, &'static str, String) {
     // Only what does not hold the instances lets a template roll.
-    let rolling = match plan.upgrade.in_progress() {
+    let rolling = match plan.upgrade.step.in_progress() {
         true => None,
         false => rollout_words(db, plan),
     };
-    match (plan.upgrade, rolling) {
-        (_, None) => upgrade::words(db, plan.upgrade, plan.version),
+    match (plan.upgrade.step, rolling) {
+        (_, None) => upgrade::words(db, plan.upgrade.step, plan.version),
         (Upgrade::None, Some(rolling)) => (true, "RollingUpdate", rolling),
         (_, Some(rolling)) => {
-            let (_, _, major) = upgrade::words(db, plan.upgrade, plan.version);
+            let (_, _, major) = upgrade::words(db, plan.upgrade.step, plan.version);
             (true, "RollingUpdate", format!("{rolling}; {major}"))
         }
     }
@@ -293,13 +294,13 @@ fn phase(
 ) -> Phase {
     let instances = running_instances(db, plan);
     let upgrade_failed = matches!(
-        plan.upgrade,
+        plan.upgrade.step,
         Upgrade::BackupFailed { .. } | Upgrade::RestoreFailed { .. }
     );
     let primary_ready = is_designated_ready(db, seen, &plan.primary);
     if finalizing {
         Phase::Deleting
-    } else if plan.upgrade.in_progress() {
+    } else if plan.upgrade.step.in_progress() {
         Phase::Upgrading
     } else if plan.restore == Restore::Running {
         Phase::Restoring

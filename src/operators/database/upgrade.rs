@@ -103,9 +103,9 @@ impl Upgrade {
     }
 }
 
-/// An upgrade's decision, as `plan` takes it.
+/// An upgrade's decision, as the [`Plan`](super::Plan) holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Decision {
+pub struct Decision {
     /// Where the upgrade stands.
     pub step: Upgrade,
     /// The major the upgrade Jobs are for: the spec's, or that of a restore
@@ -123,6 +123,20 @@ pub(super) struct Decision {
     pub upgrade_job: bool,
 }
 
+impl Decision {
+    /// No upgrade: `running` is what runs, and no upgrade Job exists.
+    pub(super) fn idle(db: &Database, running: Major) -> Self {
+        Decision {
+            step: Upgrade::None,
+            target: db.spec.version,
+            version: running,
+            stops_instances: false,
+            pre_upgrade_job: false,
+            upgrade_job: false,
+        }
+    }
+}
+
 /// Where an upgrade from `running` to the spec's version stands, from the
 /// Jobs observed. `restore_lets_serve`: the bootstrap's restore is done or
 /// was never asked for; an upgrade waits for it.
@@ -133,14 +147,7 @@ pub(super) fn decide(
     restore_lets_serve: bool,
 ) -> Decision {
     let has = |job: &str| seen.jobs.contains_key(job);
-    let idle = Decision {
-        step: Upgrade::None,
-        target: db.spec.version,
-        version: running,
-        stops_instances: false,
-        pre_upgrade_job: false,
-        upgrade_job: false,
-    };
+    let idle = Decision::idle(db, running);
     if let Some(to) = in_flight(db, seen, running) {
         return Decision {
             step: Upgrade::Restoring { to },
@@ -436,7 +443,7 @@ mod tests {
         ] {
             let plan = plan(&d, &seen).unwrap();
             assert_eq!(
-                plan.upgrade,
+                plan.upgrade.step,
                 Upgrade::Restoring { to: Major::V16 },
                 "{reason}"
             );
@@ -455,7 +462,7 @@ mod tests {
             .jobs
             .insert("orders-pre-upgrade-17".into(), job("Complete"));
         let plan = plan(&db("17", "Delete"), &stopping).unwrap();
-        assert_eq!(plan.upgrade, Upgrade::Stopping { to: Major::V17 });
+        assert_eq!(plan.upgrade.step, Upgrade::Stopping { to: Major::V17 });
     }
 
     #[test]
@@ -540,7 +547,7 @@ mod tests {
                 .collect();
             seen.pods = (0..case.pods).map(|i| instance(i).typed()).collect();
             let plan = plan(&d, &seen).unwrap();
-            assert_eq!(plan.upgrade, case.want, "{}", case.reason);
+            assert_eq!(plan.upgrade.step, case.want, "{}", case.reason);
             assert_eq!(plan.version, case.want_version, "{}", case.reason);
             assert_eq!(plan.replicas, case.want_replicas, "{}", case.reason);
         }
@@ -562,17 +569,23 @@ mod tests {
         let mut seen = running("16");
         seen.pods = (0..2).map(|i| instance(i).ready().typed()).collect();
         let waiting = plan(&d, &seen).unwrap();
-        assert_eq!(waiting.upgrade, Upgrade::WaitingForPrimary { to });
-        assert!(!waiting.pre_upgrade_job, "no backup of the candidate");
+        assert_eq!(waiting.upgrade.step, Upgrade::WaitingForPrimary { to });
+        assert!(
+            !waiting.upgrade.pre_upgrade_job,
+            "no backup of the candidate"
+        );
         seen.jobs
             .insert("orders-pre-upgrade-17".into(), job("Complete"));
         let backed_up = plan(&d, &seen).unwrap();
-        assert_eq!(backed_up.upgrade, Upgrade::WaitingForPrimary { to });
+        assert_eq!(backed_up.upgrade.step, Upgrade::WaitingForPrimary { to });
         assert_eq!(backed_up.replicas, 2, "nothing stops");
-        assert!(!backed_up.upgrade_job);
+        assert!(!backed_up.upgrade.upgrade_job);
         // The promote Job succeeded: the upgrade goes on.
         seen.jobs
             .insert("orders-promote-1-1".into(), job("Complete"));
-        assert_eq!(plan(&d, &seen).unwrap().upgrade, Upgrade::Stopping { to });
+        assert_eq!(
+            plan(&d, &seen).unwrap().upgrade.step,
+            Upgrade::Stopping { to }
+        );
     }
 }
