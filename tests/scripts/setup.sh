@@ -18,10 +18,11 @@ installed() {
 }
 
 # Besides PostgreSQL: shellcheck to lint the scripts, dash and busybox to
-# run them under the /bin/sh of the images. None is optional: under CI a
-# check skipped for a missing tool fails (conftest.py).
+# run them under the /bin/sh of the images; gcc, libc6-dev and libpq-dev to
+# build psycopg2 (barman-cloud's driver), which has no wheel. None is
+# optional: under CI a check skipped for a missing tool fails (conftest.py).
 missing=""
-for pkg in postgresql postgresql-client shellcheck dash busybox; do
+for pkg in postgresql postgresql-client shellcheck dash busybox gcc libc6-dev libpq-dev; do
     installed "$pkg" || missing="$missing $pkg"
 done
 
