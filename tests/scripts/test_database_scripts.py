@@ -78,7 +78,10 @@ REPO = Path(__file__).resolve().parents[2]
 # start.sh, promote.sh and probe.sh run in test_failover_scripts.py too; tls.sh in
 # test_tls_scripts.py.
 SCRIPT_NAMES = ["primary-init.sh", "start.sh", "promote.sh", "probe.sh", "init-app.sh", "upgrade.sh", "dump-stopped.sh",
-                "restore.sh", "tls.sh", "lease.sh", "monitor-role.sh"]
+                "restore.sh", "tls.sh", "lease.sh", "monitor-role.sh",
+                # The WAL archive's, which run in test_archive_scripts.py.
+                "archive-wal.sh", "restore-wal.sh", "archiver.sh", "base-backup.sh", "pitr-fetch.sh",
+                "pitr-replay.sh"]
 
 
 

@@ -1,0 +1,147 @@
+#!/bin/sh
+# opshooks database, the WAL archiver sidecar, in an image with barman-cloud
+# (the PostgreSQL image has no Python). It mounts the instance's data volume
+# at the same path ($PGDATA) and shares the spool directory $WAL_SPOOL with
+# the PostgreSQL container, whose archive_command (archive-wal.sh) and
+# restore_command (restore-wal.sh) hand it their files there. It runs as
+# the same user as the server (it reads pg_wal).
+#
+# A loop, one request at a time, archive requests first:
+# - archive/requests/<f>: uploads $PGDATA/pg_wal/<f> with
+#   barman-cloud-wal-archive (gzip), then writes archive/done/<f>, or
+#   archive/failed/<f> holding the reason. archive-wal.sh succeeds only on
+#   done/<f>.
+# - restore/requests/<f>: downloads <f> with barman-cloud-wal-restore to
+#   restore/files/<f>, then writes restore/done/<f>; restore/missing/<f>
+#   when the archive does not have it (its exit code 1); restore/failed/<f>
+#   with the reason for anything else (the store unreachable).
+# A request is claimed (moved to working/) before the tool runs: one that
+# archive-wal.sh makes again meanwhile is a new request, served after.
+# An outcome nobody collected is removed after ten minutes. SIGTERM ends
+# the loop after the file in hand, so a segment being uploaded is finished.
+#
+# Values: PGDATA, WAL_SPOOL (default /var/run/opshooks/wal),
+# ARCHIVE_DESTINATION (s3://bucket/prefix, azure://..., gs://...),
+# ARCHIVE_SERVER (the name this Database's files go under in the store),
+# ARCHIVE_ENDPOINT (an S3-compatible store's URL; optional), and the
+# store's credentials as its SDK reads them (AWS_ACCESS_KEY_ID, ...).
+# Each reaches barman-cloud as one argument, never through a shell.
+set -u
+spool="${WAL_SPOOL:-/var/run/opshooks/wal}"
+pgdata="${PGDATA:-}"
+destination="${ARCHIVE_DESTINATION:-}"
+server="${ARCHIVE_SERVER:-}"
+endpoint="${ARCHIVE_ENDPOINT:-}"
+
+log() { printf 'archiver: %s\n' "$*" >&2; }
+die() { log "$1"; exit 1; }
+
+# The store's settings, checked as base-backup.sh and pitr-fetch.sh check
+# them: nothing a user wrote can be read by barman-cloud as an option.
+case "$destination" in
+    s3://?* | azure://?* | gs://?* | https://?*) ;;
+    *) die "ARCHIVE_DESTINATION is '$destination', not an s3://, gs://, azure:// or https:// URL" ;;
+esac
+case "$server" in
+    '' | [!A-Za-z0-9]* | *[!A-Za-z0-9._-]*) die "ARCHIVE_SERVER is '$server', not a name of letters, digits, '.', '_' and '-'" ;;
+esac
+case "$endpoint" in
+    '' | http://?* | https://?*) ;;
+    *) die "ARCHIVE_ENDPOINT is '$endpoint', not an http:// or https:// URL" ;;
+esac
+[ -n "$pgdata" ] || die "PGDATA is not set"
+if [ -n "$endpoint" ]; then
+    set -- --endpoint-url "$endpoint"
+else
+    set --
+fi
+
+for sub in archive/requests archive/working archive/done archive/failed \
+    restore/requests restore/working restore/done restore/missing restore/failed restore/files; do
+    mkdir -p "$spool/$sub" || die "cannot create $spool/$sub"
+done
+
+# The tool's last complaint, without its timestamp: the reason passed on.
+reason() {
+    line="$(grep -E 'ERROR|Error|error' "$1" | tail -n 1)"
+    [ -n "$line" ] || line="$(grep -v '^[[:space:]]*$' "$1" | tail -n 1)"
+    printf '%s' "$line" | sed 's/^.* ERROR: //' | head -c 900
+}
+# outcome DIR NAME [TEXT]: written whole, then renamed into place.
+outcome() {
+    printf '%s\n' "${3:-}" >"$1/.$2.tmp" && mv -f "$1/.$2.tmp" "$1/$2"
+}
+
+archive_one() {
+    f="$1" a="$spool/archive"
+    shift
+    mv "$a/requests/$f" "$a/working/$f" 2>/dev/null || return 0
+    if barman-cloud-wal-archive "$@" --gzip -- "$destination" "$server" "$pgdata/pg_wal/$f" \
+        >"$a/working/$f.log" 2>&1; then
+        outcome "$a/done" "$f"
+        log "archived $f"
+    else
+        rc=$?
+        why="barman-cloud-wal-archive exited with $rc: $(reason "$a/working/$f.log")"
+        outcome "$a/failed" "$f" "$why"
+        log "not archived $f: $why"
+    fi
+    rm -f "$a/working/$f" "$a/working/$f.log"
+}
+
+restore_one() {
+    f="$1" r="$spool/restore"
+    shift
+    mv "$r/requests/$f" "$r/working/$f" 2>/dev/null || return 0
+    rm -f "$r/files/$f" "$r/files/.$f.part"
+    if barman-cloud-wal-restore "$@" --no-partial -- "$destination" "$server" "$f" "$r/files/.$f.part" \
+        >"$r/working/$f.log" 2>&1; then
+        mv -f "$r/files/.$f.part" "$r/files/$f" && outcome "$r/done" "$f"
+        log "restored $f"
+    else
+        rc=$?
+        rm -f "$r/files/.$f.part"
+        if [ "$rc" -eq 1 ]; then
+            outcome "$r/missing" "$f"
+            log "not in the archive: $f"
+        else
+            why="barman-cloud-wal-restore exited with $rc: $(reason "$r/working/$f.log")"
+            outcome "$r/failed" "$f" "$why"
+            log "not restored $f: $why"
+        fi
+    fi
+    rm -f "$r/working/$f" "$r/working/$f.log"
+}
+
+stopping=""
+trap 'stopping=1' TERM INT
+log "archiving to $destination as $server from $pgdata; spool $spool"
+idle=0
+while [ -z "$stopping" ]; do
+    worked=""
+    for kind in archive restore; do
+        for request in "$spool/$kind/requests"/*; do
+            [ -e "$request" ] || continue
+            f="${request##*/}"
+            case "$f" in
+                .* | *[!0-9A-Za-z.]*) rm -f "$request"; log "ignored a request for '$f'"; continue ;;
+            esac
+            "${kind}_one" "$f" "$@"
+            worked=1
+            [ -z "$stopping" ] || break 2
+            # Archiving first: a restore waits while segments are handed over.
+            [ "$kind" = archive ] || break
+        done
+    done
+    if [ -z "$worked" ]; then
+        idle=$((idle + 1))
+        if [ "$idle" -ge 3000 ]; then
+            idle=0
+            find "$spool/archive/done" "$spool/archive/failed" "$spool/restore/done" \
+                "$spool/restore/missing" "$spool/restore/failed" "$spool/restore/files" \
+                -type f -mmin +10 -exec rm -f {} + 2>/dev/null
+        fi
+        sleep 0.1
+    fi
+done
+log "stopped"

@@ -1,0 +1,598 @@
+"""Continuous WAL archiving and point-in-time recovery, run for real.
+
+src/operators/database/archive-wal.sh (archive_command) and restore-wal.sh
+(restore_command) run inside a real PostgreSQL server, as the server runs
+them (`sh <mounted script> %f`); archiver.sh runs beside it as the sidecar
+does, sharing the spool directory and reading the data directory, with the
+real barman-cloud (requirements.txt) against moto's S3 server behind a
+proxy that can refuse every connection (the store down). base-backup.sh,
+pitr-fetch.sh (both the sidecar's image) and pitr-replay.sh (the
+PostgreSQL image) run as `/bin/sh -c <script text>` with only their
+container's environment.
+
+The sidecar runs as root here and the server as `postgres` (the test's
+Python, with barman-cloud, is under /root, which `postgres` cannot read);
+in a pod both run as one user. So the test hands a fetched data directory
+to `postgres` (chown), as that one user would own it.
+
+A writer commits one row per transaction (a sequence number and a client
+timestamp) and records which commits were acknowledged. The figures of the
+first test (acknowledged commits lost, restore time) are printed, and
+appended to $OPSHOOKS_RPO_REPORT when set; OPSHOOKS_RPO_RUNS repeats it,
+OPSHOOKS_ARCHIVE_TIMEOUT sets archive_timeout (seconds, default 2).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psycopg2
+import pytest
+from pods import Proxy  # tests/support
+from pyhelpers import free_port  # tests/support
+
+from postgres import (  # noqa: F401 (scratch: an autouse fixture)
+    BIN,
+    PG_PATH,
+    SCRIPTS,
+    SUPERUSER_PASSWORD,
+    SYSTEM_PATH,
+    Cluster,
+    Result,
+    fresh_path,
+    pg_dir,
+    postgres_ids,
+    run,
+    scratch,
+    shell_path,
+)
+from s3 import PY_BIN, SECRET_ACCESS_KEY, bucket, s3  # noqa: F401 (bucket, s3: fixtures)
+
+ARCHIVE_TIMEOUT = int(os.environ.get("OPSHOOKS_ARCHIVE_TIMEOUT", "2"))
+RPO_RUNS = int(os.environ.get("OPSHOOKS_RPO_RUNS", "1"))
+# A commit is in the archive at most archive_timeout after it (the forced
+# segment switch) plus the segment's upload (barman-cloud starting, gzip,
+# the PUT) and the sidecar's polling; this allows for a slow, shared
+# machine.
+UPLOAD_BOUND = 10
+# The store's prefix: a user's value, hostile; it must stay data.
+PREFIX = "pitr 'it''s' \"q\" $(touch /tmp/pwned-archive) `x`/db"
+PWNED = Path("/tmp/pwned-archive")
+SERVER = "orders-db"
+
+
+# --------------------------------------------------------------------------
+# The store, and what runs beside the server
+
+
+@dataclasses.dataclass
+class Store:
+    """moto's S3, reached through a proxy the test can turn off."""
+    s3: object
+    proxy: Proxy
+    moto_port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.proxy.port}"
+
+    def down(self) -> None:
+        self.proxy.retarget(None)  # every new connection is closed at once
+
+    def up(self) -> None:
+        self.proxy.retarget(self.moto_port)
+
+    def wal_names(self, bucket: str) -> list[str]:
+        keys = self.s3.keys(bucket, f"{PREFIX}/{SERVER}/wals/")
+        # Segments, history files and backup labels, without the .gz of barman's gzip.
+        return sorted(re.sub(r"\.gz$", "", k.rsplit("/", 1)[1]) for k in keys)
+
+
+@pytest.fixture(scope="module")
+def store(s3):
+    PWNED.unlink(missing_ok=True)
+    proxy = Proxy()
+    st = Store(s3, proxy, urlparse(s3.endpoint).port)
+    st.up()
+    yield st
+    proxy.close()
+    assert not PWNED.exists(), "a store value ran as shell"
+
+
+@pytest.fixture(scope="module")
+def mounted(scratch) -> Path:
+    """archive-wal.sh and restore-wal.sh as the ConfigMap mounts them in
+    the PostgreSQL container (read-only)."""
+    d = fresh_path("archive-scripts")
+    d.mkdir()
+    for name in ("archive-wal.sh", "restore-wal.sh"):
+        (d / name).write_bytes((SCRIPTS / name).read_bytes())
+        (d / name).chmod(0o444)
+    d.chmod(0o555)
+    return d
+
+
+def store_env(store: Store, bucket: str, **extra: str) -> dict[str, str]:
+    """The sidecar image's environment: barman-cloud on PATH, the store.
+    Two tries per request (botocore reads AWS_MAX_ATTEMPTS), so that a
+    store that is down fails a request in about a second, not eight."""
+    home = fresh_path("sidecar-home")
+    home.mkdir()
+    return {
+        "PATH": f"{PY_BIN}:{SYSTEM_PATH}",
+        "HOME": str(home),
+        "ARCHIVE_DESTINATION": f"s3://{bucket}/{PREFIX}",
+        "ARCHIVE_SERVER": SERVER,
+        "ARCHIVE_ENDPOINT": store.endpoint,
+        "AWS_ACCESS_KEY_ID": "moto",
+        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_RETRY_MODE": "standard",
+        "AWS_MAX_ATTEMPTS": "2",
+        **extra,
+    }
+
+
+RUNNING: list = []  # sidecars and writers a test started, stopped at its end
+
+
+@pytest.fixture(autouse=True)
+def stop_what_runs():
+    yield
+    while RUNNING:
+        RUNNING.pop().stop()
+
+
+class Sidecar:
+    """archiver.sh, as the sidecar container runs it."""
+
+    def __init__(self, env: dict[str, str], pgdata: Path, spool: Path) -> None:
+        self.log = fresh_path("archiver.log")
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", (SCRIPTS / "archiver.sh").read_text()], executable=shell_path("dash"),
+                env={**env, "PGDATA": str(pgdata), "WAL_SPOOL": str(spool)},
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=spool.parent,
+                # What it creates in the spool, the server's user may write
+                # and read too (in a pod, both are one user).
+                preexec_fn=lambda: os.umask(0),
+            )
+        RUNNING.append(self)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Primary:
+    """A primary archiving through archive-wal.sh and its sidecar."""
+
+    def __init__(self, store: Store, bucket: str, mounted: Path) -> None:
+        root = fresh_path("primary")
+        self.cluster = Cluster(root / "data", root / "sock")
+        self.cluster.initdb()
+        self.spool = pg_dir(root / "spool")
+        self.mounted = mounted
+        self.env = store_env(store, bucket)
+        self.sidecar = Sidecar(self.env, self.cluster.data, self.spool)
+        self.start()
+        self.cluster.sql("CREATE TABLE ledger (seq bigint PRIMARY KEY, at timestamptz NOT NULL)")
+
+    def start(self) -> None:
+        c = self.cluster
+        c.port = c.port or free_port()
+        opts = (f"-c listen_addresses=127.0.0.1 -c port={c.port} -c unix_socket_directories={c.sock} "
+                "-c fsync=off -c full_page_writes=off -c synchronous_commit=on "
+                "-c wal_level=replica -c archive_mode=on "
+                f"-c archive_command='sh {self.mounted}/archive-wal.sh %f' "
+                f"-c archive_timeout={ARCHIVE_TIMEOUT} -c track_commit_timestamp=on")
+        env = {"PATH": PG_PATH, "HOME": str(c.sock), "LANG": "C.UTF-8", "WAL_SPOOL": str(self.spool)}
+        r = run([str(BIN / "pg_ctl"), "-D", str(c.data), "-l", str(c.sock / "log"), "-w", "-t", "60",
+                 "-o", opts, "start"], env, as_postgres=True, timeout=90)
+        assert r.rc == 0, f"postgres did not start: {r}\n{self.log()}"
+
+    def log(self) -> str:
+        path = self.cluster.sock / "log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def lose(self) -> None:
+        """Every volume lost: the server and the sidecar killed mid-work,
+        the data directory deleted entirely."""
+        self.cluster.stop("immediate")
+        self.sidecar.stop(kill=True)
+        shutil.rmtree(self.cluster.data)
+
+    def archive_all(self, timeout: float = 60) -> str:
+        """Ends the current segment and waits until the archive has it; its name."""
+        seg = self.cluster.sql("SELECT pg_walfile_name(pg_switch_wal())")
+        deadline = time.monotonic() + timeout
+        while self.cluster.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg:
+            assert time.monotonic() < deadline, f"{seg} not archived in {timeout}s\n{self.sidecar.output()}"
+            time.sleep(0.2)
+        return seg
+
+
+class Writer(threading.Thread):
+    """Commits one row per transaction until stopped or the server fails;
+    `acked` holds (seq, time acknowledged) for every commit that returned."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(daemon=True)
+        self.conn = psycopg2.connect(host="127.0.0.1", port=cluster.port, user="postgres",
+                                     password=cluster.password, dbname="postgres", connect_timeout=5)
+        self.acked: list[tuple[int, float]] = []
+        self.error: Exception | None = None
+        self.halt = threading.Event()
+        self.start()
+        RUNNING.append(self)
+
+    def run(self) -> None:
+        cur = self.conn.cursor()
+        seq = 0
+        try:
+            while not self.halt.is_set():
+                seq += 1
+                cur.execute("INSERT INTO ledger VALUES (%s, clock_timestamp())", (seq,))
+                self.conn.commit()
+                self.acked.append((seq, time.time()))
+                time.sleep(0.004)
+        except psycopg2.Error as e:
+            self.error = e
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(30)
+        with contextlib.suppress(psycopg2.Error):
+            self.conn.close()
+
+
+# --------------------------------------------------------------------------
+# The scripts, as their containers run them
+
+
+def termination(path: Path) -> str:
+    return path.read_text().strip() if path.exists() else ""
+
+
+@dataclasses.dataclass
+class Job:
+    rc: int
+    out: str
+    err: str
+    line: str  # the termination log
+
+    def __str__(self) -> str:
+        return f"rc={self.rc}\n--- stdout\n{self.out}--- stderr\n{self.err}--- termination log\n{self.line}"
+
+
+def job(script: str, env: dict[str, str], *, as_postgres: bool = False, timeout: float = 120) -> Job:
+    """`/bin/sh -c <script text>` with exactly env and a termination log,
+    output to files (a server left running cannot hang the test)."""
+    logs = pg_dir(fresh_path("termination"))
+    log = logs / "log"
+    kwargs: dict = {}
+    if as_postgres and os.geteuid() == 0:
+        uid, gid = postgres_ids()
+        kwargs = {"user": uid, "group": gid, "extra_groups": []}
+    with open(logs / "out", "w+") as out, open(logs / "err", "w+") as err:
+        proc = subprocess.Popen(["sh", "-c", (SCRIPTS / script).read_text()], executable=shell_path("dash"),
+                                env={**env, "TERMINATION_LOG": str(log)}, cwd=logs, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True, **kwargs)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        killed = f"{script} still running after {timeout}s (killed)\n" if proc.returncode == -signal.SIGKILL else ""
+        return Job(proc.returncode, out.read(), killed + err.read(), termination(log))
+
+
+def fields(line: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def base_backup(primary: Primary) -> dict[str, str]:
+    c = primary.cluster
+    r = job("base-backup.sh", {**primary.env, "PGHOST": "127.0.0.1", "PGPORT": str(c.port),
+                               "PGUSER": "postgres", "PGPASSWORD": c.password,
+                               "BACKUP_IMMEDIATE_CHECKPOINT": "true"}, timeout=60)
+    assert r.rc == 0 and r.line.startswith("opshooks base-backup: stored id="), \
+        f"{r}\n--- sidecar\n{primary.sidecar.output()[-3000:]}\n--- server\n{primary.log()[-3000:]}"
+    return fields(r.line)
+
+
+def targets(target: dict[str, str]) -> dict[str, str]:
+    return {f"RECOVERY_TARGET_{k.upper()}": v for k, v in target.items()}
+
+
+def fetch(env: dict[str, str], pgdata: Path, **target: str) -> Job:
+    return job("pitr-fetch.sh", {**env, "PGDATA": str(pgdata), **targets(target)})
+
+
+@dataclasses.dataclass
+class Recovered:
+    data: Path
+    fetch_line: str
+    replay_line: str
+    fetch_seconds: float
+    ready_seconds: float  # from the replay's start to a server taking writes
+
+    @property
+    def restore_seconds(self) -> float:
+        return self.fetch_seconds + self.ready_seconds
+
+    def rows(self) -> list[int]:
+        """The ledger of the recovered server (started on its own)."""
+        root = fresh_path("check")
+        c = Cluster(self.data, pg_dir(root / "sock"), password=SUPERUSER_PASSWORD)
+        c.start()
+        try:
+            out = c.sql("SELECT seq FROM ledger ORDER BY seq")
+            return [int(x) for x in out.split()] if out else []
+        finally:
+            c.stop()
+
+
+def recover(store: Store, bucket: str, mounted: Path, **target: str) -> Recovered:
+    """pitr-fetch.sh, then pitr-replay.sh with a sidecar serving
+    restore-wal.sh, into a data directory that does not exist yet."""
+    root = pg_dir(fresh_path("recovered"))
+    data = root / "data"
+    spool = pg_dir(root / "spool")
+    env = store_env(store, bucket)
+    started = time.monotonic()
+    r = fetch(env, data, **target)
+    fetch_seconds = time.monotonic() - started
+    assert r.rc == 0 and r.line.startswith("opshooks pitr-fetch: fetched id="), str(r)
+    fetch_line = r.line
+    subprocess.run(["chown", "-R", "postgres:postgres", str(data)], check=True)  # one user in a pod
+    sidecar = Sidecar(env, data, spool)
+    home = pg_dir(root / "home")
+    r = job("pitr-replay.sh", {"PATH": PG_PATH, "HOME": str(home), "LANG": "C.UTF-8",
+                                     "PGDATA": str(data), "WAL_SPOOL": str(spool),
+                                     "ARCHIVE_SCRIPTS": str(mounted), **targets(target)},
+                  as_postgres=True)
+    sidecar.stop()
+    assert r.rc == 0 and r.line.startswith("opshooks pitr-replay: recovered lsn="), f"{r}\n--- sidecar\n{sidecar.output()[-3000:]}"
+    return Recovered(data, fetch_line, r.line, fetch_seconds, float(fields(r.line)["ready_seconds"]))
+
+
+def report(figures: dict) -> None:
+    text = json.dumps(figures)
+    print(f"\nRPO {text}", file=sys.stderr, flush=True)
+    if os.environ.get("OPSHOOKS_RPO_REPORT"):
+        with open(os.environ["OPSHOOKS_RPO_REPORT"], "a") as f:
+            f.write(text + "\n")
+
+
+def contiguous(rows: list[int]) -> None:
+    """One writer, one commit after another: a consistent recovery holds
+    a prefix of them, with no hole."""
+    assert rows == list(range(1, len(rows) + 1)), f"holes in the recovered ledger: {rows[:5]}...{rows[-5:]}"
+
+
+# --------------------------------------------------------------------------
+# a. Every volume lost: recover to the end of the archive
+
+
+@pytest.mark.parametrize("run_index", range(RPO_RUNS))
+def test_every_volume_lost_recovers_to_the_end_of_the_archive(store, bucket, mounted, run_index):
+    """The figures: acknowledged commits lost (the RPO) and the time from
+    the start of the restore to a server taking writes, with
+    archive_timeout at ARCHIVE_TIMEOUT. The bound: a commit is archived at
+    most archive_timeout after it (the forced switch) plus its segment's
+    upload, so none acknowledged earlier than that before the loss is lost."""
+    primary = Primary(store, bucket, mounted)
+    writer = Writer(primary.cluster)
+    time.sleep(2)
+    backup = base_backup(primary)
+    at_backup = len(writer.acked)
+    time.sleep(6)
+    lost_at = time.time()
+    primary.lose()
+    writer.stop()
+    acked = writer.acked
+    assert writer.error is not None, "the writer never saw the server go"
+    assert len(acked) > at_backup > 0
+
+    rec = recover(store, bucket, mounted)
+    assert fields(rec.fetch_line)["id"] == backup["id"]
+    rows = rec.rows()
+    contiguous(rows)
+    got = len(rows)
+    lost = [seq for seq, _ in acked if seq > got]
+    newest_kept = dict(acked).get(got)
+    window = lost_at - newest_kept if newest_kept else float("inf")
+    figures = {"run": run_index + 1, "archive_timeout_s": ARCHIVE_TIMEOUT, "acked": len(acked),
+               "acked_lost": len(lost), "lost_window_s": round(window, 2),
+               "restore_s": round(rec.restore_seconds, 1), "fetch_s": round(rec.fetch_seconds, 1),
+               "replay_to_ready_s": rec.ready_seconds}
+    report(figures)
+    assert got >= at_backup, figures
+    # Nothing acknowledged more than archive_timeout + an upload before the loss is lost.
+    assert window <= ARCHIVE_TIMEOUT + UPLOAD_BOUND, figures
+    assert not PWNED.exists()
+
+
+# --------------------------------------------------------------------------
+# b. A named time
+
+
+def test_recovers_exactly_the_commits_before_a_time(store, bucket, mounted):
+    primary = Primary(store, bucket, mounted)
+    writer = Writer(primary.cluster)
+    time.sleep(1)
+    base_backup(primary)
+    time.sleep(4)
+    writer.stop()
+    primary.archive_all()
+    # Every commit's time as its WAL record has it (track_commit_timestamp).
+    out = primary.cluster.sql("SELECT seq, to_json(pg_xact_commit_timestamp(xmin)) #>> '{}' FROM ledger ORDER BY seq")
+    commits = [(int(s), dt.datetime.fromisoformat(t)) for s, t in (line.split("|") for line in out.splitlines())]
+    # The target: half-way between two commits after the backup, a
+    # millisecond or more apart, so no commit is on it.
+    middle = len(commits) * 3 // 4
+    i = next(i for i in range(middle, len(commits) - 1)
+             if commits[i + 1][1] - commits[i][1] >= dt.timedelta(milliseconds=1))
+    target = commits[i][1] + (commits[i + 1][1] - commits[i][1]) / 2
+    expected = [s for s, t in commits if t < target]
+    assert 0 < len(expected) < len(commits)
+
+    rec = recover(store, bucket, mounted, time=target.isoformat())
+    rows = rec.rows()
+    assert rows == expected, (len(rows), len(expected), target)
+    assert fields(rec.replay_line)["timeline"] == "2"
+
+
+# --------------------------------------------------------------------------
+# c. The store down for a while
+
+
+def test_the_store_down_loses_no_wal(store, bucket, mounted):
+    primary = Primary(store, bucket, mounted)
+    writer = Writer(primary.cluster)
+    base_backup(primary)
+    before = primary.cluster.sql("SELECT failed_count FROM pg_stat_archiver")
+    store.down()
+    try:
+        outage = time.monotonic()
+        time.sleep(3 * ARCHIVE_TIMEOUT + 4)
+        stats = primary.cluster.sql("SELECT failed_count, coalesce(last_failed_wal, '') FROM pg_stat_archiver")
+        failed, last_failed = stats.split("|")
+        assert int(failed) > int(before) and last_failed, stats
+        ready = list((primary.cluster.data / "pg_wal" / "archive_status").glob("*.ready"))
+        assert ready, "segments waiting for the archive: none while the store is down?"
+        # archive-wal.sh's reason, in the server's log.
+        assert re.search(r"archive-wal: \S+ is not archived: barman-cloud-wal-archive exited with \d+: ",
+                         primary.log()), primary.log()[-3000:]
+        acked_in_outage = len(writer.acked)
+    finally:
+        store.up()
+    writer.stop()
+    back = time.monotonic()
+    last = primary.archive_all(timeout=90)
+    caught_up = time.monotonic() - back
+    assert not list((primary.cluster.data / "pg_wal" / "archive_status").glob("*.ready"))
+    # Every segment from the first on is in the store: none skipped.
+    names = store.wal_names(bucket)
+    segments = [n for n in names if re.fullmatch(r"[0-9A-F]{24}", n)]
+    numbers = [int(n[8:16], 16) * 256 + int(n[16:24], 16) for n in segments]
+    assert numbers == list(range(numbers[0], numbers[-1] + 1)), segments
+    assert segments[-1] == last
+
+    rec = recover(store, bucket, mounted)
+    rows = rec.rows()
+    contiguous(rows)
+    assert len(rows) >= len(writer.acked) >= acked_in_outage, (len(rows), len(writer.acked))
+    print(f"\nstore down {back - outage:.1f}s, archive caught up {caught_up:.1f}s after, "
+          f"{len(writer.acked)} commits all recovered", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------
+# d. Refusals: a target outside the archive, data in the way
+
+
+def test_a_target_outside_the_archive_is_refused_and_touches_nothing(store, bucket, mounted):
+    primary = Primary(store, bucket, mounted)
+    env = store_env(store, bucket)
+    root = pg_dir(fresh_path("refused"))
+    # No base backup yet.
+    r = fetch(env, root / "absent")
+    assert r.rc == 3 and "no finished base backup" in r.line, str(r)
+    before_backup = primary.cluster.sql("SELECT to_json(now()) #>> '{}'")
+    lsn_before = primary.cluster.sql("SELECT pg_current_wal_lsn()")
+    time.sleep(1)
+    backup = base_backup(primary)
+
+    empty = pg_dir(root / "empty")
+    for where in (root / "absent", empty):
+        for target in ({"time": before_backup}, {"lsn": lsn_before}):
+            r = fetch(env, where, **target)
+            assert r.rc == 3, str(r)
+            assert r.line.startswith("opshooks pitr-fetch: refused the target"), str(r)
+            assert "is before the end of the first base backup" in r.line, str(r)
+            assert f"the archive recovers from {backup['end_time']}" in r.line, str(r)
+            assert "refused" in r.err
+    assert not (root / "absent").exists()
+    assert list(empty.iterdir()) == []
+
+    # A time in the future, one without its offset, two targets at once.
+    for target, words in (({"time": "2999-01-01T00:00:00Z"}, "is in the future"),
+                          ({"time": "2024-05-01 17:00:00"}, "not an ISO 8601 time with its UTC offset"),
+                          ({"time": before_backup, "name": "x"}, "more than one of")):
+        r = fetch(env, root / "absent", **target)
+        assert r.rc == 3 and words in r.line, str(r)
+    assert not (root / "absent").exists()
+
+    # Never over data: a directory that holds anything, left as it was.
+    full = pg_dir(root / "full")
+    (full / "PG_VERSION").write_text("15\n")
+    r = fetch(env, full)
+    assert r.rc == 3 and "is not empty: a recovery never writes over data" in r.line, str(r)
+    assert [p.name for p in full.iterdir()] == ["PG_VERSION"]
+    # pitr-replay.sh over a server's own data (no fetched backup): refused.
+    primary.cluster.stop()
+    r = job("pitr-replay.sh", {"PATH": PG_PATH, "HOME": str(root), "PGDATA": str(primary.cluster.data),
+                               "ARCHIVE_SCRIPTS": str(mounted)}, as_postgres=True)
+    assert r.rc == 3 and "no fetched base backup" in r.line, str(r)
+    assert not (primary.cluster.data / "recovery.signal").exists()
+
+
+# --------------------------------------------------------------------------
+# e. The hand-over without a sidecar, in every shell
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
+def test_no_sidecar_no_success(shell):
+    """archive-wal.sh never succeeds unless the sidecar says stored;
+    restore-wal.sh never reads silence as the end of the archive."""
+    spool = pg_dir(fresh_path("spool"))
+    data = pg_dir(fresh_path("data"))
+    env = {"PATH": SYSTEM_PATH, "WAL_SPOOL": str(spool), "ARCHIVE_WAIT": "1", "RESTORE_WAIT": "1"}
+
+    def sh(script: str, *args: str, cwd: Path = spool) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", (SCRIPTS / script).read_text(), "sh", *args], env=env, cwd=cwd,
+                              executable=shell_path(shell), capture_output=True, text=True, timeout=30)
+
+    seg = "000000010000000000000003"
+    r = sh("archive-wal.sh", seg)
+    assert r.returncode == 1 and "did not answer within 1s" in r.stderr, (r.returncode, r.stderr)
+    assert not (spool / "archive" / "requests" / seg).exists()  # withdrawn
+    for bad in ("../../etc/passwd", ".hidden", "", "a b"):
+        r = sh("archive-wal.sh", bad)
+        assert r.returncode == 1 and "is not the name of a WAL file" in r.stderr, (r.returncode, r.stderr)
+    # A failure the sidecar reports is passed on.
+    failed = spool / "archive" / "failed"
+    threading.Timer(0.3, lambda: (failed / seg).write_text("the store said no\n")).start()
+    r = sh("archive-wal.sh", seg)
+    assert r.returncode == 1 and "not archived: the store said no" in r.stderr, (r.returncode, r.stderr)
+
+    # restore_command runs in the data directory.
+    r = sh("restore-wal.sh", seg, "pg_wal/RECOVERYXLOG", cwd=data)
+    assert r.returncode == 126 and "recovery stops here" in r.stderr, (r.returncode, r.stderr)
+    (data / "standby.signal").write_text("")
+    r = sh("restore-wal.sh", seg, "pg_wal/RECOVERYXLOG", cwd=data)
+    assert r.returncode == 1 and "a standby" in r.stderr, (r.returncode, r.stderr)
