@@ -171,8 +171,8 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
     let mut plan = at_rest(db, seen, running);
     let upgrade = upgrade::decide(db, seen, running, plan.restore.lets_serve());
     plan.upgrade = upgrade;
-    plan.version = upgrade.version;
-    if upgrade.stops_instances {
+    plan.version = upgrade.version(running);
+    if upgrade.stops_instances() {
         plan.replicas = 0;
     }
     plan
@@ -193,7 +193,7 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         reported: seen.running().or_else(|| reported_version(db)),
         version: running,
         replicas: db.spec.size.instances(),
-        upgrade: upgrade::Decision::idle(db, running),
+        upgrade: upgrade::Decision::idle(db),
         init_job,
         restore,
         // The restore connects to the primary: it starts once that is ready.

@@ -111,12 +111,6 @@ pub struct Decision {
     /// The major the upgrade Jobs are for: the spec's, or that of a restore
     /// still running when the spec moved on.
     pub target: Major,
-    /// The major the StatefulSet should run: the running one until the
-    /// restore into the new one succeeded.
-    pub version: Major,
-    /// Whether every instance must be stopped: the restore needs the
-    /// primary's volume.
-    pub stops_instances: bool,
     /// Whether the pre-upgrade backup Job should exist.
     pub pre_upgrade_job: bool,
     /// Whether the upgrade's restore Job should exist.
@@ -124,16 +118,32 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// No upgrade: `running` is what runs, and no upgrade Job exists.
-    pub(super) fn idle(db: &Database, running: Major) -> Self {
+    /// No upgrade under way, and no upgrade Job exists.
+    pub(super) fn idle(db: &Database) -> Self {
         Decision {
             step: Upgrade::None,
             target: db.spec.version,
-            version: running,
-            stops_instances: false,
             pre_upgrade_job: false,
             upgrade_job: false,
         }
+    }
+
+    /// The major the StatefulSet should run, of `running` and the new one:
+    /// the running one until the restore into the new one succeeded.
+    pub(super) fn version(&self, running: Major) -> Major {
+        match self.step {
+            Upgrade::Starting { to } => to,
+            _ => running,
+        }
+    }
+
+    /// Whether every instance must be stopped: the restore needs the
+    /// primary's volume.
+    pub(super) fn stops_instances(&self) -> bool {
+        matches!(
+            self.step,
+            Upgrade::Stopping { .. } | Upgrade::Restoring { .. }
+        )
     }
 }
 
@@ -147,15 +157,13 @@ pub(super) fn decide(
     restore_lets_serve: bool,
 ) -> Decision {
     let has = |job: &str| seen.jobs.contains_key(job);
-    let idle = Decision::idle(db, running);
+    let idle = Decision::idle(db);
     if let Some(to) = in_flight(db, seen, running) {
         return Decision {
             step: Upgrade::Restoring { to },
             target: to,
-            stops_instances: true,
             pre_upgrade_job: db.spec.backup.is_some() && has(&jobs::pre_upgrade(db, to)),
             upgrade_job: true,
-            ..idle
         };
     }
     let to = db.spec.version;
@@ -176,13 +184,6 @@ pub(super) fn decide(
     let step = step(db, seen, to);
     Decision {
         step,
-        // The new version's data is complete: move the StatefulSet.
-        version: if matches!(step, Upgrade::Starting { .. }) {
-            to
-        } else {
-            running
-        },
-        stops_instances: matches!(step, Upgrade::Stopping { .. } | Upgrade::Restoring { .. }),
         // Kept once observed, so a failed one stays for its logs and is
         // never retried behind the user's back.
         pre_upgrade_job: step != Upgrade::WaitingForPrimary { to }
