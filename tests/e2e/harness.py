@@ -595,15 +595,17 @@ class Suite:
             )
         for figure in self.figures:
             print(f"measured: {figure}")
-        for sc in self.results:
-            if sc.error:
-                print(f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}")
-        for v in rec.report_violations():
-            print(f"INVARIANT {v}")
+        verdict = [f"FAIL {sc.title} ({sc.strategy}) at step {sc.steps}: {sc.error}" for sc in self.results if sc.error]
+        verdict += [f"INVARIANT {v}" for v in rec.report_violations()]
         failed = sum(1 for sc in self.results if sc.result != "PASS")
         passed = len(self.results) - failed
         ok = failed == 0 and not rec.violations and calls > 0
-        print(f"control loop: {passed} passed, {failed} failed, {len(rec.violations)} invariant violations")
+        verdict.append(f"control loop: {passed} passed, {failed} failed, {len(rec.violations)} invariant violations")
+        print("\n".join(verdict))
+        # lib.sh's loop_down prints this again after the cluster's logs, so
+        # the last lines of a failed run say what failed, not what a log held.
+        with open(f"{self.dir}/verdict", "w") as f:
+            f.write("\n".join(verdict) + "\n")
         return ok
 
 

@@ -93,12 +93,16 @@ loop_down() {
   local rc=$?
   [[ $(type -t on_loop_down) != function ]] || on_loop_down
   ((rc == 0 || up_done == 0)) || "$HERE/cluster.sh" logs "$dir" || true
+  local verdict=""
+  ((rc == 0)) || [[ ! -f $dir/verdict ]] || verdict=$(<"$dir/verdict")
   # OPSHOOKS_E2E_KEEP_LOGS=DIR: every log of the run (the process node's
   # containers too) copied there before the cluster is removed.
   if [[ -n ${OPSHOOKS_E2E_KEEP_LOGS:-} ]]; then
     mkdir -p "$OPSHOOKS_E2E_KEEP_LOGS" && (cd "$dir" && find . -name '*log' -type f -exec cp --parents {} "$OPSHOOKS_E2E_KEEP_LOGS" \;) || true
   fi
   "$HERE/cluster.sh" down "$dir" || true
+  # What failed, once more after the logs: a CI log's tail shows it.
+  [[ -z $verdict ]] || printf '\n== the control loop failed (as printed above the logs):\n%s\n' "$verdict"
   exit "$rc"
 }
 

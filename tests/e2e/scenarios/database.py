@@ -40,11 +40,26 @@ def why_not_running(s, name, st):
     sts = s.k.get("StatefulSet", s.ns, name) or {}
     sts_st = sts.get("status") or {}
     rollout = (sts.get("spec") or {}).get("updateStrategy", {}).get("rollingUpdate", {})
-    pods = [
-        f"{p['metadata']['name']}:{'ready' if pod_ready(p) else 'unready'}:{p['metadata'].get('labels', {}).get('controller-revision-hash', '?')}"
-        for p in s.k.list("Pod", s.ns)
-        if p["metadata"]["name"].rsplit("-", 1)[0] == name
+    def pod(p):
+        # An unready pod's phase, node and first unready reason: Pending
+        # (unscheduled, a claim unbound) reads differently from a probe.
+        st = p.get("status") or {}
+        why = [
+            f"{c.get('type')}:{c.get('reason')}" + (f" ({str(c.get('message'))[:120]})" if c.get("type") == "PodScheduled" else "")
+            for c in st.get("conditions") or []
+            if c.get("status") != "True"
+        ]
+        seen = "ready" if pod_ready(p) else f"unready({st.get('phase')},{p['spec'].get('nodeName') or 'no node'},{','.join(why[:2])})"
+        return f"{p['metadata']['name']}:{seen}:{p['metadata'].get('labels', {}).get('controller-revision-hash', '?')}"
+
+    pods = [pod(p) for p in s.k.list("Pod", s.ns) if p["metadata"]["name"].rsplit("-", 1)[0] == name]
+    claims = [
+        f"{c['metadata']['name']}:{(c.get('status') or {}).get('phase')}"
+        for c in s.k.list("PersistentVolumeClaim", s.ns)
+        if (c.get("status") or {}).get("phase") != "Bound"
     ]
+    if claims:
+        pods.append(f"(claims not bound: {' '.join(claims)})")
     return (
         f"primary {st.get('currentPrimary')} epoch {st.get('primaryEpoch')}; conditions: {'; '.join(conds) or 'none'}; "
         f"StatefulSet replicas {sts_st.get('replicas')} ready {sts_st.get('readyReplicas')} "
