@@ -74,6 +74,9 @@ from datetime import datetime, timezone
 import procnet
 from kube import Kube, KubeError
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from kubelet import expand  # noqa: E402 (tests/support)
+
 NODE = "proc-node-0"
 POOL_KEY = "opshooks.io/e2e-node"
 POOL = "proc"
@@ -180,25 +183,6 @@ def tool_image(image, tool, user, *beside):
 
 
 # ---- $(VAR) and the environment -----------------------------------------------------
-def expand(text, env):
-    """The kubelet's expansion: $(NAME) of a defined NAME is its value, $$ is $,
-    anything else stays as written."""
-    out, i = [], 0
-    while i < len(text):
-        if text.startswith("$$", i):
-            out.append("$")
-            i += 2
-        elif text.startswith("$(", i) and text.find(")", i) > 0:
-            j = text.find(")", i)
-            name = text[i + 2 : j]
-            out.append(env[name] if name in env else text[i : j + 1])
-            i = j + 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
 def field_ref(pod, field, pod_ip):
     md, spec = pod["metadata"], pod["spec"]
     m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", field)

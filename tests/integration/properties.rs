@@ -341,6 +341,8 @@ fn any_operator_spec() -> impl Strategy<Value = (&'static str, Value)> {
                 json!({"destination": backups}),
                 json!({"enabled": true, "schedule": "0 2 * * *", "destination": backups}),
                 json!({"enabled": true, "destination": backups}),
+                json!({"destination": backups, "archive": {}}),
+                json!({"destination": backups, "archive": {"timeoutSeconds": 4, "image": "a b"}}),
             ]),
         ),
         (

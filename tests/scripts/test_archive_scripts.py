@@ -41,6 +41,7 @@ from urllib.parse import urlparse
 
 import psycopg2
 import pytest
+from kubelet import expand  # tests/support
 from pods import Proxy  # tests/support
 from pyhelpers import free_port  # tests/support
 
@@ -159,11 +160,11 @@ def stop_what_runs():
 class Sidecar:
     """archiver.sh, as the sidecar container runs it."""
 
-    def __init__(self, env: dict[str, str], pgdata: Path, spool: Path) -> None:
+    def __init__(self, env: dict[str, str], pgdata: Path, spool: Path, command: list[str] | None = None) -> None:
         self.log = fresh_path("archiver.log")
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                ["sh", "-c", (SCRIPTS / "archiver.sh").read_text()], executable=shell_path("dash"),
+                command or ["sh", "-c", (SCRIPTS / "archiver.sh").read_text()], executable=shell_path("dash"),
                 env={**env, "PGDATA": str(pgdata), "WAL_SPOOL": str(spool)},
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=spool.parent,
@@ -189,14 +190,18 @@ class Sidecar:
 class Primary:
     """A primary archiving through archive-wal.sh and its sidecar."""
 
-    def __init__(self, store: Store, bucket: str, mounted: Path) -> None:
+    def __init__(self, store: Store, bucket: str, mounted: Path, *, settings: list[str] | None = None,
+                 env: dict[str, str] | None = None, command: list[str] | None = None) -> None:
+        """`settings`: the server's archive settings (name=value), else
+        this file's; `env` and `command`: the sidecar's, else this file's."""
         root = fresh_path("primary")
         self.cluster = Cluster(root / "data", root / "sock")
         self.cluster.initdb()
         self.spool = pg_dir(root / "spool")
-        self.mounted = mounted
-        self.env = store_env(store, bucket)
-        self.sidecar = Sidecar(self.env, self.cluster.data, self.spool)
+        self.settings = settings or ["archive_mode=on", f"archive_command=sh {mounted}/archive-wal.sh %f",
+                                     f"archive_timeout={ARCHIVE_TIMEOUT}"]
+        self.env = env or store_env(store, bucket)
+        self.sidecar = Sidecar(self.env, self.cluster.data, self.spool, command)
         self.start()
         self.cluster.sql("CREATE TABLE ledger (seq bigint PRIMARY KEY, at timestamptz NOT NULL)")
 
@@ -205,9 +210,8 @@ class Primary:
         c.port = c.port or free_port()
         opts = (f"-c listen_addresses=127.0.0.1 -c port={c.port} -c unix_socket_directories={c.sock} "
                 "-c fsync=off -c full_page_writes=off -c synchronous_commit=on "
-                "-c wal_level=replica -c archive_mode=on "
-                f"-c archive_command='sh {self.mounted}/archive-wal.sh %f' "
-                f"-c archive_timeout={ARCHIVE_TIMEOUT} -c track_commit_timestamp=on")
+                "-c wal_level=replica -c track_commit_timestamp=on "
+                + " ".join(f"-c '{setting}'" for setting in self.settings))
         env = {"PATH": PG_PATH, "HOME": str(c.sock), "LANG": "C.UTF-8", "WAL_SPOOL": str(self.spool)}
         r = run([str(BIN / "pg_ctl"), "-D", str(c.data), "-l", str(c.sock / "log"), "-w", "-t", "60",
                  "-o", opts, "start"], env, as_postgres=True, timeout=90)
@@ -601,3 +605,66 @@ def test_no_sidecar_no_success(shell):
     (data / "standby.signal").write_text("")
     r = sh("restore-wal.sh", seg, "pg_wal/RECOVERYXLOG", cwd=data)
     assert r.returncode == 1 and "a standby" in r.stderr, (r.returncode, r.stderr)
+
+
+# --------------------------------------------------------------------------
+# f. The hook's pod, as it answers it
+
+
+RENDERED = Path(__file__).resolve().parents[1] / "fixtures" / "database" / "v2-archive-turned-on" / "response.json"
+
+
+def rendered_pod() -> tuple[list[str], str, dict, dict[str, str]]:
+    """What the hook answers for a running Database given
+    spec.backup.archive: a golden fixture, which the integration tests hold
+    to the hook's answer byte for byte. The server's archive settings (its
+    `-c` arguments), where the server mounts the scripts' ConfigMap, the
+    archiver sidecar, and the ConfigMap's files, each as the kubelet
+    passes it on."""
+    answer = json.loads(RENDERED.read_text())
+    kids = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
+    pod = kids[("StatefulSet", "orders")]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    command = [expand(a, {}) for a in containers["postgres"]["command"]]
+    settings = [value for flag, value in zip(command, command[1:]) if flag == "-c" and value.startswith("archive_")]
+    volume = next(v["name"] for v in pod["volumes"] if v.get("configMap", {}).get("name") == "orders-archive")
+    mount = next(m["mountPath"] for m in containers["postgres"]["volumeMounts"] if m["name"] == volume)
+    sidecar = containers["archiver"]
+    sidecar = {**sidecar, "command": [expand(a, {}) for a in sidecar["command"]]}
+    return settings, mount, sidecar, kids[("ConfigMap", "orders-archive")]["data"]
+
+
+def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
+    """The server's archive settings, the sidecar's command and values
+    and the ConfigMap's script, all as the hook answers them, archive a
+    segment into the store where the hook says the archive is. Mapped to
+    this machine, and nothing else: the mount paths, the data directory,
+    the spool, the endpoint, the bucket's name and the keys (a Secret's in
+    the pod)."""
+    settings, mount, sidecar, files = rendered_pod()
+    assert [s.split("=")[0] for s in settings] == ["archive_mode", "archive_command", "archive_timeout"], settings
+    scripts = fresh_path("rendered-scripts")
+    scripts.mkdir()
+    for name, text in files.items():
+        (scripts / name).write_text(text)
+        (scripts / name).chmod(0o444)
+    scripts.chmod(0o555)
+    settings = [s.replace(mount, str(scripts)) for s in settings]
+
+    given = {e["name"]: expand(e["value"], {}) for e in sidecar["env"] if "value" in e}
+    from_secrets = {e["name"] for e in sidecar["env"] if "valueFrom" in e}
+    assert from_secrets == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, from_secrets
+    where = urlparse(given["ARCHIVE_DESTINATION"])
+    # This machine's: barman-cloud's PATH, a HOME, the endpoint and the keys.
+    mapped = ("PATH", "HOME", "ARCHIVE_ENDPOINT", *from_secrets, "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS")
+    local = store_env(store, bucket)
+    env = {**{k: local[k] for k in mapped}, **{k: v for k, v in given.items() if k not in mapped},
+           "ARCHIVE_DESTINATION": f"s3://{bucket}{where.path}"}
+    primary = Primary(store, bucket, scripts, settings=settings, env=env, command=sidecar["command"])
+    primary.cluster.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 1000) g")
+    seg = primary.archive_all()
+    # barman-cloud's layout: <destination>/<server name>/wals/, the
+    # server named after the Database (docs/archiving.md).
+    stored = store.s3.keys(bucket, f"{where.path.lstrip('/')}/orders/wals/")
+    assert any(seg in key for key in stored), f"{seg} not under the hook's archive path: {stored}"
+    assert primary.cluster.sql("SELECT failed_count FROM pg_stat_archiver") == "0", primary.log()[-2000:]

@@ -13,6 +13,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::archive;
 use super::backups;
 use super::certificate;
 use super::deletion::while_deleting;
@@ -49,6 +50,7 @@ pub fn build(
     let mut out: Vec<Child> = secrets(db, seen, ctx).iter().map(Child::new).collect();
     out.push(Child::new(&connection(db, &plan.tls)));
     out.push(Child::new(&initdb_scripts(db)));
+    out.extend(archive::scripts(db).map(|scripts| Child::new(&scripts)));
     out.push(Child::new(&role(db, plan)));
     out.push(Child::new(&hba_config(db, seen)));
     let [headless, read_write, read_only] = services(db, &plan.primary);

@@ -19,6 +19,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use super::archive;
 use super::certificate;
 use super::monitoring;
 use super::names::{
@@ -297,6 +298,7 @@ fn instance_pod(
     if lease::enabled(db) {
         lease::apply(db, plan.images.image(plan.version), &mut pod, "postgres");
     }
+    archive::apply(db, plan.version, &mut pod, "postgres");
     monitoring::apply(db, &mut pod);
     pod
 }
@@ -581,6 +583,7 @@ pub(super) fn postgres_args(db: &Database, plan: &Plan) -> Vec<String> {
             format!("ssl_min_protocol_version={}", parameters::SSL_MIN_PROTOCOL),
         ]);
     }
+    args.extend(archive::args(db));
     args.extend(parameters::args(&plan.parameters));
     args
 }

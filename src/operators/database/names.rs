@@ -70,6 +70,11 @@ pub fn initdb_name(db: &Database) -> String {
     format!("{}-initdb", name(db))
 }
 
+/// The ConfigMap of the server's `archive_command` script.
+pub fn archive_name(db: &Database) -> String {
+    format!("{}-archive", name(db))
+}
+
 /// The ConfigMap that tells applications how to connect.
 pub fn connection_name(db: &Database) -> String {
     format!("{}-connection", name(db))

@@ -90,15 +90,15 @@ const OWNED: &[(&str, &str)] = &[
     ),
     (
         "restore_command",
-        "standbys stream from the primary; no WAL archive is managed",
+        "standbys stream from the primary; the WAL archive is the operator's (spec.backup.archive)",
     ),
     (
         "archive_cleanup_command",
-        "standbys stream from the primary; no WAL archive is managed",
+        "standbys stream from the primary; the WAL archive is the operator's (spec.backup.archive)",
     ),
     (
         "recovery_end_command",
-        "standbys stream from the primary; no WAL archive is managed",
+        "standbys stream from the primary; the WAL archive is the operator's (spec.backup.archive)",
     ),
     (
         "default_transaction_read_only",
@@ -130,7 +130,7 @@ const OWNED: &[(&str, &str)] = &[
 const OWNED_PREFIXES: &[(&str, &str)] = &[
     (
         "archive_",
-        "no WAL archive is managed: archive settings would run on whichever instance is the primary, and dumps go to spec.backup",
+        "the WAL archive is the operator's: turn it on with spec.backup.archive (its archive_command hands each segment to the archiver sidecar)",
     ),
     (
         "recovery_target",
@@ -706,7 +706,11 @@ mod tests {
                 "is set by the operator and cannot be changed: the Services",
             ),
             ("port", "5433", "port 5432"),
-            ("archive_command", "cp %p /x", "no WAL archive is managed"),
+            (
+                "archive_command",
+                "cp %p /x",
+                "turn it on with spec.backup.archive",
+            ),
             ("recovery_target_time", "2026-01-01", "spec.bootstrap"),
             ("ssl_cert_file", "/x.pem", "spec.tls"),
             ("ssl", "off", "spec.tls"),

@@ -19,12 +19,13 @@ use serde::{Deserialize, Serialize};
 use super::parameters;
 pub use super::placement::{Affinity, TopologySpreadConstraint};
 use crate::operators::backup_job::Destination;
-use crate::operators::backup_job::verification::Verify;
 use crate::operators::resources;
 use crate::operators::validate::InvalidSpec;
 use k8s_openapi::jiff::Timestamp;
 
+mod backup;
 mod status;
+pub use backup::{Archive, DatabaseBackup};
 pub use status::{DatabaseStatus, InstanceStatus, LastFailover, Phase, RestoredFrom};
 
 /// Label on every object of a Database, naming it; customize selects by it.
@@ -555,59 +556,6 @@ pub struct Storage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
     pub resize_image: Option<String>,
-}
-
-/// Backups of a Database.
-#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!self.enabled || has(self.schedule)").message("spec.backup.schedule is required when backups are enabled"))]
-pub struct DatabaseBackup {
-    /// Run scheduled backups.
-    #[serde(default)]
-    pub enabled: bool,
-    /// When, in 5-field cron syntax, for example "0 2 * * *".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 100))]
-    pub schedule: Option<String>,
-    /// Where dumps go: scheduled, pre-upgrade and the final snapshot.
-    pub destination: Destination,
-    /// Delete scheduled dumps older than this many days.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 36500))]
-    pub retention_days: Option<i32>,
-    /// Prove the dumps restore: restore the newest into a throwaway
-    /// PostgreSQL on a schedule, after each backup, or both.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verify: Option<Verify>,
-    /// The AWS CLI image that talks to the store (upload, select, mark),
-    /// as Backup's `uploadImage`; amazon/aws-cli when omitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255), pattern(r"^\S+$"))]
-    pub upload_image: Option<String>,
-    /// The service account of every pod that reads or writes the store
-    /// (backups, snapshot, verification, restore), for cloud identities
-    /// such as IRSA; the namespace's default when omitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 253),
-        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-    )]
-    pub service_account_name: Option<String>,
-    /// The resources of every container of the backup, snapshot,
-    /// verification and restore Jobs, as Backup's `resources`, replacing
-    /// the defaults: requests of 100m CPU and 256Mi memory, no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "resources::schema")]
-    pub resources: Option<ResourceRequirements>,
-}
-
-impl DatabaseBackup {
-    /// The image that talks to the store.
-    pub fn upload_image(&self) -> &str {
-        self.upload_image
-            .as_deref()
-            .unwrap_or(crate::operators::backup_job::DEFAULT_UPLOAD_IMAGE)
-    }
 }
 
 /// What deleting a Database does to its data.

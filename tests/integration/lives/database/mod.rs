@@ -116,7 +116,8 @@ proptest! {
 /// Any subset of the spec's newer fields, each as (path under `spec`,
 /// value): synchronous replication (with standbys), a standby lag bound, TLS from a Secret, the
 /// exporter, names of the application's database and user, pull Secrets,
-/// the resize image and scheduled verification of the backups.
+/// the resize image, scheduled verification of the backups and the WAL
+/// archive.
 fn newer_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
     let fields = vec![
         ("replication", json!("synchronous")),
@@ -128,6 +129,7 @@ fn newer_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
         ("imagePullSecrets", json!([{"name": "registry"}])),
         ("storage/resizeImage", json!("pg/resize:1")),
         ("backup/verify", json!({"schedule": "0 4 * * 0"})),
+        ("backup/archive", json!({"timeoutSeconds": 30})),
     ];
     prop::sample::subsequence(fields.clone(), 0..=fields.len())
 }
