@@ -13,8 +13,12 @@
 //! Only a primary archives (`archive_mode=on`): a promoted standby goes on
 //! where the old primary stopped, on its new timeline.
 //!
+//! - The condition `Archiving`: whether the serving primary runs the
+//!   sidecar.
+//!
 //! Not built yet (docs/archiving.md, "Not done yet"): base backups, point-
-//! in-time recovery, `restore_command` on standbys, retention and status.
+//! in-time recovery, `restore_command` on standbys, retention, and the
+//! archive's progress in status.
 
 use std::collections::BTreeMap;
 
@@ -23,9 +27,11 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::names::{DATA_DIR, archive_name, pgdata};
+use super::names::{DATA_DIR, archive_name, pgdata, pod_name};
 use super::objects::{config_volume, meta, mount, value_env};
-use super::spec::{Archive, Database, Major, VOLUME, name};
+use super::observed::Observed;
+use super::spec::{Archive, Database, Major, VOLUME, name, shows_condition};
+use crate::hook::conditions::Observation;
 use crate::operators::backup_job::{Destination, s3_env};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::shell_command;
@@ -64,6 +70,56 @@ pub(super) fn enabled(db: &Database) -> Option<(&Archive, &Destination)> {
 /// Database (barman-cloud's server name, [`name`]).
 pub fn destination_url(dest: &Destination) -> String {
     format!("s3://{}/{}archive", dest.s3_bucket, dest.s3_prefix)
+}
+
+/// The condition's type.
+const CONDITION: &str = "Archiving";
+
+/// `Archiving`, while `spec.backup.archive` is set (and after, as
+/// `Disabled`, so that it does not stay as last written): whether the
+/// instance `primary`, the serving one, runs the archiver. What the store
+/// received is not observed here: PostgreSQL counts each failure in
+/// `pg_stat_archiver`, which the alert `OpshooksPostgresWALArchiveFailing`
+/// reads.
+pub(super) fn condition(db: &Database, seen: &Observed, primary: u32) -> Option<Observation> {
+    let Some((archive, dest)) = enabled(db) else {
+        return shows_condition(db, CONDITION).then(|| {
+            Observation::new(
+                CONDITION,
+                false,
+                "Disabled",
+                "spec.backup.archive is not set: no WAL is archived, and after losing every volume the newest copy is the last dump",
+            )
+        });
+    };
+    let pod = pod_name(db, primary);
+    let runs = seen
+        .pods
+        .iter()
+        .filter(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
+        .filter_map(|p| p.spec.as_ref())
+        .any(|spec| spec.containers.iter().any(|c| c.name == CONTAINER));
+    if !runs {
+        return Some(Observation::new(
+            CONDITION,
+            false,
+            "Pending",
+            format!(
+                "the primary {pod} runs without the archiver yet: it archives once the rollout has restarted it with the sidecar"
+            ),
+        ));
+    }
+    let timeout = archive.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    Some(Observation::new(
+        CONDITION,
+        true,
+        "Archiving",
+        format!(
+            "the primary {pod} hands each WAL segment to its archiver, which stores it at {}/{}, within {timeout} s of a write; a segment stays on the volume until stored, and failures are counted in pg_stat_archiver",
+            destination_url(dest),
+            name(db)
+        ),
+    ))
 }
 
 /// The server's archive settings, as `-c` arguments.
@@ -183,6 +239,7 @@ mod tests {
 
     use super::*;
     use crate::fixtures;
+    use crate::hook::conditions::ConditionStatus;
 
     fn archived() -> Database {
         fixtures::orders()
@@ -194,6 +251,44 @@ mod tests {
                 }),
             )
             .typed()
+    }
+
+    #[test]
+    fn the_condition_says_whether_the_serving_primary_runs_the_archiver() {
+        let db = archived();
+        let pod = |containers: &[&str]| {
+            let spec = containers
+                .iter()
+                .map(|c| json!({"name": c}))
+                .collect::<Vec<_>>();
+            fixtures::instance(1)
+                .set("/spec", json!({"containers": spec}))
+                .typed()
+        };
+        let said = |seen: &Observed, primary| {
+            let c = condition(&db, seen, primary).expect("shown while archiving is on");
+            (c.status == ConditionStatus::True, c.reason)
+        };
+        let mut seen = Observed {
+            pods: vec![pod(&["postgres", "lease"])],
+            ..Observed::default()
+        };
+        assert_eq!(said(&seen, 1), (false, "Pending"));
+        seen.pods = vec![pod(&["postgres", "lease", CONTAINER])];
+        assert_eq!(said(&seen, 1), (true, "Archiving"));
+        // Another instance's sidecar says nothing of the primary's.
+        assert_eq!(said(&seen, 0), (false, "Pending"));
+        // Off: nothing, or Disabled once the status showed it.
+        let off = fixtures::orders().typed();
+        assert!(condition(&off, &seen, 1).is_none());
+        let shown = fixtures::orders()
+            .status(
+                json!({"conditions": [{"type": "Archiving", "status": "True", "reason": "Archiving",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+            )
+            .typed();
+        let c = condition(&shown, &seen, 1).map(|c| (c.status, c.reason));
+        assert_eq!(c, Some((ConditionStatus::False, "Disabled")));
     }
 
     #[test]
