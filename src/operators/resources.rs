@@ -127,6 +127,14 @@ fn is_resource_name(name: &str) -> bool {
     }
 }
 
+/// A `requests` or `limits` map of `cpu` and `memory`.
+pub fn cpu_memory(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([
+        ("cpu".to_string(), Quantity(cpu.to_string())),
+        ("memory".to_string(), Quantity(memory.to_string())),
+    ])
+}
+
 /// The requests of a backup container when its owner names none: enough
 /// to be scheduled beside the database it reads, no limit. A dump's memory
 /// grows with the number of objects in the database and a verification
@@ -134,10 +142,7 @@ fn is_resource_name(name: &str) -> bool {
 /// of a large schema, where a request only reserves room for a small one.
 pub fn backup_defaults() -> ResourceRequirements {
     ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".to_string(), Quantity("100m".to_string())),
-            ("memory".to_string(), Quantity("256Mi".to_string())),
-        ])),
+        requests: Some(cpu_memory("100m", "256Mi")),
         ..ResourceRequirements::default()
     }
 }

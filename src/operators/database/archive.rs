@@ -35,6 +35,7 @@ use crate::hook::conditions::Observation;
 use crate::operators::backup_job::{Destination, s3_env};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::shell_command;
+use crate::operators::resources::cpu_memory;
 
 /// The sidecar's loop.
 pub const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
@@ -203,12 +204,6 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
             .into_iter()
             .filter(|var| var.name.starts_with("AWS_")),
     );
-    let quantity = |cpu: &str, memory: &str| {
-        Some(BTreeMap::from([
-            ("cpu".to_string(), Quantity(cpu.to_string())),
-            ("memory".to_string(), Quantity(memory.to_string())),
-        ]))
-    };
     Container {
         name: CONTAINER.to_string(),
         image: Some(
@@ -224,8 +219,8 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
             mount(SPOOL_VOLUME, SPOOL, false),
         ]),
         resources: Some(ResourceRequirements {
-            requests: quantity("20m", "64Mi"),
-            limits: quantity("500m", "256Mi"),
+            requests: Some(cpu_memory("20m", "64Mi")),
+            limits: Some(cpu_memory("500m", "256Mi")),
             ..ResourceRequirements::default()
         }),
         security_context: Some(restricted_container()),

@@ -44,6 +44,7 @@ use super::tls;
 use crate::hook::digest;
 use crate::operators::common::{restricted_container, restricted_pod, selector_labels};
 use crate::operators::expansion::shell_command;
+use crate::operators::resources::cpu_memory;
 
 /// Runs on the primary's first start, from /docker-entrypoint-initdb.d.
 pub(super) const PRIMARY_INIT_SCRIPT: &str = include_str!("primary-init.sh");
@@ -360,10 +361,7 @@ fn instance_resources(db: &Database) -> ResourceRequirements {
         return given.clone();
     }
     let (cpu, memory) = db.spec.size.resources();
-    let resources = BTreeMap::from([
-        ("cpu".to_string(), Quantity(cpu.to_string())),
-        ("memory".to_string(), Quantity(memory.to_string())),
-    ]);
+    let resources = cpu_memory(cpu, memory);
     ResourceRequirements {
         requests: Some(resources.clone()),
         limits: Some(resources),

@@ -27,7 +27,6 @@ use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, KeyToPath, PodSpec, ResourceRequirements,
     Volume,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::kinds::{PodMonitor, PodMonitorSpec};
@@ -43,6 +42,7 @@ use crate::hook::digest;
 use crate::operators::backup_job::RunStatus;
 use crate::operators::common::{restricted_container, selector_labels};
 use crate::operators::expansion::env;
+use crate::operators::resources::cpu_memory;
 use crate::operators::validate::{self, InvalidSpec};
 
 /// The chart value (under `operators.database`) that adds the PodMonitor
@@ -139,12 +139,6 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
             .get_or_insert_with(Vec::new)
             .push(queries_volume(&queries.name, key));
     }
-    let quantity = |cpu: &str, memory: &str| {
-        Some(BTreeMap::from([
-            ("cpu".to_string(), Quantity(cpu.to_string())),
-            ("memory".to_string(), Quantity(memory.to_string())),
-        ]))
-    };
     pod.containers.push(Container {
         name: CONTAINER.to_string(),
         image: Some(
@@ -172,8 +166,8 @@ pub(super) fn apply(db: &Database, pod: &mut PodSpec) {
             ..ContainerPort::default()
         }]),
         resources: Some(ResourceRequirements {
-            requests: quantity("10m", "32Mi"),
-            limits: quantity("200m", "128Mi"),
+            requests: Some(cpu_memory("10m", "32Mi")),
+            limits: Some(cpu_memory("200m", "128Mi")),
             ..ResourceRequirements::default()
         }),
         volume_mounts: mounts,

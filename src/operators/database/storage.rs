@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::{
     Container, PersistentVolumeClaim, PodSpec, ResourceRequirements, ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
 use super::names::grow_name;
@@ -30,6 +29,7 @@ use crate::hook::digest;
 use crate::operators::backup_job::{RunStatus, run_status};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::literals;
+use crate::operators::resources::cpu_memory;
 use crate::operators::validate::{InvalidSpec, quantity_bytes, quote};
 
 /// The condition that reports the claims' sizes.
@@ -212,10 +212,7 @@ impl Growth {
                         &patch.to_string(),
                     ])),
                     resources: Some(ResourceRequirements {
-                        requests: Some(BTreeMap::from([
-                            ("cpu".to_string(), Quantity("10m".to_string())),
-                            ("memory".to_string(), Quantity("64Mi".to_string())),
-                        ])),
+                        requests: Some(cpu_memory("10m", "64Mi")),
                         ..ResourceRequirements::default()
                     }),
                     // kubectl's error is the container's message.

@@ -27,8 +27,6 @@
 //! API server for [`SECONDS`] stops taking writes until it can. A single
 //! instance cannot fail over, so it gets no lease and keeps serving.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSpec,
     ProjectedVolumeSource, ResourceRequirements, ServiceAccount, ServiceAccountTokenProjection,
@@ -44,6 +42,7 @@ use super::super::spec::{Database, namespace};
 
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::{env, shell_command};
+use crate::operators::resources::cpu_memory;
 
 /// The sidecar's script.
 const SCRIPT: &str = include_str!("../lease.sh");
@@ -152,10 +151,6 @@ pub(in super::super) fn apply(db: &Database, image: String, pod: &mut PodSpec, s
 
 /// The sidecar: `lease.sh` in the instances' image.
 fn sidecar(db: &Database, image: String) -> Container {
-    let small = BTreeMap::from([
-        ("cpu".to_string(), Quantity("20m".to_string())),
-        ("memory".to_string(), Quantity("32Mi".to_string())),
-    ]);
     Container {
         name: "lease".to_string(),
         image: Some(image),
@@ -172,11 +167,8 @@ fn sidecar(db: &Database, image: String) -> Container {
             mount(CREDENTIALS_VOLUME, CREDENTIALS, true),
         ]),
         resources: Some(ResourceRequirements {
-            requests: Some(small),
-            limits: Some(BTreeMap::from([
-                ("cpu".to_string(), Quantity("100m".to_string())),
-                ("memory".to_string(), Quantity("64Mi".to_string())),
-            ])),
+            requests: Some(cpu_memory("20m", "32Mi")),
+            limits: Some(cpu_memory("100m", "64Mi")),
             ..ResourceRequirements::default()
         }),
         security_context: Some(restricted_container()),
