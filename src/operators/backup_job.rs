@@ -252,28 +252,42 @@ pub fn s3_env(dest: &Destination) -> Vec<EnvVar> {
     let mut vars = vec![
         env("S3_BUCKET", dest.s3_bucket.clone()),
         env("S3_PREFIX", dest.s3_prefix.clone()),
-        env(
-            "AWS_DEFAULT_REGION",
-            dest.region
-                .clone()
-                .unwrap_or_else(|| "us-east-1".to_string()),
-        ),
+        region_env(dest),
     ];
     if let Some(endpoint) = &dest.endpoint {
         vars.push(env("S3_ENDPOINT", endpoint.clone()));
     }
-    if let Some(secret) = &dest.credentials_secret {
-        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
-            vars.push(env_credential(
+    vars.extend(keys_env(dest));
+    vars
+}
+
+/// The destination's region as every AWS SDK reads it; us-east-1 when
+/// omitted.
+pub fn region_env(dest: &Destination) -> EnvVar {
+    env(
+        "AWS_DEFAULT_REGION",
+        dest.region.as_deref().unwrap_or("us-east-1"),
+    )
+}
+
+/// The destination's keys from their Secret, as every AWS SDK reads them;
+/// none without `credentialsSecret` (the pod's own identity).
+pub fn keys_env(dest: &Destination) -> Vec<EnvVar> {
+    let Some(secret) = &dest.credentials_secret else {
+        return Vec::new();
+    };
+    ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        .into_iter()
+        .map(|key| {
+            env_credential(
                 key,
                 &Credential::Secret {
                     name: secret.clone(),
                     key: key.to_string(),
                 },
-            ));
-        }
-    }
-    vars
+            )
+        })
+        .collect()
 }
 
 /// Which dump a restore reads, among a destination's objects.

@@ -35,7 +35,7 @@
 //! of "initialized"). The features
 //! sit above them; `plan`, `children` and `status` assemble on top.
 
-pub mod archive;
+mod archive;
 mod backups;
 mod certificate;
 pub mod children;

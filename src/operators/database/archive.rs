@@ -9,12 +9,11 @@
 //! - The sidecar `archiver`: `archiver.sh` in an image with barman-cloud
 //!   (the PostgreSQL image has no Python), the data volume mounted
 //!   read-only at the server's path, the spool shared.
+//! - The condition `Archiving`: whether the serving primary runs the
+//!   sidecar.
 //!
 //! Only a primary archives (`archive_mode=on`): a promoted standby goes on
 //! where the old primary stopped, on its new timeline.
-//!
-//! - The condition `Archiving`: whether the serving primary runs the
-//!   sidecar.
 //!
 //! Not built yet (docs/archiving.md, "Not done yet"): base backups, point-
 //! in-time recovery, `restore_command` on standbys, retention, and the
@@ -32,15 +31,15 @@ use super::objects::{config_volume, meta, mount, value_env};
 use super::observed::Observed;
 use super::spec::{Archive, Database, Major, VOLUME, name, shows_condition};
 use crate::hook::conditions::Observation;
-use crate::operators::backup_job::{Destination, s3_env};
+use crate::operators::backup_job::{Destination, keys_env, region_env};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::shell_command;
 use crate::operators::resources::cpu_memory;
 
 /// The sidecar's loop.
-pub const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
+const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
 /// The server's `archive_command`, in the ConfigMap.
-pub const ARCHIVE_WAL_SCRIPT: &str = include_str!("archive-wal.sh");
+const ARCHIVE_WAL_SCRIPT: &str = include_str!("archive-wal.sh");
 /// Its key in the ConfigMap.
 const ARCHIVE_WAL_KEY: &str = "archive-wal.sh";
 /// Where the server's container sees the ConfigMap.
@@ -50,15 +49,7 @@ const SPOOL: &str = "/var/run/opshooks/wal";
 const SPOOL_VOLUME: &str = "wal-spool";
 const SCRIPTS_VOLUME: &str = "archive";
 /// The sidecar's name.
-pub const CONTAINER: &str = "archiver";
-/// `archive_timeout` when the spec gives none: a quiet database's last
-/// commits reach the store within about a minute, as the issue asks, at
-/// the cost of at most one more (compressed, nearly empty) segment a
-/// minute.
-pub const DEFAULT_TIMEOUT_SECONDS: i32 = 60;
-/// An image with barman-cloud and a shell: CloudNativePG's PostgreSQL
-/// image, whose operator archives with the same tool.
-pub const DEFAULT_IMAGE: &str = "ghcr.io/cloudnative-pg/postgresql:17.2";
+const CONTAINER: &str = "archiver";
 
 /// The archive's settings and store, when `spec.backup.archive` is set.
 pub(super) fn enabled(db: &Database) -> Option<(&Archive, &Destination)> {
@@ -69,7 +60,7 @@ pub(super) fn enabled(db: &Database) -> Option<(&Archive, &Destination)> {
 /// Where barman-cloud stores this Database's archive: `archive/` under the
 /// destination's prefix, beside the dumps, in a folder named after the
 /// Database (barman-cloud's server name, [`name`]).
-pub fn destination_url(dest: &Destination) -> String {
+fn destination_url(dest: &Destination) -> String {
     format!("s3://{}/{}archive", dest.s3_bucket, dest.s3_prefix)
 }
 
@@ -110,7 +101,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: u32) -> Option<
             ),
         ));
     }
-    let timeout = archive.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    let timeout = archive.timeout_seconds();
     Some(Observation::new(
         CONDITION,
         true,
@@ -128,7 +119,7 @@ pub(super) fn args(db: &Database) -> Vec<String> {
     let Some((archive, _)) = enabled(db) else {
         return Vec::new();
     };
-    let timeout = archive.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    let timeout = archive.timeout_seconds();
     [
         "archive_mode=on".to_string(),
         format!("archive_command=sh {SCRIPTS_DIR}/{ARCHIVE_WAL_KEY} %f"),
@@ -199,19 +190,11 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
     if let Some(endpoint) = &dest.endpoint {
         env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
     }
-    env.extend(
-        s3_env(dest)
-            .into_iter()
-            .filter(|var| var.name.starts_with("AWS_")),
-    );
+    env.push(region_env(dest));
+    env.extend(keys_env(dest));
     Container {
         name: CONTAINER.to_string(),
-        image: Some(
-            archive
-                .image
-                .clone()
-                .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
-        ),
+        image: Some(archive.image().to_string()),
         command: Some(shell_command(ARCHIVER_SCRIPT)),
         env: Some(env),
         volume_mounts: Some(vec![
