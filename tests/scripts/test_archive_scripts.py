@@ -117,11 +117,17 @@ def store(s3):
 def mounted(scratch) -> Path:
     """archive-wal.sh and restore-wal.sh as the ConfigMap mounts them in
     the PostgreSQL container (read-only)."""
-    d = fresh_path("archive-scripts")
+    return config_map_mount("archive-scripts", {n: (SCRIPTS / n).read_text() for n in ("archive-wal.sh", "restore-wal.sh")})
+
+
+def config_map_mount(name: str, files: dict[str, str]) -> Path:
+    """`files` in a new directory, read-only as the kubelet mounts a
+    ConfigMap."""
+    d = fresh_path(name)
     d.mkdir()
-    for name in ("archive-wal.sh", "restore-wal.sh"):
-        (d / name).write_bytes((SCRIPTS / name).read_bytes())
-        (d / name).chmod(0o444)
+    for key, text in files.items():
+        (d / key).write_text(text)
+        (d / key).chmod(0o444)
     d.chmod(0o555)
     return d
 
@@ -643,12 +649,7 @@ def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
     the pod)."""
     settings, mount, sidecar, files = rendered_pod()
     assert [s.split("=")[0] for s in settings] == ["archive_mode", "archive_command", "archive_timeout"], settings
-    scripts = fresh_path("rendered-scripts")
-    scripts.mkdir()
-    for name, text in files.items():
-        (scripts / name).write_text(text)
-        (scripts / name).chmod(0o444)
-    scripts.chmod(0o555)
+    scripts = config_map_mount("rendered-scripts", files)
     settings = [s.replace(mount, str(scripts)) for s in settings]
 
     given = {e["name"]: expand(e["value"], {}) for e in sidecar["env"] if "value" in e}
