@@ -115,11 +115,11 @@ MOUNT_DELAY = 1.0
 
 def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
                  mount_delay: float = MOUNT_DELAY, first_epoch: int = 1, database: str | None = None,
-                 lease: bool = False) -> Database:
+                 lease: bool = False, settings: list[str] | None = None) -> Database:
     """db-0 the primary (its volume holds the template's cluster), and
     standbys that start on empty volumes: start.sh clones them from the
     read-write Service. The role mount follows the ConfigMap `mount_delay`
-    seconds late."""
+    seconds late. `settings`: more of every server's settings (name=value)."""
     roles = fresh_path("role")
     roles.mkdir()
     roles.chmod(0o755)
@@ -131,7 +131,8 @@ def new_database(template: Path, *, sync: bool = False, standbys: int = 2,
     for n in range(standbys + 1):
         volume = pg_dir(fresh_path(f"db-{n}"))
         pg_dir(volume / "sock")
-        instance = Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap)
+        instance = Instance(f"db-{n}", volume, roles, proxy, sync=sync, configmap=configmap,
+                            settings=list(settings or []))
         if lease:
             pg_dir(volume / "lease")
             instance.lease = LeaseSidecar(configmap, volume / "lease" / "role")
@@ -682,6 +683,38 @@ def test_a_designated_standby_starts_as_a_standby(database: Database):
     database.designate(b)
     rw_sql(database.proxy, "INSERT INTO t VALUES (2)")
     wait_for("c follows b", lambda: has_rows(c, "t", 2), timeout=60)
+
+
+def wal_segment(instance: Instance) -> str:
+    return instance.cluster.sql("SELECT pg_walfile_name(pg_current_wal_lsn())")
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["first start", "started again"])
+def test_a_primary_started_cleanly_switches_wal_by_archive_timeout(template, again):
+    """archive_timeout bounds what a lost volume costs only when the server
+    switches segments by it. After a clean start, PostgreSQL 15's
+    checkpointer sleeps a whole checkpoint_timeout (5 min) before it first
+    looks at archive_timeout; start.sh wakes it once the server is ready.
+    Rows written every 0.3 s: two switches within 15 s, with
+    archive_timeout 1 s."""
+    db = new_database(template, standbys=0, settings=["archive_timeout=1"])
+    try:
+        primary = db.instances[0]
+        if again:
+            primary.stop("fast")
+            primary.start()
+        rw_sql(db.proxy, "CREATE TABLE t (id int)")
+        seen = [wal_segment(primary)]
+        deadline = time.monotonic() + 15
+        while len(seen) < 3 and time.monotonic() < deadline:
+            rw_sql(db.proxy, "INSERT INTO t VALUES (1)")
+            time.sleep(0.3)
+            if (segment := wal_segment(primary)) != seen[-1]:
+                seen.append(segment)
+        assert len(seen) >= 3, f"WAL segments in 15 s of writes: {seen}\n{primary.output()}"
+        assert "reloaded once" in primary.output(), primary.output()
+    finally:
+        db.stop()
 
 
 

@@ -301,6 +301,8 @@ class Instance:
     # Its Database's Secrets (new ones once it is created again).
     superuser_password: str = SUPERUSER_PASSWORD
     replication_password: str = REPLICATION_PASSWORD
+    # More of the server's settings (name=value), as the hook adds them.
+    settings: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def data(self) -> Path:
@@ -349,6 +351,8 @@ class Instance:
             # As the hook names them (children.rs); SYNC_NAMES="*" is what it did before.
             names = SYNC_NAMES or ",".join(f'"db-{n}"' for n in range(3))
             argv += ["-c", f"synchronous_standby_names=ANY 1 ({names})"]
+        for setting in self.settings:
+            argv += ["-c", setting]
         return argv
 
     def start(self, *, path: str = PG_PATH, wait: bool = True, shell: str = "dash") -> None:

@@ -223,6 +223,39 @@ start_watchdog() {
     ) &
 }
 
+# wake_checkpointer: PostgreSQL 15 and later start the checkpointer before
+# the server leaves recovery. Its first sleep, computed while recovery still
+# ran, is a whole checkpoint_timeout (archive_timeout counts only out of
+# recovery), and nothing wakes it when a clean start's recovery ends (a
+# promotion's or a crash recovery's checkpoint request does): a primary
+# started again forces no WAL switch for up to checkpoint_timeout (5 min by
+# default), so a write is not archived within archive_timeout. Seen on 15.18
+# and 18 (no switch in minutes with archive_timeout 2 s; after one SIGHUP,
+# one every 2 s). Once the server (same pid, $$) says in postmaster.pid
+# that it is ready (its eighth line; a primary is ready out of recovery),
+# this sends it one SIGHUP: a reload of the files it started with, which
+# wakes the checkpointer. Then exits 0 (reaped as the watchdog is), or
+# after 10 minutes without a ready server.
+wake_checkpointer() {
+    server=$$
+    (
+        trap '' INT TERM HUP QUIT
+        n=0
+        while [ "$n" -lt 600 ] && kill -0 "$server" 2>/dev/null; do
+            sleep 1
+            n=$((n + 1))
+            [ ! -e "$PGDATA/standby.signal" ] || exit 0
+            pid="$(sed -n 1p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
+            status="$(sed -n 8p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
+            [ "$pid" = "$server" ] || continue
+            [ "${status%% *}" = ready ] || continue
+            kill -HUP "$server" 2>/dev/null && say "the server is ready: reloaded once, so that its checkpointer keeps archive_timeout"
+            exit 0
+        done
+        exit 0
+    ) &
+}
+
 # A data directory holds a cluster once it has PG_VERSION and no
 # backup_label: pg_basebackup writes backup_label first and PG_VERSION among
 # the first files, and the server renames backup_label when it first
@@ -617,6 +650,7 @@ if [ "$primary" = "$me" ]; then
     [ -e "$PGDATA/standby.signal" ] || await_lease
     unset PGSSLMODE PGSSLROOTCERT
     start_watchdog
+    [ -e "$PGDATA/standby.signal" ] || wake_checkpointer
     exec "$@"
 fi
 
