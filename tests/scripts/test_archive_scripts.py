@@ -193,10 +193,26 @@ class Sidecar:
         return self.log.read_text(errors="replace")
 
 
+def start_server(c: Cluster, settings: list[str], spool: Path, **env: str) -> None:
+    """The server with `settings` (name=value) as its `-c` arguments,
+    handing files to the sidecar through `spool`; `env`: more of its
+    container's values."""
+    c.port = c.port or free_port()
+    opts = (f"-c listen_addresses=127.0.0.1 -c port={c.port} -c unix_socket_directories={c.sock} "
+            "-c fsync=off -c full_page_writes=off -c synchronous_commit=on "
+            "-c wal_level=replica -c track_commit_timestamp=on "
+            + " ".join(f"-c '{setting}'" for setting in settings))
+    env = {"PATH": PG_PATH, "HOME": str(c.sock), "LANG": "C.UTF-8", "WAL_SPOOL": str(spool), **env}
+    r = run([str(BIN / "pg_ctl"), "-D", str(c.data), "-l", str(c.sock / "log"), "-w", "-t", "60",
+             "-o", opts, "start"], env, as_postgres=True, timeout=90)
+    log = c.sock / "log"
+    assert r.rc == 0, f"postgres did not start: {r}\n{log.read_text(errors='replace') if log.exists() else ''}"
+
+
 class Primary:
     """A primary archiving through archive-wal.sh and its sidecar."""
 
-    def __init__(self, store: Store, bucket: str, mounted: Path, *, settings: list[str] | None = None,
+    def __init__(self, store: Store, bucket: str, mounted: Path | None, *, settings: list[str] | None = None,
                  env: dict[str, str] | None = None, command: list[str] | None = None) -> None:
         """`settings`: the server's archive settings (name=value), else
         this file's; `env` and `command`: the sidecar's, else this file's."""
@@ -212,16 +228,7 @@ class Primary:
         self.cluster.sql("CREATE TABLE ledger (seq bigint PRIMARY KEY, at timestamptz NOT NULL)")
 
     def start(self) -> None:
-        c = self.cluster
-        c.port = c.port or free_port()
-        opts = (f"-c listen_addresses=127.0.0.1 -c port={c.port} -c unix_socket_directories={c.sock} "
-                "-c fsync=off -c full_page_writes=off -c synchronous_commit=on "
-                "-c wal_level=replica -c track_commit_timestamp=on "
-                + " ".join(f"-c '{setting}'" for setting in self.settings))
-        env = {"PATH": PG_PATH, "HOME": str(c.sock), "LANG": "C.UTF-8", "WAL_SPOOL": str(self.spool)}
-        r = run([str(BIN / "pg_ctl"), "-D", str(c.data), "-l", str(c.sock / "log"), "-w", "-t", "60",
-                 "-o", opts, "start"], env, as_postgres=True, timeout=90)
-        assert r.rc == 0, f"postgres did not start: {r}\n{self.log()}"
+        start_server(self.cluster, self.settings, self.spool)
 
     def log(self) -> str:
         path = self.cluster.sock / "log"
@@ -632,23 +639,34 @@ def rendered_pod() -> tuple[list[str], str, dict, dict[str, str]]:
     pod = kids[("StatefulSet", "orders")]["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
     command = [expand(a, {}) for a in containers["postgres"]["command"]]
-    settings = [value for flag, value in zip(command, command[1:]) if flag == "-c" and value.startswith("archive_")]
+    settings = [value for flag, value in zip(command, command[1:])
+                if flag == "-c" and value.startswith(("archive_", "restore_command"))]
     volume = next(v["name"] for v in pod["volumes"] if v.get("configMap", {}).get("name") == "orders-archive")
     mount = next(m["mountPath"] for m in containers["postgres"]["volumeMounts"] if m["name"] == volume)
     sidecar = containers["archiver"]
     sidecar = {**sidecar, "command": [expand(a, {}) for a in sidecar["command"]]}
-    return settings, mount, sidecar, kids[("ConfigMap", "orders-archive")]["data"]
+    server_env = {e["name"]: e["value"] for e in containers["postgres"]["env"] if "value" in e}
+    return settings, mount, sidecar, kids[("ConfigMap", "orders-archive")]["data"], server_env
 
 
-def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
-    """The server's archive settings, the sidecar's command and values
-    and the ConfigMap's script, all as the hook answers them, archive a
-    segment into the store where the hook says the archive is. Mapped to
-    this machine, and nothing else: the mount paths, the data directory,
-    the spool, the endpoint, the bucket's name and the keys (a Secret's in
-    the pod)."""
-    settings, mount, sidecar, files = rendered_pod()
-    assert [s.split("=")[0] for s in settings] == ["archive_mode", "archive_command", "archive_timeout"], settings
+@dataclasses.dataclass
+class Rendered:
+    """The rendered pod, mapped to this machine: the server's settings and
+    its RESTORE_WAIT, the sidecar's values and command."""
+    settings: list[str]
+    restore_wait: str
+    env: dict[str, str]
+    command: list[str]
+    where: str  # the archive's path in the bucket
+
+
+def rendered(store: Store, bucket: str) -> Rendered:
+    """rendered_pod(), mapped to this machine, and nothing else: the mount
+    paths, the data directory, the spool, the endpoint, the bucket's name
+    and the keys (a Secret's in the pod)."""
+    settings, mount, sidecar, files, server_env = rendered_pod()
+    assert [s.split("=")[0] for s in settings] == ["archive_mode", "archive_command", "archive_timeout",
+                                                   "restore_command"], settings
     scripts = config_map_mount("rendered-scripts", files)
     settings = [s.replace(mount, str(scripts)) for s in settings]
 
@@ -661,11 +679,91 @@ def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
     local = store_env(store, bucket)
     env = {**{k: local[k] for k in mapped}, **{k: v for k, v in given.items() if k not in mapped},
            "ARCHIVE_DESTINATION": f"s3://{bucket}{where.path}"}
-    primary = Primary(store, bucket, scripts, settings=settings, env=env, command=sidecar["command"])
+    return Rendered(settings, server_env["RESTORE_WAIT"], env, sidecar["command"], where.path.lstrip("/"))
+
+
+def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
+    """The server's archive settings, the sidecar's command and values
+    and the ConfigMap's script, all as the hook answers them, archive a
+    segment into the store where the hook says the archive is. Mapped to
+    this machine, and nothing else: the mount paths, the data directory,
+    the spool, the endpoint, the bucket's name and the keys (a Secret's in
+    the pod)."""
+    r = rendered(store, bucket)
+    primary = Primary(store, bucket, None, settings=r.settings, env=r.env, command=r.command)
     primary.cluster.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 1000) g")
     seg = primary.archive_all()
     # barman-cloud's layout: <destination>/<server name>/wals/, the
     # server named after the Database (docs/archiving.md).
-    stored = store.s3.keys(bucket, f"{where.path.lstrip('/')}/orders/wals/")
+    stored = store.s3.keys(bucket, f"{r.where}/orders/wals/")
     assert any(seg in key for key in stored), f"{seg} not under the hook's archive path: {stored}"
     assert primary.cluster.sql("SELECT failed_count FROM pg_stat_archiver") == "0", primary.log()[-2000:]
+
+
+# --------------------------------------------------------------------------
+# g. A standby its primary no longer has WAL for
+
+
+def test_a_standby_the_primary_recycled_wal_for_catches_up_from_the_archive(store, bucket):
+    """A standby stopped while its primary wrote, archived and recycled the
+    segments it would need next: streaming alone cannot bring it back
+    ("requested WAL segment ... has already been removed", checked first
+    with no restore_command), with the hook's restore_command and its own
+    sidecar it replays them from the archive, then streams again. Both
+    servers with the hook's settings, as every instance of the StatefulSet
+    has them."""
+    r = rendered(store, bucket)
+    primary = Primary(store, bucket, None, settings=r.settings, env=r.env, command=r.command)
+    p = primary.cluster
+    root = pg_dir(fresh_path("standby"))
+    standby = Cluster(root / "data", pg_dir(root / "sock"), password=p.password)
+    spool = pg_dir(root / "spool")
+    cloned = run([str(BIN / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast",
+                  "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres"],
+                 {"PATH": PG_PATH, "HOME": str(root), "PGPASSWORD": p.password}, as_postgres=True, timeout=120)
+    assert cloned.rc == 0, str(cloned)
+    sidecar = Sidecar(r.env, standby.data, spool, r.command)
+
+    def rows() -> int:
+        return int(standby.sql("SELECT count(*) FROM ledger"))
+
+    def wait_rows(n: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(AssertionError):
+                if rows() == n:
+                    return True
+            time.sleep(0.3)
+        return False
+
+    without = [setting for setting in r.settings if not setting.startswith("restore_command=")]
+    start_server(standby, r.settings, spool, RESTORE_WAIT=r.restore_wait)
+    p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 100) g")
+    assert wait_rows(100, 30), f"the standby does not stream\n{(standby.sock / 'log').read_text()[-2000:]}"
+    needed = p.sql(f"SELECT pg_walfile_name('{standby.sql('SELECT pg_last_wal_replay_lsn()')}')")
+    standby.stop()
+
+    # Segments written, archived, and recycled past what the standby needs.
+    for n in range(4):
+        p.sql(f"INSERT INTO ledger SELECT g, now() FROM generate_series({101 + 100 * n}, {200 + 100 * n}) g")
+        primary.archive_all()
+    p.sql("CHECKPOINT")
+    p.sql("CHECKPOINT")
+    assert p.sql(f"SELECT count(*) FROM pg_ls_waldir() WHERE name = '{needed}'") == "0", \
+        f"{needed} is still on the primary: the test would not need the archive"
+
+    (standby.sock / "log").unlink()
+    start_server(standby, without, spool, RESTORE_WAIT=r.restore_wait)
+    assert not wait_rows(500, 10), "the standby caught up without the archive: the test proves nothing"
+    assert "has already been removed" in (standby.sock / "log").read_text(), (standby.sock / "log").read_text()
+    standby.stop()
+
+    start_server(standby, r.settings, spool, RESTORE_WAIT=r.restore_wait)
+    assert wait_rows(500, 60), \
+        f"the standby did not catch up\n{(standby.sock / 'log').read_text()[-3000:]}\n--- sidecar\n{sidecar.output()[-2000:]}"
+    assert "restored log file" in (standby.sock / "log").read_text()
+    # And it streams again: a row written now arrives without the archive.
+    p.sql("INSERT INTO ledger VALUES (501, now())")
+    assert wait_rows(501, 30), (standby.sock / "log").read_text()[-2000:]
+    assert p.sql("SELECT state FROM pg_stat_replication") == "streaming"
+    standby.stop()

@@ -9,6 +9,11 @@
 //! - The sidecar `archiver`: `archiver.sh` in an image with barman-cloud
 //!   (the PostgreSQL image has no Python), the data volume mounted
 //!   read-only at the server's path, the spool shared.
+//! - Standbys: a `restore_command` that runs `restore-wal.sh` from the same
+//!   ConfigMap, through the same sidecar. A standby whose primary already
+//!   recycled the WAL it needs (stopped too long, or a new primary that
+//!   never had it) replays it from the archive instead of staying
+//!   stranded; it streams again once it caught up.
 //! - The condition `Archiving`: whether the serving primary runs the
 //!   sidecar.
 //!
@@ -16,8 +21,7 @@
 //! where the old primary stopped, on its new timeline.
 //!
 //! Not built yet (docs/archiving.md, "Not done yet"): base backups, point-
-//! in-time recovery, `restore_command` on standbys, retention, and the
-//! archive's progress in status.
+//! in-time recovery, retention, and the archive's progress in status.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +46,15 @@ const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
 const ARCHIVE_WAL_SCRIPT: &str = include_str!("archive-wal.sh");
 /// Its key in the ConfigMap.
 const ARCHIVE_WAL_KEY: &str = "archive-wal.sh";
+/// A standby's `restore_command`, in the ConfigMap.
+const RESTORE_WAL_SCRIPT: &str = include_str!("restore-wal.sh");
+/// Its key in the ConfigMap.
+const RESTORE_WAL_KEY: &str = "restore-wal.sh";
+/// How long `restore-wal.sh` waits for the sidecar's answer before a
+/// standby streams instead (it asks again later): short, so that a store
+/// that hangs delays a standby's catching up, or a promotion's look for
+/// timeline history, by this at most.
+const RESTORE_WAIT_SECONDS: &str = "20";
 /// Where the server's container sees the ConfigMap.
 const SCRIPTS_DIR: &str = "/etc/opshooks/archive";
 /// The spool both containers share.
@@ -124,21 +137,23 @@ pub(super) fn args(db: &Database) -> Vec<String> {
         "archive_mode=on".to_string(),
         format!("archive_command=sh {SCRIPTS_DIR}/{ARCHIVE_WAL_KEY} %f"),
         format!("archive_timeout={timeout}s"),
+        format!("restore_command=sh {SCRIPTS_DIR}/{RESTORE_WAL_KEY} %f %p"),
     ]
     .into_iter()
     .flat_map(|arg| ["-c".to_string(), arg])
     .collect()
 }
 
-/// The ConfigMap `archive_command` runs its script from.
+/// The ConfigMap `archive_command` and `restore_command` run their
+/// scripts from.
 pub(super) fn scripts(db: &Database) -> Option<ConfigMap> {
     enabled(db)?;
     Some(ConfigMap {
         metadata: meta(db, archive_name(db)),
-        data: Some(BTreeMap::from([(
-            ARCHIVE_WAL_KEY.to_string(),
-            ARCHIVE_WAL_SCRIPT.to_string(),
-        )])),
+        data: Some(BTreeMap::from([
+            (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
+            (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
+        ])),
         ..ConfigMap::default()
     })
 }
@@ -151,10 +166,10 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
         return;
     };
     for container in pod.containers.iter_mut().filter(|c| c.name == server) {
-        container
-            .env
-            .get_or_insert_with(Vec::new)
-            .push(value_env("WAL_SPOOL", SPOOL));
+        container.env.get_or_insert_with(Vec::new).extend([
+            value_env("WAL_SPOOL", SPOOL),
+            value_env("RESTORE_WAIT", RESTORE_WAIT_SECONDS),
+        ]);
         container
             .volume_mounts
             .get_or_insert_with(Vec::new)
@@ -280,7 +295,7 @@ mod tests {
     }
 
     #[test]
-    fn the_server_hands_each_segment_to_the_sidecar_within_the_timeout() {
+    fn the_server_hands_each_segment_to_the_sidecar_and_standbys_fetch_through_it() {
         let db = archived();
         assert_eq!(
             args(&db),
@@ -290,13 +305,19 @@ mod tests {
                 "-c",
                 "archive_command=sh /etc/opshooks/archive/archive-wal.sh %f",
                 "-c",
-                "archive_timeout=30s"
+                "archive_timeout=30s",
+                "-c",
+                "restore_command=sh /etc/opshooks/archive/restore-wal.sh %f %p"
             ]
         );
         let data = scripts(&db).and_then(|cm| cm.data).unwrap_or_default();
         assert_eq!(
             data.get(ARCHIVE_WAL_KEY).map(String::as_str),
             Some(ARCHIVE_WAL_SCRIPT)
+        );
+        assert_eq!(
+            data.get(RESTORE_WAL_KEY).map(String::as_str),
+            Some(RESTORE_WAL_SCRIPT)
         );
     }
 

@@ -90,7 +90,7 @@ const OWNED: &[(&str, &str)] = &[
     ),
     (
         "restore_command",
-        "standbys stream from the primary; the WAL archive is the operator's (spec.backup.archive)",
+        "standbys stream from the primary, and fetch from the operator's WAL archive when spec.backup.archive is set",
     ),
     (
         "archive_cleanup_command",
