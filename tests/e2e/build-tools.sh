@@ -341,6 +341,42 @@ build_awscli() {
   ' _ "$BIN" "$AWSCLI_VERSION" "$python"
 }
 
+# ---- barman-cloud ------------------------------------------------------------
+# The WAL archiver's image (the Database's spec.backup.archive; CloudNativePG's
+# PostgreSQL image by default) on the process node: barman-cloud at the
+# version tests/scripts pins, installed into $BIN/barman-lib for the
+# machine's /usr/bin/python3 (as the AWS CLI above), with psycopg2-binary
+# for the psycopg2 barman imports (the source package would need a compiler
+# and libpq's headers), and a wrapper per command in $BIN/barman-lib/commands
+# that procnode.py puts on the container's PATH. $BIN/barman-cloud is the
+# wrapper of barman-cloud-wal-archive, the stamp's file.
+BARMAN_VERSION=$(sed -nE 's/^barman\[cloud\]==(.*)/\1/p' "$REPO_E2E/../scripts/requirements.txt")
+BOTO3_VERSION=$(sed -nE 's/^boto3==(.*)/\1/p' "$REPO_E2E/../scripts/requirements.txt")
+BOTOCORE_VERSION=$(sed -nE 's/^botocore==(.*)/\1/p' "$REPO_E2E/../scripts/requirements.txt")
+PSYCOPG2_BINARY_VERSION=2.9.11
+build_barman() {
+  build_one barman-cloud "$BARMAN_VERSION+$PSYCOPG2_BINARY_VERSION" -- bash -c '
+    set -e
+    lib="$1/barman-lib.tmp"
+    rm -rf "$lib"
+    pip() { /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-compile --target "$lib" "$@"; }
+    pip --no-deps "barman==$2"
+    pip "psycopg2-binary==$3" python-dateutil "boto3==$4" "botocore==$5"
+    mkdir "$lib/commands"
+    for entry in wal-archive:cloud_walarchive wal-restore:cloud_walrestore backup:cloud_backup \
+      backup-list:cloud_backup_list backup-delete:cloud_backup_delete restore:cloud_restore \
+      check-wal-archive:cloud_check_wal_archive; do
+      printf "%s\n" "#!/bin/sh" "# barman-cloud-${entry%%:*} on the system Python, from the barman-lib it sits in." \
+        "lib=\$(dirname \"\$0\")/.." \
+        "PYTHONPATH=\"\$lib\" exec /usr/bin/python3 -c \"from barman.clients.${entry#*:} import main; main()\" \"\$@\"" \
+        >"$lib/commands/barman-cloud-${entry%%:*}"
+      chmod 755 "$lib/commands/barman-cloud-${entry%%:*}"
+    done
+    rm -rf "$1/barman-lib" && mv "$lib" "$1/barman-lib"
+    cp "$1/barman-lib/commands/barman-cloud-wal-archive" "$1/.barman-cloud.tmp"
+  ' _ "$BIN" "$BARMAN_VERSION" "$PSYCOPG2_BINARY_VERSION" "$BOTO3_VERSION" "$BOTOCORE_VERSION"
+}
+
 # ---- PostgreSQL 18 --------------------------------------------------------
 # The process node's postgres:18, for the real loop's major upgrade from
 # this machine's PostgreSQL 15 (Debian's packages here hold no other
@@ -405,6 +441,7 @@ build_kwok
 build_promtool
 build_postgres_exporter
 build_awscli
+build_barman
 build_versitygw
 build_postgres_18
 build_cert_manager

@@ -31,7 +31,8 @@ it, as the kubelet does:
   (image_config: postgres:<major> to that major's server binaries and
   images/postgres/docker-entrypoint.sh, a kubectl image to the tools'
   kubectl, the postgres-exporter image to the tools' postgres_exporter,
-  the aws-cli image to the tools' AWS CLI); a pod's kubectl reaches the API server through the `kubernetes`
+  the aws-cli image to the tools' AWS CLI, CloudNativePG's PostgreSQL
+  image (the WAL archiver's) to the tools' barman-cloud); a pod's kubectl reaches the API server through the `kubernetes`
   Service with its projected ServiceAccount token;
 - exec probes (startup, liveness, readiness: initialDelay, period on the
   kubelet's ticker, timeout, success and failure thresholds) run in the
@@ -158,6 +159,22 @@ def image_config(image):
         # amazon/aws-cli: the AWS CLI v1 build-tools.sh installs for the
         # system Python (the same s3 and s3api commands), with its library.
         return tool_image(image, "aws", ("root", 0, "/root"), "awscli-lib")
+    if repo == "postgresql" and "cloudnative-pg" in ref:
+        # CloudNativePG's PostgreSQL image, which the Database's archiver
+        # sidecar runs for its barman-cloud (spec.backup.archive): the
+        # barman-cloud commands build-tools.sh installs, on the system
+        # Python, with a shell. Its own server is never started.
+        lib = os.path.join(TOOLS or "", "barman-lib")
+        if not os.path.isdir(f"{lib}/commands"):
+            raise ImageError(f"no barman-cloud for {image} (looked for {lib}/commands)")
+        return {
+            "entrypoint": ["/bin/sh"],
+            "cmd": [],
+            "env": {"PATH": f"{IMAGE_DIR}/barman-lib/commands:{BASE_PATH}"},
+            "user": ("postgres", 26, "/var/lib/postgresql"),
+            "tmpfs": [],
+            "binds": [(lib, f"{IMAGE_DIR}/barman-lib")],
+        }
     if repo == "postgres-exporter":
         # prometheus-community's postgres_exporter, built by build-tools.sh
         # from its module at the version the hook's default image names.

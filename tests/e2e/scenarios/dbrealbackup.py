@@ -23,14 +23,19 @@ given a row more, is deleted under Snapshot: its snapshot Job dumps it
 into the bucket before its volume goes; created again from its own name
 (`spec.bootstrap.database` naming itself), it serves every row, the last
 one too, from the snapshot. Both are then deleted with their volumes.
+Before its backups, the first turns on WAL archiving
+(`spec.backup.archive`): its instance restarts with the archiver sidecar,
+whose barman-cloud stores the WAL segments in the same bucket.
 
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbrealbackup."""
 
 import base64
 import contextlib
 import os
+import re
 import subprocess
 import sys
+import time
 import urllib.request
 
 from harness import need
@@ -165,12 +170,69 @@ def restored(s, name, source, destination):
     return out, s.parent("Database", name).get("status") or {}
 
 
+def keys_in(s, endpoint, prefix):
+    """The bucket's keys under `prefix`, sorted."""
+    code, out = s3(s, endpoint, f"print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='{prefix}').get('Contents', [])))")
+    need(code == 0, f"list {prefix}: {out}")
+    return sorted(out.split())
+
+
 def dumps_in(s, endpoint, prefix):
     """The dumps under `prefix` (mark.sh leaves <dump>.verified beside a
     verified one), sorted."""
-    code, out = s3(s, endpoint, f"print('\\n'.join(o['Key'] for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='{prefix}').get('Contents', [])))")
-    need(code == 0, f"list {prefix}: {out}")
-    return sorted(key for key in out.split() if key.endswith(".pgdump"))
+    return [key for key in keys_in(s, endpoint, prefix) if key.endswith(".pgdump")]
+
+
+ARCHIVE_TIMEOUT = 5
+ARCHIVE_WRITES = 5
+
+
+def archiving(s, cip, login, endpoint, name):
+    """`spec.backup.archive` turned on for the small Database `name`, with
+    timeoutSeconds ARCHIVE_TIMEOUT: its instance restarts with the archiver
+    sidecar (barman-cloud's stand-in, build-tools.sh) and `Archiving` turns
+    True. Then ARCHIVE_WRITES single-row commits, one after another, at
+    different points of archive_timeout's cycle: each one's WAL segment
+    must reach the bucket (under
+    <prefix>archive/<name>/wals/) by archive_timeout's switch and the
+    upload. The seconds from each commit's acknowledgement to its segment
+    in the bucket: the recovery point through the Database, were every
+    volume lost at that moment."""
+    s.k.patch("Database", s.ns, name, {"spec": {"backup": {"archive": {"timeoutSeconds": ARCHIVE_TIMEOUT}}}})
+
+    def on():
+        db = s.parent("Database", name)
+        c = condition(db, "Archiving") or {}
+        need(c.get("status") == "True", f"Archiving {c.get('status')} {c.get('reason')}: {c.get('message')}")
+
+    s.wait("Archiving True: the primary runs the archiver", on, PLACED, every=2)
+    db_running(s, name, 1, "15", timeout=PLACED)
+    code, out = psql(s, cip, login, "CREATE TABLE IF NOT EXISTS wal_probe (at timestamptz DEFAULT now())")
+    need(code == 0, f"psql through {cip}: {out}")
+    delays = []
+    for n in range(ARCHIVE_WRITES):
+        # Each write waits for the previous one's segment, so it follows a
+        # switch closely: a different pause after it each time spreads the
+        # writes over archive_timeout's cycle.
+        time.sleep(n * ARCHIVE_TIMEOUT / ARCHIVE_WRITES)
+        # The segment that holds the commit: the one the WAL is written up
+        # to once the commit returned (psql sends the statements as one
+        # transaction unless told otherwise: the SELECT must follow the
+        # COMMIT, or it names the segment before the insert's).
+        code, out = psql(s, cip, login, "BEGIN; INSERT INTO wal_probe DEFAULT VALUES; COMMIT; SELECT pg_walfile_name(pg_current_wal_lsn())")
+        acked = time.time()
+        need(code == 0 and re.fullmatch(r"[0-9A-F]{24}", out.strip()), f"psql through {cip}: {out}")
+        segment = out.strip()
+        key = f"real/archive/{name}/wals/{segment[:16]}/{segment}"
+        # Polled on the node, at most 60 s: the time its listing first shows the segment.
+        code, out = s3(s, endpoint, f"""import time
+while not c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') and time.time() < {acked + 60}:
+    time.sleep(0.2)
+print(time.time() if c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') else 'missing')""")
+        need(code == 0, f"list {key}: {out}")
+        need(out.strip() != "missing", f"the commit's segment {segment} of {name} is not in the bucket 60 s after its commit")
+        delays.append(round(float(out.strip()) - acked, 1))
+    return delays
 
 
 def scenario_real_backup_restore(s):
@@ -182,6 +244,10 @@ def scenario_real_backup_restore(s):
 
         s.step("a small Database (15) with a destination, backups off; rows written")
         cip, login = with_rows(s, "src", "Snapshot", destination, 500)
+
+        s.step("WAL archiving on (spec.backup.archive, 5 s): the instance restarts with the archiver, and segments reach the bucket")
+        delays = archiving(s, cip, login, endpoint, "src")
+        print(f"archive: seconds from a commit to its WAL segment in the bucket (archive_timeout {ARCHIVE_TIMEOUT} s): {delays}", flush=True)
 
         s.step("backups on, every minute: the CronJob's Job dumps through the read-write Service and uploads")
         k.patch("Database", ns, "src", {"spec": {"backup": {"enabled": True, "schedule": "* * * * *", "verify": {"afterEachBackup": True}}}})
