@@ -242,6 +242,7 @@ pub fn customize(
 /// then those of the features that own their fields.
 pub fn validate(db: &Database) -> Result<(), InvalidSpec> {
     validation::validate(db)?;
+    archive::validate(db)?;
     if let Some(m) = &db.spec.monitoring {
         monitoring::validate(db, m)?;
     }

@@ -195,8 +195,10 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
 
 /// A sync request for `spec` with nothing observed.
 fn parent_request(op: &Operator, spec: &Value) -> Value {
+    // As the API server stores it and Metacontroller sends it: with a uid.
     let parent = fixtures::parent(&op.kind, "p")
         .namespace("ns")
+        .uid("p-uid")
         .generation(1)
         .set("/spec", spec.clone());
     request(parent).every_group(op.name).json()

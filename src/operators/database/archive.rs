@@ -39,6 +39,7 @@ use crate::operators::backup_job::{Destination, keys_env, region_env};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::shell_command;
 use crate::operators::resources::cpu_memory;
+use crate::operators::validate::InvalidSpec;
 
 /// The sidecar's loop.
 const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
@@ -71,10 +72,36 @@ pub(super) fn enabled(db: &Database) -> Option<(&Archive, &Destination)> {
 }
 
 /// Where barman-cloud stores this Database's archive: `archive/` under the
-/// destination's prefix, beside the dumps, in a folder named after the
-/// Database (barman-cloud's server name, [`name`]).
+/// destination's prefix, beside the dumps, in a folder named by
+/// [`server_name`].
 fn destination_url(dest: &Destination) -> String {
     format!("s3://{}/{}archive", dest.s3_bucket, dest.s3_prefix)
+}
+
+/// barman-cloud's server name, the archive's folder: the Database's name
+/// and uid. A Database deleted and created again under the same name is a
+/// new cluster whose segments have the old one's file names (timeline 1,
+/// from the first segment on), and barman-cloud uploads over what is
+/// there: under the name alone, the new cluster would write over the old
+/// archive, which may be the only copy of data someone still needs. Each
+/// incarnation gets its own folder, and nothing archived is ever
+/// overwritten. `None` without a uid, which [`validate`] refuses.
+fn server_name(db: &Database) -> Option<String> {
+    let uid = db.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+    Some(format!("{}-{uid}", name(db)))
+}
+
+/// With `spec.backup.archive`, the Database must come with its uid (as the
+/// API server and Metacontroller always send it): the archive's folder is
+/// named after it ([`server_name`]).
+pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
+    if enabled(db).is_some() && server_name(db).is_none() {
+        return Err(InvalidSpec::new(
+            "metadata.uid",
+            "missing, and spec.backup.archive names the archive's folder after it (so that a Database created again under the same name never writes over an older archive): send the Database with its uid, as the API server stores it",
+        ));
+    }
+    Ok(())
 }
 
 /// The condition's type.
@@ -122,7 +149,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: u32) -> Option<
         format!(
             "the primary {pod} hands each WAL segment to its archiver, which stores it at {}/{}, within {timeout} s of a write; a segment stays on the volume until stored, and failures are counted in pg_stat_archiver",
             destination_url(dest),
-            name(db)
+            server_name(db).unwrap_or_default()
         ),
     ))
 }
@@ -200,7 +227,7 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
         // barman-cloud's SDKs read no file of their own here.
         value_env("HOME", SPOOL),
         value_env("ARCHIVE_DESTINATION", destination_url(dest)),
-        value_env("ARCHIVE_SERVER", name(db)),
+        value_env("ARCHIVE_SERVER", server_name(db).unwrap_or_default()),
     ];
     if let Some(endpoint) = &dest.endpoint {
         env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
@@ -236,6 +263,7 @@ mod tests {
 
     fn archived() -> Database {
         fixtures::orders()
+            .uid("orders-uid")
             .spec(
                 "backup",
                 json!({
@@ -282,6 +310,22 @@ mod tests {
             .typed();
         let c = condition(&shown, &seen, 1).map(|c| (c.status, c.reason));
         assert_eq!(c, Some((ConditionStatus::False, "Disabled")));
+    }
+
+    #[test]
+    fn the_archive_is_named_after_the_incarnation_and_refused_without_one() {
+        let db = archived();
+        assert_eq!(server_name(&db).as_deref(), Some("orders-orders-uid"));
+        assert!(validate(&db).is_ok());
+        let mut without = db.clone();
+        without.metadata.uid = None;
+        let refused = validate(&without).expect_err("no uid, no archive folder");
+        assert!(
+            refused.to_string().starts_with("metadata.uid: missing"),
+            "{refused}"
+        );
+        // Without archiving, the uid is not needed.
+        assert!(validate(&fixtures::orders().typed()).is_ok());
     }
 
     #[test]
@@ -349,7 +393,10 @@ mod tests {
             value("ARCHIVE_DESTINATION").as_deref(),
             Some("s3://dumps/orders/archive")
         );
-        assert_eq!(value("ARCHIVE_SERVER").as_deref(), Some("orders"));
+        assert_eq!(
+            value("ARCHIVE_SERVER").as_deref(),
+            Some("orders-orders-uid")
+        );
         assert_eq!(value("PGDATA"), Some(pgdata(Major::V16)));
         assert!(value("AWS_SECRET_ACCESS_KEY").is_some_and(|v| v.contains("\"s3\"")));
         let data = sidecar
