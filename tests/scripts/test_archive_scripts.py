@@ -694,9 +694,9 @@ def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
     primary.cluster.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 1000) g")
     seg = primary.archive_all()
     # barman-cloud's layout: <destination>/<server name>/wals/, the
-    # server named after the Database and its uid (docs/archiving.md).
-    assert r.env["ARCHIVE_SERVER"] == "orders-db-uid-0001", r.env["ARCHIVE_SERVER"]
-    stored = store.s3.keys(bucket, f"{r.where}/orders-db-uid-0001/wals/")
+    # server named after the Database, its uid and its major (docs/archiving.md).
+    assert r.env["ARCHIVE_SERVER"] == "orders-db-uid-0001-pg16", r.env["ARCHIVE_SERVER"]
+    stored = store.s3.keys(bucket, f"{r.where}/orders-db-uid-0001-pg16/wals/")
     assert any(seg in key for key in stored), f"{seg} not under the hook's archive path: {stored}"
     assert primary.cluster.sql("SELECT failed_count FROM pg_stat_archiver") == "0", primary.log()[-2000:]
 

@@ -79,23 +79,26 @@ fn destination_url(dest: &Destination) -> String {
 }
 
 /// barman-cloud's server name, the archive's folder: the Database's name
-/// and uid. A Database deleted and created again under the same name is a
-/// new cluster whose segments have the old one's file names (timeline 1,
-/// from the first segment on), and barman-cloud uploads over what is
-/// there: under the name alone, the new cluster would write over the old
-/// archive, which may be the only copy of data someone still needs. Each
-/// incarnation gets its own folder, and nothing archived is ever
-/// overwritten. `None` without a uid, which [`validate`] refuses.
-fn server_name(db: &Database) -> Option<String> {
+/// and uid, and the major `version` of the cluster whose WAL the sidecar
+/// reads (`pg<major>`, as its data directory). A new cluster's segments
+/// have the old one's file names (timeline 1, from the first segment on),
+/// and barman-cloud uploads over what is there. A Database deleted and
+/// created again under the same name is a new cluster (a new uid), and so
+/// is each major upgrade (`upgrade.sh` restores into a new `initdb`, under
+/// the same uid). Under one folder, the new cluster would write over the
+/// old archive, which may be the only copy of data someone still needs;
+/// each cluster gets its own, and nothing archived is ever overwritten.
+/// `None` without a uid, which [`validate`] refuses.
+fn server_name(db: &Database, version: Major) -> Option<String> {
     let uid = db.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
-    Some(format!("{}-{uid}", name(db)))
+    Some(format!("{}-{uid}-pg{}", name(db), version.as_str()))
 }
 
 /// With `spec.backup.archive`, the Database must come with its uid (as the
 /// API server and Metacontroller always send it): the archive's folder is
 /// named after it ([`server_name`]).
 pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
-    if enabled(db).is_some() && server_name(db).is_none() {
+    if enabled(db).is_some() && db.metadata.uid.as_deref().is_none_or(str::is_empty) {
         return Err(InvalidSpec::new(
             "metadata.uid",
             "missing, and spec.backup.archive names the archive's folder after it (so that a Database created again under the same name never writes over an older archive): send the Database with its uid, as the API server stores it",
@@ -109,11 +112,17 @@ const CONDITION: &str = "Archiving";
 
 /// `Archiving`, while `spec.backup.archive` is set (and after, as
 /// `Disabled`, so that it does not stay as last written): whether the
-/// instance `primary`, the serving one, runs the archiver. What the store
+/// instance `primary`, the serving one, runs the archiver (of the cluster
+/// of major `version`). What the store
 /// received is not observed here: PostgreSQL counts each failure in
 /// `pg_stat_archiver`, which the alert `OpshooksPostgresWALArchiveFailing`
 /// reads.
-pub(super) fn condition(db: &Database, seen: &Observed, primary: u32) -> Option<Observation> {
+pub(super) fn condition(
+    db: &Database,
+    seen: &Observed,
+    primary: u32,
+    version: Major,
+) -> Option<Observation> {
     let Some((archive, dest)) = enabled(db) else {
         return shows_condition(db, CONDITION).then(|| {
             Observation::new(
@@ -149,7 +158,7 @@ pub(super) fn condition(db: &Database, seen: &Observed, primary: u32) -> Option<
         format!(
             "the primary {pod} hands each WAL segment to its archiver, which stores it at {}/{}, within {timeout} s of a write; a segment stays on the volume until stored, and failures are counted in pg_stat_archiver",
             destination_url(dest),
-            server_name(db).unwrap_or_default()
+            server_name(db, version).unwrap_or_default()
         ),
     ))
 }
@@ -227,7 +236,10 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
         // barman-cloud's SDKs read no file of their own here.
         value_env("HOME", SPOOL),
         value_env("ARCHIVE_DESTINATION", destination_url(dest)),
-        value_env("ARCHIVE_SERVER", server_name(db).unwrap_or_default()),
+        value_env(
+            "ARCHIVE_SERVER",
+            server_name(db, version).unwrap_or_default(),
+        ),
     ];
     if let Some(endpoint) = &dest.endpoint {
         env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
@@ -287,7 +299,7 @@ mod tests {
                 .typed()
         };
         let said = |seen: &Observed, primary| {
-            let c = condition(&db, seen, primary).expect("shown while archiving is on");
+            let c = condition(&db, seen, primary, Major::V16).expect("shown while archiving is on");
             (c.status == ConditionStatus::True, c.reason)
         };
         let mut seen = Observed {
@@ -301,21 +313,29 @@ mod tests {
         assert_eq!(said(&seen, 0), (false, "Pending"));
         // Off: nothing, or Disabled once the status showed it.
         let off = fixtures::orders().typed();
-        assert!(condition(&off, &seen, 1).is_none());
+        assert!(condition(&off, &seen, 1, Major::V16).is_none());
         let shown = fixtures::orders()
             .status(
                 json!({"conditions": [{"type": "Archiving", "status": "True", "reason": "Archiving",
                 "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
             )
             .typed();
-        let c = condition(&shown, &seen, 1).map(|c| (c.status, c.reason));
+        let c = condition(&shown, &seen, 1, Major::V16).map(|c| (c.status, c.reason));
         assert_eq!(c, Some((ConditionStatus::False, "Disabled")));
     }
 
     #[test]
     fn the_archive_is_named_after_the_incarnation_and_refused_without_one() {
         let db = archived();
-        assert_eq!(server_name(&db).as_deref(), Some("orders-orders-uid"));
+        assert_eq!(
+            server_name(&db, Major::V16).as_deref(),
+            Some("orders-orders-uid-pg16")
+        );
+        // A major upgrade's new cluster archives beside the old one's.
+        assert_eq!(
+            server_name(&db, Major::V17).as_deref(),
+            Some("orders-orders-uid-pg17")
+        );
         assert!(validate(&db).is_ok());
         let mut without = db.clone();
         without.metadata.uid = None;
@@ -395,7 +415,7 @@ mod tests {
         );
         assert_eq!(
             value("ARCHIVE_SERVER").as_deref(),
-            Some("orders-orders-uid")
+            Some("orders-orders-uid-pg16")
         );
         assert_eq!(value("PGDATA"), Some(pgdata(Major::V16)));
         assert!(value("AWS_SECRET_ACCESS_KEY").is_some_and(|v| v.contains("\"s3\"")));

@@ -20,8 +20,8 @@
 # target (a time or an LSN); for a name or the end of the archive, the
 # newest. A download that fails leaves $PGDATA empty again (exit 1).
 #
-# Store: ARCHIVE_DESTINATION, ARCHIVE_SERVER (the SOURCE Database's name in
-# the store), ARCHIVE_ENDPOINT and the SDK's credentials, as archiver.sh.
+# Store: ARCHIVE_DESTINATION, ARCHIVE_SERVER (the source's folder in the
+# store, <name>-<uid>-pg<major> as archive.rs names it), ARCHIVE_ENDPOINT and the SDK's credentials, as archiver.sh.
 # Every value reaches barman-cloud or Python as one argument or in the
 # environment, never through a shell.
 #

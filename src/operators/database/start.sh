@@ -231,23 +231,32 @@ start_watchdog() {
 # started again forces no WAL switch for up to checkpoint_timeout (5 min by
 # default), so a write is not archived within archive_timeout. Seen on 15.18
 # and 18 (no switch in minutes with archive_timeout 2 s; after one SIGHUP,
-# one every 2 s). Once the server (same pid, $$) says in postmaster.pid
-# that it is ready (its eighth line; a primary is ready out of recovery),
-# this sends it one SIGHUP: a reload of the files it started with, which
-# wakes the checkpointer. Then exits 0 (reaped as the watchdog is), or
-# after 10 minutes without a ready server.
+# one every 2 s). A crash recovery's end-of-recovery checkpoint is taken
+# while still in recovery, so it leaves the same long sleep. Once the
+# server (same pid, $$) says in postmaster.pid that it is ready (its eighth
+# line; a primary is ready out of recovery), this sends it one SIGHUP: a
+# reload of the files it started with, which wakes the checkpointer. The
+# file must be this server's: in a pod $$ is 1, and so is the pid in a
+# postmaster.pid an unclean stop left behind, which may still say `ready`;
+# its third line, the postmaster's start time, must not be older than
+# this start. Then exits 0 (reaped as the watchdog is), or after 10
+# minutes without a ready server.
 wake_checkpointer() {
     server=$$
+    since="$(date +%s)"
     (
-        trap '' INT TERM HUP QUIT
+        trap '' INT TERM HUP QUIT PIPE
         n=0
         while [ "$n" -lt 600 ] && kill -0 "$server" 2>/dev/null; do
             sleep 1
             n=$((n + 1))
             [ ! -e "$PGDATA/standby.signal" ] || exit 0
             pid="$(sed -n 1p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
+            born="$(sed -n 3p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
             status="$(sed -n 8p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
             [ "$pid" = "$server" ] || continue
+            case "$born" in '' | *[!0-9]*) continue ;; esac
+            [ "$born" -ge "$since" ] || continue
             [ "${status%% *}" = ready ] || continue
             kill -HUP "$server" 2>/dev/null && say "the server is ready: reloaded once, so that its checkpointer keeps archive_timeout"
             exit 0

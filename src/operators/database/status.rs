@@ -120,6 +120,7 @@ fn feature_conditions(
         db,
         seen,
         primary.serving.unwrap_or(primary.designated),
+        plan.version,
     ));
     out.extend(plan.growth.observation(db, seen));
     out

@@ -194,7 +194,7 @@ def archiving(s, cip, login, endpoint, name):
     True. Then ARCHIVE_WRITES single-row commits, one after another, at
     different points of archive_timeout's cycle: each one's WAL segment
     must reach the bucket (under
-    <prefix>archive/<name>-<uid>/wals/) by archive_timeout's switch and the
+    <prefix>archive/<name>-<uid>-pg15/wals/) by archive_timeout's switch and the
     upload. The seconds from each commit's acknowledgement to its segment
     in the bucket: the recovery point through the Database, were every
     volume lost at that moment."""
@@ -224,7 +224,7 @@ def archiving(s, cip, login, endpoint, name):
         acked = time.time()
         need(code == 0 and re.fullmatch(r"[0-9A-F]{24}", out.strip()), f"psql through {cip}: {out}")
         segment = out.strip()
-        key = f"real/archive/{name}-{folder_uid}/wals/{segment[:16]}/{segment}"
+        key = f"real/archive/{name}-{folder_uid}-pg15/wals/{segment[:16]}/{segment}"
         # Polled on the node, at most 60 s: the time its listing first shows the segment.
         code, out = s3(s, endpoint, f"""import time
 while not c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') and time.time() < {acked + 60}:
