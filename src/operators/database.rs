@@ -63,6 +63,7 @@ mod trust;
 mod upgrade;
 mod validation;
 
+pub use archive::base_backups::ANNOTATION as ANNOTATION_BASE_BACKUP;
 pub use deletion::{Deletion, plan_deletion, plan_finalize};
 pub use names::{claim_name, endpoint, jobs};
 pub use observed::Observed;

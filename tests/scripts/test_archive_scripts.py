@@ -374,13 +374,15 @@ class Recovered:
             c.stop()
 
 
-def recover(store: Store, bucket: str, mounted: Path, **target: str) -> Recovered:
+def recover(store: Store, bucket: str, mounted: Path, env: dict[str, str] | None = None,
+            **target: str) -> Recovered:
     """pitr-fetch.sh, then pitr-replay.sh with a sidecar serving
-    restore-wal.sh, into a data directory that does not exist yet."""
+    restore-wal.sh, into a data directory that does not exist yet; `env`:
+    the sidecar image's values, else this file's store."""
     root = pg_dir(fresh_path("recovered"))
     data = root / "data"
     spool = pg_dir(root / "spool")
-    env = store_env(store, bucket)
+    env = env or store_env(store, bucket)
     started = time.monotonic()
     r = fetch(env, data, **target)
     fetch_seconds = time.monotonic() - started
@@ -652,18 +654,26 @@ def rendered_pod() -> tuple[list[str], str, dict, dict[str, str]]:
 @dataclasses.dataclass
 class Rendered:
     """The rendered pod, mapped to this machine: the server's settings and
-    its RESTORE_WAIT, the sidecar's values and command."""
+    its RESTORE_WAIT, the sidecar's values and command, the ConfigMap's
+    files where both containers mount them."""
     settings: list[str]
     restore_wait: str
-    env: dict[str, str]
+    env: dict[str, str]  # without the server's port and password, each server's own
     command: list[str]
     where: str  # the archive's path in the bucket
+    scripts: Path
+    requests: str  # the base backups asked for (the ConfigMap's base-backup)
+
+    def sidecar_env(self, pod: str, server: Cluster) -> dict[str, str]:
+        """The sidecar's values in pod `pod`, beside `server`."""
+        return {**self.env, "HOSTNAME": pod, "PGPORT": str(server.port), "PGPASSWORD": server.password}
 
 
 def rendered(store: Store, bucket: str) -> Rendered:
     """rendered_pod(), mapped to this machine, and nothing else: the mount
-    paths, the data directory, the spool, the endpoint, the bucket's name
-    and the keys (a Secret's in the pod)."""
+    paths, the data directory, the spool, the endpoint, the bucket's name,
+    the keys and the superuser's password (Secrets' in the pod), the
+    server's port."""
     settings, mount, sidecar, files, server_env = rendered_pod()
     assert [s.split("=")[0] for s in settings] == ["archive_mode", "archive_command", "archive_timeout",
                                                    "restore_command"], settings
@@ -672,14 +682,16 @@ def rendered(store: Store, bucket: str) -> Rendered:
 
     given = {e["name"]: expand(e["value"], {}) for e in sidecar["env"] if "value" in e}
     from_secrets = {e["name"] for e in sidecar["env"] if "valueFrom" in e}
-    assert from_secrets == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, from_secrets
+    assert from_secrets == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD"}, from_secrets
+    assert (given["PGHOST"], given["PGPORT"], given["ARCHIVE_SCRIPTS"]) == ("127.0.0.1", "5432", mount), given
     where = urlparse(given["ARCHIVE_DESTINATION"])
     # This machine's: barman-cloud's PATH, a HOME, the endpoint and the keys.
-    mapped = ("PATH", "HOME", "ARCHIVE_ENDPOINT", *from_secrets, "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS")
+    mapped = ("PATH", "HOME", "ARCHIVE_ENDPOINT", *from_secrets, "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "PGPORT")
     local = store_env(store, bucket)
-    env = {**{k: local[k] for k in mapped}, **{k: v for k, v in given.items() if k not in mapped},
-           "ARCHIVE_DESTINATION": f"s3://{bucket}{where.path}"}
-    return Rendered(settings, server_env["RESTORE_WAIT"], env, sidecar["command"], where.path.lstrip("/"))
+    env = {**{k: local[k] for k in mapped if k in local}, **{k: v for k, v in given.items() if k not in mapped},
+           "ARCHIVE_DESTINATION": f"s3://{bucket}{where.path}", "ARCHIVE_SCRIPTS": str(scripts)}
+    return Rendered(settings, server_env["RESTORE_WAIT"], env, sidecar["command"], where.path.lstrip("/"),
+                    scripts, files["base-backup"])
 
 
 def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
@@ -701,6 +713,17 @@ def test_the_hooks_pod_archives_as_it_answers_it(store, bucket):
     assert primary.cluster.sql("SELECT failed_count FROM pg_stat_archiver") == "0", primary.log()[-2000:]
 
 
+def clone_standby(p: Cluster) -> tuple[Cluster, Path]:
+    """A standby of `p` (pg_basebackup, not started) and its sidecar's spool."""
+    root = pg_dir(fresh_path("standby"))
+    standby = Cluster(root / "data", pg_dir(root / "sock"), password=p.password)
+    cloned = run([str(BIN / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast",
+                  "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres"],
+                 {"PATH": PG_PATH, "HOME": str(root), "PGPASSWORD": p.password}, as_postgres=True, timeout=120)
+    assert cloned.rc == 0, str(cloned)
+    return standby, pg_dir(root / "spool")
+
+
 # --------------------------------------------------------------------------
 # g. A standby its primary no longer has WAL for
 
@@ -716,13 +739,7 @@ def test_a_standby_the_primary_recycled_wal_for_catches_up_from_the_archive(stor
     r = rendered(store, bucket)
     primary = Primary(store, bucket, None, settings=r.settings, env=r.env, command=r.command)
     p = primary.cluster
-    root = pg_dir(fresh_path("standby"))
-    standby = Cluster(root / "data", pg_dir(root / "sock"), password=p.password)
-    spool = pg_dir(root / "spool")
-    cloned = run([str(BIN / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast",
-                  "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres"],
-                 {"PATH": PG_PATH, "HOME": str(root), "PGPASSWORD": p.password}, as_postgres=True, timeout=120)
-    assert cloned.rc == 0, str(cloned)
+    standby, spool = clone_standby(p)
     sidecar = Sidecar(r.env, standby.data, spool, r.command)
 
     def rows() -> int:
@@ -767,4 +784,79 @@ def test_a_standby_the_primary_recycled_wal_for_catches_up_from_the_archive(stor
     p.sql("INSERT INTO ledger VALUES (501, now())")
     assert wait_rows(501, 30), (standby.sock / "log").read_text()[-2000:]
     assert p.sql("SELECT state FROM pg_stat_replication") == "streaming"
+    standby.stop()
+
+
+# --------------------------------------------------------------------------
+# h. A base backup asked for by the hook
+
+
+def backups_named(env: dict[str, str], name: str) -> list[dict]:
+    """The store's base backups of the archive `env` names, called `name`."""
+    listed = subprocess.run(["barman-cloud-backup-list", "--endpoint-url", env["ARCHIVE_ENDPOINT"], "--format", "json",
+                             "--", env["ARCHIVE_DESTINATION"], env["ARCHIVE_SERVER"]],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    return [b for b in json.loads(listed.stdout)["backups_list"] if b.get("backup_name") == name]
+
+
+def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store, bucket):
+    """The hook's ConfigMap asks for a base backup of the ready standby
+    orders-1 (golden `v2-archive-rolled-out`). Its sidecar, as rendered,
+    takes it there (the backup label says from a standby), the primary's
+    takes none; a sidecar started again with an empty spool (a new pod)
+    finds the store has it and takes no second one; and the backup
+    restores: recovered to the end of the archive, it holds every row."""
+    r = rendered(store, bucket)
+    name, pod, checkpoint = r.requests.split()
+    assert (pod, checkpoint) == ("orders-1", "immediate"), r.requests
+    # A standby's backup needs the WAL it replays written with full pages,
+    # as PostgreSQL writes it by default (this file's servers save that I/O).
+    settings = [*r.settings, "full_page_writes=on"]
+    primary = Primary(store, bucket, None, settings=settings, env=r.env, command=r.command)
+    p = primary.cluster
+    primary.sidecar.stop()
+    primary.sidecar = Sidecar(r.sidecar_env("orders-0", p), p.data, primary.spool, r.command)
+    standby, spool = clone_standby(p)
+    start_server(standby, settings, spool, RESTORE_WAIT=r.restore_wait)
+    sidecar = Sidecar(r.sidecar_env("orders-1", standby), standby.data, spool, r.command)
+    p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 1000) g")
+    p.sql("CREATE TABLE tick (n int)")
+
+    def wait_for(sidecar: Sidecar, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in sidecar.output():
+            assert time.monotonic() < deadline, \
+                f"no '{text}' in {timeout}s\n--- sidecar\n{sidecar.output()[-3000:]}\n--- primary\n{primary.log()[-2000:]}"
+            # A standby's backup is stored once its last segment is archived:
+            # a write, so that the switch has a segment to end (with none
+            # since the last switch, archive_all would wait for the current
+            # one, which nothing switches).
+            p.sql("INSERT INTO tick VALUES (1)")
+            primary.archive_all()
+            time.sleep(1)
+        return next(line for line in sidecar.output().splitlines() if text in line)
+
+    line = wait_for(sidecar, f"base backup {name}: opshooks base-backup: stored", 120)
+    taken = fields(line)
+    assert (taken["from"], taken["name"]) == ("standby", name), line
+    assert "already" not in taken, line
+    assert len(backups_named(r.env, name)) == 1
+    assert "base backup" not in primary.sidecar.output(), primary.sidecar.output()[-2000:]
+
+    # A new pod: the same request, an empty spool; the store already has it.
+    sidecar.stop()
+    again = Sidecar(r.sidecar_env("orders-1", standby), standby.data, pg_dir(fresh_path("spool")), r.command)
+    line = wait_for(again, f"base backup {name}: opshooks base-backup: stored", 60)
+    assert fields(line).get("already") == "true" and fields(line)["id"] == taken["id"], line
+    assert len(backups_named(r.env, name)) == 1
+
+    # It restores: every row, from the standby's backup and the archive.
+    p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1001, 1100) g")
+    primary.archive_all()
+    env = {**store_env(store, bucket), **{k: r.env[k] for k in ("ARCHIVE_DESTINATION", "ARCHIVE_SERVER")}}
+    recovered = recover(store, bucket, r.scripts, env=env)
+    assert fields(recovered.fetch_line)["id"] == taken["id"], recovered.fetch_line
+    contiguous(rows := recovered.rows())
+    assert len(rows) == 1100
     standby.stop()

@@ -14,14 +14,18 @@
 //!   recycled the WAL it needs (stopped too long, or a new primary that
 //!   never had it) replays it from the archive instead of staying
 //!   stranded; it streams again once it caught up.
+//! - Base backups ([`base_backups`]): asked of a ready standby's sidecar
+//!   (else the primary's) through the same ConfigMap, on a schedule and on
+//!   demand.
 //! - The condition `Archiving`: whether the serving primary runs the
-//!   sidecar.
+//!   sidecar, and which base backups are asked for.
 //!
 //! Only a primary archives (`archive_mode=on`): a promoted standby goes on
 //! where the old primary stopped, on its new timeline.
 //!
-//! Not built yet (docs/archiving.md, "Not done yet"): base backups, point-
-//! in-time recovery, retention, and the archive's progress in status.
+//! Not built yet (docs/archiving.md, "Not done yet"): point-in-time
+//! recovery through the Database, retention, and the archive's progress in
+//! status.
 
 use std::collections::BTreeMap;
 
@@ -30,16 +34,20 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::names::{DATA_DIR, archive_name, pgdata, pod_name};
-use super::objects::{config_volume, meta, mount, value_env};
+use super::instances::{HBA_DIR, HBA_VOLUME};
+use super::names::{DATA_DIR, archive_name, pgdata, pod_name, superuser_secret_name};
+use super::objects::{config_volume, meta, mount, secret_env, value_env};
 use super::observed::Observed;
-use super::spec::{Archive, Database, Major, VOLUME, name, shows_condition};
+use super::plan::Plan;
+use super::spec::{Archive, Database, Major, PORT, VOLUME, name, shows_condition};
 use crate::hook::conditions::Observation;
 use crate::operators::backup_job::{Destination, keys_env, region_env};
 use crate::operators::common::restricted_container;
 use crate::operators::expansion::shell_command;
 use crate::operators::resources::cpu_memory;
-use crate::operators::validate::InvalidSpec;
+use crate::operators::validate::{self, InvalidSpec};
+
+pub(super) mod base_backups;
 
 /// The sidecar's loop.
 const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
@@ -51,12 +59,18 @@ const ARCHIVE_WAL_KEY: &str = "archive-wal.sh";
 const RESTORE_WAL_SCRIPT: &str = include_str!("restore-wal.sh");
 /// Its key in the ConfigMap.
 const RESTORE_WAL_KEY: &str = "restore-wal.sh";
+/// A base backup, run by the sidecar, from the ConfigMap.
+const BASE_BACKUP_SCRIPT: &str = include_str!("base-backup.sh");
+/// Its key in the ConfigMap.
+const BASE_BACKUP_SCRIPT_KEY: &str = "base-backup.sh";
+/// The base backups asked for, in the ConfigMap ([`base_backups`]).
+const BASE_BACKUP_REQUESTS_KEY: &str = "base-backup";
 /// How long `restore-wal.sh` waits for the sidecar's answer before a
 /// standby streams instead (it asks again later): short, so that a store
 /// that hangs delays a standby's catching up, or a promotion's look for
 /// timeline history, by this at most.
 const RESTORE_WAIT_SECONDS: &str = "20";
-/// Where the server's container sees the ConfigMap.
+/// Where both containers see the ConfigMap.
 const SCRIPTS_DIR: &str = "/etc/opshooks/archive";
 /// The spool both containers share.
 const SPOOL: &str = "/var/run/opshooks/wal";
@@ -90,15 +104,26 @@ fn destination_url(dest: &Destination) -> String {
 /// each cluster gets its own, and nothing archived is ever overwritten.
 /// `None` without a uid, which [`validate`] refuses.
 fn server_name(db: &Database, version: Major) -> Option<String> {
-    let uid = db.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
-    Some(format!("{}-{uid}-pg{}", name(db), version.as_str()))
+    Some(format!("{}-{}-pg{}", name(db), uid(db)?, version.as_str()))
+}
+
+/// The Database's `metadata.uid`, when it has one.
+fn uid(db: &Database) -> Option<&str> {
+    db.metadata.uid.as_deref().filter(|u| !u.is_empty())
 }
 
 /// With `spec.backup.archive`, the Database must come with its uid (as the
 /// API server and Metacontroller always send it): the archive's folder is
-/// named after it ([`server_name`]).
+/// named after it ([`server_name`]); and its base backups' schedule must
+/// parse.
 pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
-    if enabled(db).is_some() && db.metadata.uid.as_deref().is_none_or(str::is_empty) {
+    let Some((archive, _)) = enabled(db) else {
+        return Ok(());
+    };
+    if let Some(schedule) = &archive.base_backup_schedule {
+        validate::cron("spec.backup.archive.baseBackupSchedule", schedule)?;
+    }
+    if uid(db).is_none() {
         return Err(InvalidSpec::new(
             "metadata.uid",
             "missing, and spec.backup.archive names the archive's folder after it (so that a Database created again under the same name never writes over an older archive): send the Database with its uid, as the API server stores it",
@@ -112,17 +137,14 @@ const CONDITION: &str = "Archiving";
 
 /// `Archiving`, while `spec.backup.archive` is set (and after, as
 /// `Disabled`, so that it does not stay as last written): whether the
-/// instance `primary`, the serving one, runs the archiver (of the cluster
-/// of major `version`). What the store
+/// serving primary runs the archiver (of the cluster of the plan's
+/// major), and which base backups are asked for. What the store
 /// received is not observed here: PostgreSQL counts each failure in
 /// `pg_stat_archiver`, which the alert `OpshooksPostgresWALArchiveFailing`
 /// reads.
-pub(super) fn condition(
-    db: &Database,
-    seen: &Observed,
-    primary: u32,
-    version: Major,
-) -> Option<Observation> {
+pub(super) fn condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<Observation> {
+    let primary = plan.primary.serving.unwrap_or(plan.primary.designated);
+    let version = plan.version;
     let Some((archive, dest)) = enabled(db) else {
         return shows_condition(db, CONDITION).then(|| {
             Observation::new(
@@ -156,9 +178,10 @@ pub(super) fn condition(
         true,
         "Archiving",
         format!(
-            "the primary {pod} hands each WAL segment to its archiver, which stores it at {}/{}, within {timeout} s of a write; a segment stays on the volume until stored, and failures are counted in pg_stat_archiver",
+            "the primary {pod} hands each WAL segment to its archiver, which stores it at {}/{}, within {timeout} s of a write; a segment stays on the volume until stored, and failures are counted in pg_stat_archiver; {}",
             destination_url(dest),
-            server_name(db, version).unwrap_or_default()
+            server_name(db, version).unwrap_or_default(),
+            base_backups::decide(db, seen, plan).message(db)
         ),
     ))
 }
@@ -181,14 +204,21 @@ pub(super) fn args(db: &Database) -> Vec<String> {
 }
 
 /// The ConfigMap `archive_command` and `restore_command` run their
-/// scripts from.
-pub(super) fn scripts(db: &Database) -> Option<ConfigMap> {
+/// scripts from, and the sidecar its base backups, with the list of those
+/// asked for.
+pub(super) fn scripts(db: &Database, seen: &Observed, plan: &Plan) -> Option<ConfigMap> {
     enabled(db)?;
+    let requests = base_backups::decide(db, seen, plan).requests(db);
     Some(ConfigMap {
         metadata: meta(db, archive_name(db)),
         data: Some(BTreeMap::from([
             (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
             (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
+            (
+                BASE_BACKUP_SCRIPT_KEY.to_string(),
+                BASE_BACKUP_SCRIPT.to_string(),
+            ),
+            (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
         ])),
         ..ConfigMap::default()
     })
@@ -228,7 +258,9 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
     ]);
 }
 
-/// The sidecar: `archiver.sh`, the server's data read-only at its path.
+/// The sidecar: `archiver.sh`, the server's data read-only at its path,
+/// the ConfigMap's scripts, and the server at 127.0.0.1 as the superuser
+/// for base backups (`pg_backup_start` and `pg_backup_stop`).
 fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major) -> Container {
     let mut env = vec![
         value_env("PGDATA", pgdata(version)),
@@ -240,6 +272,12 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
             "ARCHIVE_SERVER",
             server_name(db, version).unwrap_or_default(),
         ),
+        value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
+        value_env("PGHOST", "127.0.0.1"),
+        value_env("PGPORT", PORT.to_string()),
+        value_env("PGUSER", "postgres"),
+        secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
+        value_env("PGCONNECT_TIMEOUT", "30"),
     ];
     if let Some(endpoint) = &dest.endpoint {
         env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
@@ -254,10 +292,16 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
         volume_mounts: Some(vec![
             mount(VOLUME, DATA_DIR, true),
             mount(SPOOL_VOLUME, SPOOL, false),
+            mount(SCRIPTS_VOLUME, SCRIPTS_DIR, true),
+            // barman-cloud-backup copies the server's hba_file, outside
+            // the data directory, from where the server reads it.
+            mount(HBA_VOLUME, HBA_DIR, true),
         ]),
         resources: Some(ResourceRequirements {
             requests: Some(cpu_memory("20m", "64Mi")),
-            limits: Some(cpu_memory("500m", "256Mi")),
+            // A base backup runs barman-cloud-backup and its two upload
+            // processes beside the loop: three Pythons.
+            limits: Some(cpu_memory("500m", "512Mi")),
             ..ResourceRequirements::default()
         }),
         security_context: Some(restricted_container()),
@@ -269,6 +313,8 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
 mod tests {
     use serde_json::json;
 
+    use super::super::observed::Role;
+    use super::super::plan::{plan, tests::running};
     use super::*;
     use crate::fixtures;
     use crate::hook::conditions::ConditionStatus;
@@ -286,6 +332,20 @@ mod tests {
             .typed()
     }
 
+    /// The plan for `seen`, the StatefulSet running 16 and the role
+    /// ConfigMap naming instance `primary`.
+    fn planned(db: &Database, seen: &Observed, primary: u32) -> Plan {
+        let mut seen = seen.clone();
+        seen.statefulset = running("16").statefulset;
+        seen.role = Some(Role {
+            primary: format!("orders-{primary}"),
+            epoch: 1,
+            initialized: true,
+            ..Role::default()
+        });
+        plan(db, &seen).expect("a plan")
+    }
+
     #[test]
     fn the_condition_says_whether_the_serving_primary_runs_the_archiver() {
         let db = archived();
@@ -299,7 +359,8 @@ mod tests {
                 .typed()
         };
         let said = |seen: &Observed, primary| {
-            let c = condition(&db, seen, primary, Major::V16).expect("shown while archiving is on");
+            let c = condition(&db, seen, &planned(&db, seen, primary))
+                .expect("shown while archiving is on");
             (c.status == ConditionStatus::True, c.reason)
         };
         let mut seen = Observed {
@@ -313,14 +374,14 @@ mod tests {
         assert_eq!(said(&seen, 0), (false, "Pending"));
         // Off: nothing, or Disabled once the status showed it.
         let off = fixtures::orders().typed();
-        assert!(condition(&off, &seen, 1, Major::V16).is_none());
+        assert!(condition(&off, &seen, &planned(&off, &seen, 1)).is_none());
         let shown = fixtures::orders()
             .status(
                 json!({"conditions": [{"type": "Archiving", "status": "True", "reason": "Archiving",
                 "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
             )
             .typed();
-        let c = condition(&shown, &seen, 1, Major::V16).map(|c| (c.status, c.reason));
+        let c = condition(&shown, &seen, &planned(&shown, &seen, 1)).map(|c| (c.status, c.reason));
         assert_eq!(c, Some((ConditionStatus::False, "Disabled")));
     }
 
@@ -352,7 +413,8 @@ mod tests {
     fn without_the_field_nothing_archives() {
         let db = fixtures::orders().typed();
         assert!(args(&db).is_empty());
-        assert!(scripts(&db).is_none());
+        let seen = Observed::default();
+        assert!(scripts(&db, &seen, &planned(&db, &seen, 0)).is_none());
         let mut pod = PodSpec::default();
         apply(&db, Major::V16, &mut pod, "postgres");
         assert_eq!(pod, PodSpec::default());
@@ -374,7 +436,10 @@ mod tests {
                 "restore_command=sh /etc/opshooks/archive/restore-wal.sh %f %p"
             ]
         );
-        let data = scripts(&db).and_then(|cm| cm.data).unwrap_or_default();
+        let seen = Observed::default();
+        let data = scripts(&db, &seen, &planned(&db, &seen, 0))
+            .and_then(|cm| cm.data)
+            .unwrap_or_default();
         assert_eq!(
             data.get(ARCHIVE_WAL_KEY).map(String::as_str),
             Some(ARCHIVE_WAL_SCRIPT)

@@ -20,6 +20,17 @@
 # An outcome nobody collected is removed after ten minutes. SIGTERM ends
 # the loop after the file in hand, so a segment being uploaded is finished.
 #
+# Base backups: the hook lists the ones it asks for in the ConfigMap
+# mounted at $ARCHIVE_SCRIPTS, file base-backup, one line each:
+#   <name> <pod> <immediate|spread>
+# About every 10 s, the first line naming this pod ($HOSTNAME) that is not
+# done here yet runs base-backup.sh (same ConfigMap) beside this loop, one
+# at a time: a primary's backup waits for its last WAL to be archived by
+# this loop. base-backup.sh takes none when the store already has a
+# finished backup of that name, so each is taken once, even by a new pod
+# or after the ConfigMap's update reached one pod a minute late. One that
+# failed is tried again after ten minutes. Without ARCHIVE_SCRIPTS, none.
+#
 # Values: PGDATA, WAL_SPOOL (default /var/run/opshooks/wal),
 # ARCHIVE_DESTINATION (s3://bucket/prefix, azure://..., gs://...),
 # ARCHIVE_SERVER (the name this Database's files go under in the store),
@@ -32,6 +43,9 @@ pgdata="${PGDATA:-}"
 destination="${ARCHIVE_DESTINATION:-}"
 server="${ARCHIVE_SERVER:-}"
 endpoint="${ARCHIVE_ENDPOINT:-}"
+scripts="${ARCHIVE_SCRIPTS:-}"
+# shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
+pod="${HOSTNAME:-}"
 
 log() { printf 'archiver: %s\n' "$*" >&2; }
 die() { log "$1"; exit 1; }
@@ -57,7 +71,8 @@ else
 fi
 
 for sub in archive/requests archive/working archive/done archive/failed \
-    restore/requests restore/working restore/done restore/missing restore/failed restore/files; do
+    restore/requests restore/working restore/done restore/missing restore/failed restore/files \
+    backup/done backup/failed; do
     mkdir -p "$spool/$sub" || die "cannot create $spool/$sub"
 done
 
@@ -113,11 +128,48 @@ restore_one() {
     rm -f "$r/working/$f" "$r/working/$f.log"
 }
 
+# The base backup running beside the loop, and its name.
+backup_pid="" backup_name=""
+base_backups() {
+    b="$spool/backup"
+    if [ -n "$backup_pid" ]; then
+        kill -0 "$backup_pid" 2>/dev/null && return 0
+        if wait "$backup_pid"; then
+            outcome "$b/done" "$backup_name"
+        else
+            outcome "$b/failed" "$backup_name"
+        fi
+        log "base backup $backup_name: $(cat "$b/$backup_name.report" 2>/dev/null)"
+        rm -f "$b/$backup_name.report"
+        backup_pid="" backup_name=""
+    fi
+    [ -n "$scripts" ] && [ -n "$pod" ] && [ -r "$scripts/base-backup" ] || return 0
+    while read -r name of checkpoint; do
+        [ "$of" = "$pod" ] || continue
+        case "$name" in '' | .* | *[!A-Za-z0-9._-]*) log "ignored a base backup named '$name'"; continue ;; esac
+        [ -e "$b/done/$name" ] && continue
+        [ -e "$b/failed/$name" ] && [ -z "$(find "$b/failed/$name" -mmin +10 2>/dev/null)" ] && continue
+        rm -f "$b/failed/$name"
+        immediate=false
+        [ "$checkpoint" = immediate ] && immediate=true
+        log "base backup $name: starting (checkpoint: ${checkpoint:-spread})"
+        BACKUP_NAME="$name" BACKUP_IMMEDIATE_CHECKPOINT="$immediate" TERMINATION_LOG="$b/$name.report" \
+            sh "$scripts/base-backup.sh" </dev/null &
+        backup_pid=$! backup_name="$name"
+        return 0
+    done <"$scripts/base-backup"
+}
+
 stopping=""
 trap 'stopping=1' TERM INT
 log "archiving to $destination as $server from $pgdata; spool $spool"
-idle=0
+idle=0 ticks=0
 while [ -z "$stopping" ]; do
+    ticks=$((ticks + 1))
+    if [ "$ticks" -ge 100 ]; then
+        ticks=0
+        base_backups
+    fi
     worked=""
     for kind in archive restore; do
         for request in "$spool/$kind/requests"/*; do

@@ -19,14 +19,18 @@
 # Connection: PGHOST, PGPORT, PGUSER (a superuser, or a role allowed to
 # run pg_backup_start/stop), PGPASSWORD, read by libpq, never parsed here.
 # Store: ARCHIVE_DESTINATION, ARCHIVE_SERVER, ARCHIVE_ENDPOINT and the
-# SDK's credentials, as archiver.sh. BACKUP_IMMEDIATE_CHECKPOINT=true starts
+# SDK's credentials, as archiver.sh. BACKUP_NAME (optional; letters,
+# digits, '.', '_', '-') names the backup in the store, and makes the script
+# idempotent: when the store already has a finished backup of that name, it
+# takes none and reports that one. BACKUP_IMMEDIATE_CHECKPOINT=true starts
 # at once (a checkpoint's worth of I/O at once) instead of at the next
 # spread checkpoint.
 #
 # The outcome is one line in $TERMINATION_LOG (default
 # /dev/termination-log):
 #   opshooks base-backup: stored id=<id> from=<primary|standby> begin=<lsn>
-#       end=<lsn> end_wal=<segment> end_time=<ISO 8601> seconds=<n>   (exit 0)
+#       end=<lsn> end_wal=<segment> end_time=<ISO 8601> seconds=<n>
+#       [name=<name>] [already=true]                                  (exit 0)
 #   opshooks base-backup: failed <reason>                              (exit 1)
 set -u
 destination="${ARCHIVE_DESTINATION:-}"
@@ -53,6 +57,11 @@ case "$endpoint" in
     '' | http://?* | https://?*) ;;
     *) fail "ARCHIVE_ENDPOINT is '$endpoint', not an http:// or https:// URL" ;;
 esac
+name="${BACKUP_NAME:-}"
+case "$name" in
+    '') ;;
+    [!A-Za-z0-9]* | *[!A-Za-z0-9._-]*) fail "BACKUP_NAME is '$name', not a name of letters, digits, '.', '_' and '-'" ;;
+esac
 case "$jobs" in '' | 0 | *[!0-9]*) fail "BACKUP_JOBS is '$jobs', not a number of uploads" ;; esac
 case "$archive_wait" in '' | *[!0-9]*) fail "BACKUP_ARCHIVE_WAIT is '$archive_wait', not a number of seconds" ;; esac
 checkpoint=""
@@ -77,8 +86,8 @@ reason() {
 }
 
 # The archive's base backups, oldest first, one line each:
-#   <id> <status> <from> <begin lsn> <end lsn> <end wal> <end time>
-# ("-" for what a backup that did not finish lacks).
+#   <id> <status> <from> <begin lsn> <end lsn> <end wal> <end time> <name>
+# ("-" for what a backup that did not finish lacks, and for no name).
 catalog() {
     barman-cloud-backup-list "$@" --format json -- "$destination" "$server" >"$work/list.json" \
         2>"$work/list.err" || return 1
@@ -88,25 +97,35 @@ for b in sorted(json.load(sys.stdin)["backups_list"], key=lambda b: b["backup_id
     label = b.get("backup_label") or ""
     source = "standby" if "BACKUP FROM: standby" in label else "primary"
     fields = [b["backup_id"], b["status"], source, b.get("begin_xlog"), b.get("end_xlog"),
-              b.get("end_wal"), b.get("end_time_iso")]
+              b.get("end_wal"), b.get("end_time_iso"), "".join((b.get("backup_name") or "-").split())]
     print(" ".join(str(f or "-") for f in fields))
 ' <"$work/list.json"
 }
 
 before="$(catalog "$@")" || fail "cannot list the base backups in $destination: $(reason "$work/list.err")"
 started="$(date +%s)"
-log "backing up $server to $destination"
-# shellcheck disable=SC2086 # $checkpoint is one option or none
-if ! barman-cloud-backup "$@" --gzip $checkpoint --jobs "$jobs" -- "$destination" "$server" \
-    >"$work/backup.log" 2>&1; then
-    cat "$work/backup.log" >&2
-    fail "barman-cloud-backup: $(reason "$work/backup.log")"
+named="" naming=""
+if [ -n "$name" ]; then
+    named="$(printf '%s\n' "$before" | awk -v name="$name" '$2 == "DONE" && $8 == name' | tail -n 1)"
+    naming="--name $name"
 fi
-after="$(catalog "$@")" || fail "the backup ran, but the archive cannot be listed: $(reason "$work/list.err")"
-printf '%s\n' "$before" | awk '{ print $1 }' >"$work/before"
-new="$(printf '%s\n' "$after" | awk 'NR == FNR { seen[$1] = 1; next } !($1 in seen) && $2 == "DONE"' \
-    "$work/before" - | tail -n 1)"
-[ -n "$new" ] || fail "barman-cloud-backup succeeded, but no new finished backup is listed in $destination"
+if [ -z "$named" ]; then
+    log "backing up $server to $destination${name:+ as $name}"
+    # shellcheck disable=SC2086 # $checkpoint and $naming: an option or none, the name checked above
+    if ! barman-cloud-backup "$@" --gzip $checkpoint $naming --jobs "$jobs" -- "$destination" "$server" \
+        >"$work/backup.log" 2>&1; then
+        cat "$work/backup.log" >&2
+        fail "barman-cloud-backup: $(reason "$work/backup.log")"
+    fi
+    after="$(catalog "$@")" || fail "the backup ran, but the archive cannot be listed: $(reason "$work/list.err")"
+    printf '%s\n' "$before" | awk '{ print $1 }' >"$work/before"
+    new="$(printf '%s\n' "$after" | awk 'NR == FNR { seen[$1] = 1; next } !($1 in seen) && $2 == "DONE"' \
+        "$work/before" - | tail -n 1)"
+    [ -n "$new" ] || fail "barman-cloud-backup succeeded, but no new finished backup is listed in $destination"
+else
+    log "the store has a finished backup named $name already: none taken"
+    new="$named"
+fi
 # shellcheck disable=SC2086 # the line's fields, none of them empty or spaced
 set -- $new
 id="$1" from="$3" begin="$4" end="$5" end_wal="$6" end_time="$7"
@@ -128,6 +147,6 @@ if [ "$from" = "standby" ]; then
     rm -f "$work/end_wal"
 fi
 seconds=$(($(date +%s) - started))
-line="stored id=$id from=$from begin=$begin end=$end end_wal=$end_wal end_time=$end_time seconds=$seconds"
+line="stored id=$id from=$from begin=$begin end=$end end_wal=$end_wal end_time=$end_time seconds=$seconds${name:+ name=$name}${named:+ already=true}"
 log "$line"
 report "$line"

@@ -50,7 +50,7 @@ pub fn build(
     let mut out: Vec<Child> = secrets(db, seen, ctx).iter().map(Child::new).collect();
     out.push(Child::new(&connection(db, &plan.tls)));
     out.push(Child::new(&initdb_scripts(db)));
-    out.extend(archive::scripts(db).map(|scripts| Child::new(&scripts)));
+    out.extend(archive::scripts(db, seen, plan).map(|scripts| Child::new(&scripts)));
     out.push(Child::new(&role(db, plan)));
     out.push(Child::new(&hba_config(db, seen)));
     let [headless, read_write, read_only] = services(db, &plan.primary);

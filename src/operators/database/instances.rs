@@ -60,6 +60,9 @@ pub(super) const TLS_SCRIPT: &str = include_str!("tls.sh");
 /// Where every instance reads the pg_hba.conf of `spec.postgresql.pgHba`.
 pub(super) const HBA_DIR: &str = "/etc/opshooks/hba";
 
+/// The volume of the pg_hba.conf's ConfigMap, mounted at [`HBA_DIR`].
+pub(super) const HBA_VOLUME: &str = "hba";
+
 /// The pg_hba.conf's key in its ConfigMap, and its file in [`HBA_DIR`].
 pub(super) const HBA_KEY: &str = "pg-hba-tls.conf";
 
@@ -247,7 +250,7 @@ fn pod_template(db: &Database, plan: &Plan) -> PodTemplateSpec {
     let mut volumes = vec![
         initdb_volume(db),
         config_volume("role", role_name(db)),
-        config_volume("hba", hba_name(db)),
+        config_volume(HBA_VOLUME, hba_name(db)),
     ];
     volumes.extend(tls_volume(db));
     let placed = placement::pod_placement(
@@ -377,7 +380,7 @@ fn postgres_container(db: &Database, plan: &Plan) -> Container {
         mount(VOLUME, DATA_DIR, false),
         mount("initdb", "/docker-entrypoint-initdb.d", true),
         mount("role", ROLE_DIR, true),
-        mount("hba", HBA_DIR, true),
+        mount(HBA_VOLUME, HBA_DIR, true),
     ];
     let mut command = shell_command(START_SCRIPT);
     command.extend(["start".to_string(), "docker-entrypoint.sh".to_string()]);

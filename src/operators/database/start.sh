@@ -227,7 +227,7 @@ start_watchdog() {
 # the server leaves recovery. Its first sleep, computed while recovery still
 # ran, is a whole checkpoint_timeout (archive_timeout counts only out of
 # recovery), and nothing wakes it when a clean start's recovery ends (a
-# promotion's or a crash recovery's checkpoint request does): a primary
+# promotion's checkpoint request does): a primary
 # started again forces no WAL switch for up to checkpoint_timeout (5 min by
 # default), so a write is not archived within archive_timeout. Seen on 15.18
 # and 18 (no switch in minutes with archive_timeout 2 s; after one SIGHUP,
@@ -251,13 +251,16 @@ wake_checkpointer() {
             sleep 1
             n=$((n + 1))
             [ ! -e "$PGDATA/standby.signal" ] || exit 0
-            pid="$(sed -n 1p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
-            born="$(sed -n 3p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
-            status="$(sed -n 8p "$PGDATA/postmaster.pid" 2>/dev/null)" || continue
+            # The pid, the start time and the status: three words, once
+            # the server wrote them all.
+            # shellcheck disable=SC2046 # split into those words on purpose
+            set -- $(sed -n '1p;3p;8p' "$PGDATA/postmaster.pid" 2>/dev/null)
+            [ "$#" -eq 3 ] || continue
+            pid="$1" born="$2" status="$3"
             [ "$pid" = "$server" ] || continue
             case "$born" in '' | *[!0-9]*) continue ;; esac
             [ "$born" -ge "$since" ] || continue
-            [ "${status%% *}" = ready ] || continue
+            [ "$status" = ready ] || continue
             kill -HUP "$server" 2>/dev/null && say "the server is ready: reloaded once, so that its checkpointer keeps archive_timeout"
             exit 0
         done

@@ -115,13 +115,7 @@ fn feature_conditions(
     out.extend(parameters_condition(db, plan));
     out.extend(super::certificate::condition(db, seen));
     out.extend(super::monitoring::condition(db, seen, plan));
-    let primary = &plan.primary;
-    out.extend(super::archive::condition(
-        db,
-        seen,
-        primary.serving.unwrap_or(primary.designated),
-        plan.version,
-    ));
+    out.extend(super::archive::condition(db, seen, plan));
     out.extend(plan.growth.observation(db, seen));
     out
 }

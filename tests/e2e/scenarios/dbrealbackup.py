@@ -25,7 +25,9 @@ into the bucket before its volume goes; created again from its own name
 one too, from the snapshot. Both are then deleted with their volumes.
 Before its backups, the first turns on WAL archiving
 (`spec.backup.archive`): its instance restarts with the archiver sidecar,
-whose barman-cloud stores the WAL segments in the same bucket.
+whose barman-cloud stores the WAL segments in the same bucket; the
+sidecar then takes the base backups the hook asks for (the schedule's
+first at once, then one asked for by annotation) into the archive.
 
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbrealbackup."""
 
@@ -236,6 +238,39 @@ print(time.time() if c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('C
     return delays
 
 
+def base_backups(s, endpoint, name):
+    """Base backups of `name` (one instance: of its primary) into the
+    archive: the schedule's most recent one, asked for as soon as the
+    archive is on, then one asked for by the annotation
+    opshooks.io/base-backup. Each must be in the bucket, finished, under
+    its name (barman-cloud's backup.info); the seconds from the archive on
+    (or the annotation) to each."""
+    uid = s.parent("Database", name)["metadata"]["uid"]
+    base = f"real/archive/{name}-{uid}-pg15/base/"
+
+    def stored(prefix, since):
+        def done():
+            code, out = s3(s, endpoint, f"""found = 'none'
+for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='{base}').get('Contents', []):
+    if o['Key'].endswith('/backup.info'):
+        info = c.get_object(Bucket='{BUCKET}', Key=o['Key'])['Body'].read().decode()
+        if 'backup_name={prefix}' in info:
+            found = 'DONE' if 'status=DONE' in info else 'unfinished'
+print(found)""")
+            need(code == 0, f"list {base}: {out}")
+            message = (condition(s.parent("Database", name), "Archiving") or {}).get("message")
+            need(out.strip() == "DONE", f"base backup {prefix}... of {name} under {base}: {out.strip()}; Archiving: {message}")
+
+        s.wait(f"a finished base backup named {prefix}... in the bucket", done, 300, every=2)
+        return round(time.time() - since, 1)
+
+    scheduled = stored("scheduled-", time.time())
+    asked = time.time()
+    s.k.patch("Database", s.ns, name, {"metadata": {"annotations": {"opshooks.io/base-backup": "e2e-1"}}})
+    requested = stored("requested-e2e-1", asked)
+    return scheduled, requested
+
+
 def scenario_real_backup_restore(s):
     k, ns = s.k, s.ns
     on_proc_node(s)
@@ -249,6 +284,10 @@ def scenario_real_backup_restore(s):
         s.step("WAL archiving on (spec.backup.archive, 5 s): the instance restarts with the archiver, and segments reach the bucket")
         delays = archiving(s, cip, login, endpoint, "src")
         print(f"archive: seconds from a commit to its WAL segment in the bucket (archive_timeout {ARCHIVE_TIMEOUT} s): {delays}", flush=True)
+
+        s.step("base backups into the archive: the schedule's first one at once, then one asked for by annotation")
+        scheduled, requested = base_backups(s, endpoint, "src")
+        print(f"archive: base backups stored, seconds after the step began: scheduled {scheduled}, requested by annotation {requested}", flush=True)
 
         s.step("backups on, every minute: the CronJob's Job dumps through the read-write Service and uploads")
         k.patch("Database", ns, "src", {"spec": {"backup": {"enabled": True, "schedule": "* * * * *", "verify": {"afterEachBackup": True}}}})

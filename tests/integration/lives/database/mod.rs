@@ -97,6 +97,7 @@ proptest! {
             placement_rule(seen.sim)?;
             restore_rule(seen, &history)?;
             rollout_rule(seen)?;
+            base_backup_rule(seen)?;
             failover_rule(seen, &primaries)
         };
         // The CRD refuses a small synchronous Database, made or changed
@@ -285,7 +286,38 @@ fn database_reached(sim: &Simulation<'_>) -> Result<(), String> {
     settings_reached(sim)?;
     placement_reached(sim)?;
     storage_reached(sim)?;
+    archive_reached(sim)?;
     images_reached(sim)
+}
+
+/// With `spec.backup.archive`, settled: a scheduled base backup is asked
+/// for, of a ready standby when there is one, else of the primary.
+fn archive_reached(sim: &Simulation<'_>) -> Result<(), String> {
+    if spec(sim, "backup/archive", &Value::Null).is_null() {
+        return Ok(());
+    }
+    let primary = role(&sim.cluster)
+        .map(|(pod, _)| pod)
+        .ok_or("no role ConfigMap")?;
+    let asked = base_backups_asked(&sim.cluster);
+    let Some((_, pod, _)) = asked
+        .iter()
+        .find(|(name, _, _)| name.starts_with("scheduled-"))
+    else {
+        return Err(format!("no scheduled base backup asked for: {asked:?}"));
+    };
+    let standbys = ready_standbys(&sim.cluster, &primary);
+    let fits = if standbys.is_empty() {
+        *pod == primary
+    } else {
+        standbys.contains(pod)
+    };
+    if !fits {
+        return Err(format!(
+            "base backup asked of {pod}; primary {primary}, ready standbys {standbys:?}"
+        ));
+    }
+    Ok(())
 }
 
 /// Every instance's claim holds at least `spec.storage.size` (a size the

@@ -571,3 +571,68 @@ pub(super) fn failover_rule(seen: &Seen<'_>, primaries: &Primaries) -> Result<()
     }
     Ok(())
 }
+
+/// The base backups the archive's ConfigMap asks for: (name, pod,
+/// checkpoint) per line.
+pub(super) fn base_backups_asked(cluster: &Cluster) -> Vec<(String, String, String)> {
+    let map = cluster.get(&Key::new("v1", "ConfigMap", "ns", "orders-archive"));
+    let text = map
+        .and_then(|m| m.pointer("/data/base-backup"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ').map(str::to_string);
+            Some((words.next()?, words.next()?, words.next()?))
+        })
+        .collect()
+}
+
+/// The ready instances of `cluster` other than `primary` that its
+/// StatefulSet keeps (one scaled away is not asked for anything).
+pub(super) fn ready_standbys(cluster: &Cluster, primary: &str) -> Vec<String> {
+    let kept = cluster
+        .get(&Key::new("apps/v1", "StatefulSet", "ns", "orders"))
+        .and_then(|s| s.pointer("/spec/replicas")?.as_u64())
+        .unwrap_or(0);
+    instances(cluster)
+        .into_iter()
+        .filter(|pod| pod != primary)
+        .filter(|pod| instance_ordinal(pod).is_some_and(|o| u64::from(o) < kept))
+        .filter(|pod| {
+            cluster
+                .get(&Key::new("v1", "Pod", "ns", pod))
+                .is_some_and(is_ready_pod)
+        })
+        .collect()
+}
+
+/// The rule: a base backup is never asked of the primary while a
+/// standby is ready, and only a standby's is taken with an immediate
+/// checkpoint. The hook answers from the cluster as it was at some point
+/// of the step, so a readiness or a primary that changed within the step
+/// decides nothing: the rule holds where before and after agree.
+pub(super) fn base_backup_rule(seen: &Seen<'_>) -> Result<(), String> {
+    let primary = |cluster: &Cluster| role(cluster).map(|(pod, _)| pod);
+    let (Some(was), Some(is)) = (primary(seen.before_cluster), primary(&seen.sim.cluster)) else {
+        return Ok(());
+    };
+    for (name, pod, checkpoint) in base_backups_asked(&seen.sim.cluster) {
+        let standby_ready = [seen.before_cluster, &seen.sim.cluster]
+            .iter()
+            .map(|c| ready_standbys(c, &is))
+            .reduce(|a, b| a.into_iter().filter(|p| b.contains(p)).collect())
+            .unwrap_or_default();
+        if was == is && pod == is && !standby_ready.is_empty() {
+            return Err(format!(
+                "base backup {name} asked of the primary {pod} while {standby_ready:?} are ready"
+            ));
+        }
+        if (pod == is) == (checkpoint == "immediate") && was == is {
+            return Err(format!(
+                "base backup {name} of {pod} ({checkpoint}), the primary being {is}"
+            ));
+        }
+    }
+    Ok(())
+}
