@@ -842,6 +842,9 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
     assert (taken["from"], taken["name"]) == ("standby", name), line
     assert "already" not in taken, line
     assert len(backups_named(r.env, name)) == 1
+    # Recorded as done (its exit status read right), so never started again.
+    assert (spool / "backup" / "done" / name).exists(), sidecar.output()[-2000:]
+    assert sidecar.output().count(f"base backup {name}: starting") == 1, sidecar.output()[-2000:]
     assert "base backup" not in primary.sidecar.output(), primary.sidecar.output()[-2000:]
 
     # A new pod: the same request, an empty spool; the store already has it.

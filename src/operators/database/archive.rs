@@ -70,6 +70,9 @@ const BASE_BACKUP_REQUESTS_KEY: &str = "base-backup";
 /// that hangs delays a standby's catching up, or a promotion's look for
 /// timeline history, by this at most.
 const RESTORE_WAIT_SECONDS: &str = "20";
+/// How much longer than `archive_timeout` a standby's base backup waits
+/// for its last segment in the archive: the upload, and segments queued.
+const BACKUP_ARCHIVE_MARGIN_SECONDS: i32 = 600;
 /// Where both containers see the ConfigMap.
 const SCRIPTS_DIR: &str = "/etc/opshooks/archive";
 /// The spool both containers share.
@@ -273,6 +276,12 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
             server_name(db, version).unwrap_or_default(),
         ),
         value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
+        // A standby's base backup is stored once its last segment is
+        // archived, which a quiet primary does after archive_timeout.
+        value_env(
+            "BACKUP_ARCHIVE_WAIT",
+            (archive.timeout_seconds() + BACKUP_ARCHIVE_MARGIN_SECONDS).to_string(),
+        ),
         value_env("PGHOST", "127.0.0.1"),
         value_env("PGPORT", PORT.to_string()),
         value_env("PGUSER", "postgres"),

@@ -23,7 +23,7 @@
 # Base backups: the hook lists the ones it asks for in the ConfigMap
 # mounted at $ARCHIVE_SCRIPTS, file base-backup, one line each:
 #   <name> <pod> <immediate|spread>
-# About every 10 s, the first line naming this pod ($HOSTNAME) that is not
+# Every 10 s, the first line naming this pod ($HOSTNAME) that is not
 # done here yet runs base-backup.sh (same ConfigMap) beside this loop, one
 # at a time: a primary's backup waits for its last WAL to be archived by
 # this loop. base-backup.sh takes none when the store already has a
@@ -163,11 +163,12 @@ base_backups() {
 stopping=""
 trap 'stopping=1' TERM INT
 log "archiving to $destination as $server from $pgdata; spool $spool"
-idle=0 ticks=0
+idle=0 next_check=0
 while [ -z "$stopping" ]; do
-    ticks=$((ticks + 1))
-    if [ "$ticks" -ge 100 ]; then
-        ticks=0
+    # Every 10 s by the clock, however busy the loop is with segments.
+    now="$(date +%s)"
+    if [ "$now" -ge "$next_check" ]; then
+        next_check=$((now + 10))
         base_backups
     fi
     worked=""

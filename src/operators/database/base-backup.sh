@@ -119,9 +119,11 @@ if [ -z "$named" ]; then
     fi
     after="$(catalog "$@")" || fail "the backup ran, but the archive cannot be listed: $(reason "$work/list.err")"
     printf '%s\n' "$before" | awk '{ print $1 }' >"$work/before"
-    new="$(printf '%s\n' "$after" | awk 'NR == FNR { seen[$1] = 1; next } !($1 in seen) && $2 == "DONE"' \
-        "$work/before" - | tail -n 1)"
-    [ -n "$new" ] || fail "barman-cloud-backup succeeded, but no new finished backup is listed in $destination"
+    # With a name, only a backup of that name: another sidecar's, finished
+    # meanwhile, is not this one.
+    new="$(printf '%s\n' "$after" | awk -v name="${name:--}" 'NR == FNR { seen[$1] = 1; next }
+        !($1 in seen) && $2 == "DONE" && (name == "-" || $8 == name)' "$work/before" - | tail -n 1)"
+    [ -n "$new" ] || fail "barman-cloud-backup succeeded, but no new finished backup${name:+ named $name} is listed in $destination"
 else
     log "the store has a finished backup named $name already: none taken"
     new="$named"

@@ -140,7 +140,7 @@ pub(in super::super) fn decide(db: &Database, seen: &Observed, plan: &Plan) -> B
 /// `now`; `None` for a schedule that does not parse (refused by
 /// validation) or never came.
 fn scheduled(schedule: &str, now: Timestamp) -> Option<String> {
-    let cron: croner::Cron = schedule.trim().parse().ok()?;
+    let cron: croner::Cron = five_fields(schedule.trim()).parse().ok()?;
     let now = now.to_zoned(TimeZone::UTC);
     let at = if cron.is_time_matching(&now).unwrap_or(false) {
         now
@@ -148,6 +148,20 @@ fn scheduled(schedule: &str, now: Timestamp) -> Option<String> {
         cron.iter_before(now).next()?
     };
     Some(format!("scheduled-{}", at.strftime("%Y%m%dT%H%MZ")))
+}
+
+/// A macro as the five fields it stands for (validation accepts the
+/// CronJob's macros, and croner does not know `@midnight`); anything else
+/// as it is.
+fn five_fields(schedule: &str) -> &str {
+    match schedule {
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@monthly" => "0 0 1 * *",
+        "@weekly" => "0 0 * * 0",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@hourly" => "0 * * * *",
+        other => other,
+    }
 }
 
 /// `requested-<token>`, from the annotation; a token that is not a name
@@ -299,5 +313,22 @@ mod tests {
             scheduled("not a schedule", at("2026-12-07T00:00:00Z")),
             None
         );
+        // Every macro validation accepts names a time.
+        for (macro_, expected) in [
+            ("@midnight", "scheduled-20261207T0000Z"),
+            ("@daily", "scheduled-20261207T0000Z"),
+            ("@hourly", "scheduled-20261207T0500Z"),
+            ("@weekly", "scheduled-20261206T0000Z"),
+            ("@monthly", "scheduled-20261201T0000Z"),
+            ("@yearly", "scheduled-20260101T0000Z"),
+            ("@annually", "scheduled-20260101T0000Z"),
+        ] {
+            assert!(
+                crate::operators::validate::cron("f", macro_).is_ok(),
+                "{macro_}"
+            );
+            let named = scheduled(macro_, at("2026-12-07T05:30:00Z"));
+            assert_eq!(named.as_deref(), Some(expected), "{macro_}");
+        }
     }
 }
