@@ -611,8 +611,13 @@ pub(super) fn ready_standbys(cluster: &Cluster, primary: &str) -> Vec<String> {
 /// standby is ready, and only a standby's is taken with an immediate
 /// checkpoint. The hook answers from the cluster as it was at some point
 /// of the step, so a readiness or a primary that changed within the step
-/// decides nothing: the rule holds where before and after agree.
+/// decides nothing: the rule holds where before and after agree. Only an
+/// answer applied whole counts: a refused spec (a downgrade) or a hook
+/// that is down leaves the ConfigMap as the last answer wrote it.
 pub(super) fn base_backup_rule(seen: &Seen<'_>) -> Result<(), String> {
+    if !matches!(seen.step.outcome, Outcome::Answered { .. }) || seen.step.interrupted {
+        return Ok(());
+    }
     let primary = |cluster: &Cluster| role(cluster).map(|(pod, _)| pod);
     let (Some(was), Some(is)) = (primary(seen.before_cluster), primary(&seen.sim.cluster)) else {
         return Ok(());
