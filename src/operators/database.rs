@@ -257,6 +257,7 @@ pub fn sync(
 ) -> Result<SyncResponse<DatabaseStatus>, HookError> {
     let db = &req.parent;
     validate(db)?;
+    validation::recovery_major(db)?;
     certificate::require_group(req)?;
     let seen = Observed::from_request(req)?.at(ctx.now);
     check_volumes(db, &seen)?;

@@ -24,7 +24,9 @@ second (and once more at the end):
      Services and read-only EndpointSlice are written after the Job was
      seen Succeeded (by revision, as rule A), or the Database never
      restores (created over what it holds: Restored False with a reason
-     NOT_RESTORING names) and no restore Job of it was ever made;
+     NOT_RESTORING names) and no restore Job of it was ever made; for a
+     recovery from an archive (spec.bootstrap.archive), which has no Job,
+     after one of its instances was seen Ready (by revision);
   G. the read-write Service of a Database (the Service named after it)
      never selects more than one pod, and only the designated primary: the
      EndpointSlices of that Service (its own, which kube-controller-manager
@@ -128,6 +130,7 @@ class Recorder:
         self.log_offsets = {f: os.path.getsize(f) if os.path.exists(f) else 0 for f in (opshooks_log, metacontroller_log)}
         self.objects = {}  # (kind, uid) -> latest object
         self.parents = {}  # uid -> parent record
+        self.ready_rv = {}  # (namespace, Database name) -> when an instance was first seen Ready
         self.creations = []  # child creations, in arrival order
         self.deletions = []  # child deletions (first sign of one)
         self.adds = defaultdict(list)  # (kind, ns, name) -> [uid, ...]
@@ -257,6 +260,7 @@ class Recorder:
                 )
                 rec["policy"] = (obj.get("spec") or {}).get("deletionPolicy", "Snapshot")
                 rec["bootstrap"] = bool((obj.get("spec") or {}).get("bootstrap"))
+                rec["archive"] = bool(((obj.get("spec") or {}).get("bootstrap") or {}).get("archive"))
                 if not rec["policies"] or rec["policies"][-1][1] != rec["policy"]:
                     rec["policies"].append((fact_rv, rec["policy"]))
                 if md.get("deletionTimestamp") and rec["deleting"] is None:
@@ -286,6 +290,8 @@ class Recorder:
                 if (etype == "DELETED" or md.get("deletionTimestamp")) and uid not in self.deleting_seen:
                     self.deleting_seen.add(uid)
                     self.deletions.append(dict(record, at=now, rv=rv))
+                if kind == "Pod" and record["db"] and (condition(obj, "Ready") or {}).get("status") == "True":
+                    self.ready_rv.setdefault((ns, record["db"]), fact_rv)
                 if kind == "Job" and uid not in self.succeeded and job_outcome(obj) == "Succeeded":
                     self.succeeded[uid] = dict(record, rv=fact_rv)
                     self.promoted.add((record["owner"], name))
@@ -451,6 +457,13 @@ class Recorder:
         """Why child c of bootstrapped Database p serves too early (None
         when it does not): as of its write, compared with the restore Job's
         success by revision."""
+        if p.get("archive"):
+            # A recovery from an archive has no Job: an instance is ready
+            # only once the replay promoted the recovered primary.
+            ready = self.ready_rv.get((p["ns"], p["name"]))
+            if ready is not None and ready < c["rv"]:
+                return None
+            return f"before any instance of Database {p['name']} (spec.bootstrap.archive) was ready"
         job = f"{p['name']}-restore"
         succeeded = [j["rv"] for j in self.succeeded.values() if j["owner"] == p["uid"] and j["name"] == job]
         if any(rv < c["rv"] for rv in succeeded):

@@ -328,7 +328,7 @@ fn simulate_shows_events_as_typed_and_refuses_events_that_name_nothing() {
         ),
         (
             "spec.bootstrap={\"database\":\"a\",\"backup\":\"b\"}",
-            "spec.bootstrap: spec.bootstrap names exactly one of database, backup and key",
+            "spec.bootstrap: spec.bootstrap names exactly one of database, backup, key and archive",
         ),
     ] {
         let out = simulate(event);

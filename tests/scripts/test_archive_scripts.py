@@ -389,7 +389,9 @@ def recover(store: Store, bucket: str, mounted: Path, env: dict[str, str] | None
     assert r.rc == 0 and r.line.startswith("opshooks pitr-fetch: fetched id="), str(r)
     fetch_line = r.line
     subprocess.run(["chown", "-R", "postgres:postgres", str(data)], check=True)  # one user in a pod
-    sidecar = Sidecar(env, data, spool)
+    # The recovery's requests are served from the archive it recovers,
+    # as the pod's sidecar gets it (RECOVERY_SERVER, the bootstrap's folder).
+    sidecar = Sidecar({"RECOVERY_SERVER": env["ARCHIVE_SERVER"], **env}, data, spool)
     home = pg_dir(root / "home")
     r = job("pitr-replay.sh", {"PATH": PG_PATH, "HOME": str(home), "LANG": "C.UTF-8",
                                      "PGDATA": str(data), "WAL_SPOOL": str(spool),
@@ -577,6 +579,36 @@ def test_a_target_outside_the_archive_is_refused_and_touches_nothing(store, buck
     r = fetch(env, full)
     assert r.rc == 3 and "is not empty: a recovery never writes over data" in r.line, str(r)
     assert [p.name for p in full.iterdir()] == ["PG_VERSION"]
+
+    # In a pod (ROLE_DIR, the mounted role): only the designated primary of
+    # a Database never initialized fetches, into its empty data directory;
+    # every other start is skipped (exit 0), nothing asked or written.
+    role = pg_dir(root / "role")
+
+    def in_pod(pod: str, designated: str, initialized: str, where: Path) -> Job:
+        (role / "primary").write_text(designated)
+        (role / "initialized").write_text(initialized)
+        return job("pitr-fetch.sh", {**env, "PGDATA": str(where), "ROLE_DIR": str(role), "HOSTNAME": pod})
+
+    for pod, designated, initialized, where, words in (
+            ("orders-1", "orders-0", "false", root / "absent", "'orders-1' is not the designated primary"),
+            ("orders-0", "orders-0", "true", root / "absent", "initialized='true'"),
+            ("orders-0", "orders-0", "", root / "absent", "initialized=''"),
+            ("orders-0", "orders-0", "false", full, "holds data already")):
+        r = in_pod(pod, designated, initialized, where)
+        assert r.rc == 0 and r.line.startswith("opshooks pitr-fetch: skipped") and words in r.line, str(r)
+    assert not (root / "absent").exists()
+    assert [p.name for p in full.iterdir()] == ["PG_VERSION"]
+    # A download cut off earlier left its folder beside the data directory:
+    # the next try starts it afresh and moves the whole into place.
+    (root / "empty.fetching").mkdir()
+    (root / "empty.fetching" / "half").write_text("x")
+    r = in_pod("orders-0", "orders-0", "false", empty)
+    assert r.rc == 0 and r.line.startswith(f"opshooks pitr-fetch: fetched id={backup['id']}"), str(r)
+    assert (empty / "PG_VERSION").exists() and (empty / "backup_label").exists()
+    assert not (empty / "half").exists() and not (root / "empty.fetching").exists()
+    assert oct(empty.stat().st_mode & 0o777) == "0o700"
+
     # pitr-replay.sh over a server's own data (no fetched backup): refused.
     primary.cluster.stop()
     r = job("pitr-replay.sh", {"PATH": PG_PATH, "HOME": str(root), "PGDATA": str(primary.cluster.data),
@@ -620,6 +652,15 @@ def test_no_sidecar_no_success(shell):
     (data / "standby.signal").write_text("")
     r = sh("restore-wal.sh", seg, "pg_wal/RECOVERYXLOG", cwd=data)
     assert r.returncode == 1 and "a standby" in r.stderr, (r.returncode, r.stderr)
+    # A point-in-time recovery asks in its own folder (pitr-replay.sh).
+    requests = spool / "recovery" / "requests"
+    env["WAL_RESTORE_FROM"] = "recovery"
+    threading.Timer(0.3, lambda: (spool / "recovery" / "missing" / seg).write_text("") if (requests / seg).exists() else None).start()
+    r = sh("restore-wal.sh", seg, "pg_wal/RECOVERYXLOG", cwd=data)
+    assert r.returncode == 1 and not (spool / "restore" / "requests" / seg).exists(), (r.returncode, r.stderr)
+    env["WAL_RESTORE_FROM"] = "elsewhere"
+    r = sh("restore-wal.sh", seg, "pg_wal/RECOVERYXLOG", cwd=data)
+    assert r.returncode == 126 and "not restore or recovery" in r.stderr, (r.returncode, r.stderr)
 
 
 # --------------------------------------------------------------------------

@@ -35,11 +35,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::instances::{HBA_DIR, HBA_VOLUME};
-use super::names::{DATA_DIR, archive_name, pgdata, pod_name, superuser_secret_name};
+use super::names::{DATA_DIR, ROLE_DIR, archive_name, pgdata, pod_name, superuser_secret_name};
 use super::objects::{config_volume, meta, mount, secret_env, value_env};
 use super::observed::Observed;
 use super::plan::Plan;
-use super::spec::{Archive, Database, Major, PORT, VOLUME, name, shows_condition};
+use super::spec::{Archive, ArchiveRecovery, Database, Major, PORT, VOLUME, name, shows_condition};
 use crate::hook::conditions::Observation;
 use crate::operators::backup_job::{Destination, keys_env, region_env};
 use crate::operators::common::restricted_container;
@@ -63,6 +63,14 @@ const RESTORE_WAL_KEY: &str = "restore-wal.sh";
 const BASE_BACKUP_SCRIPT: &str = include_str!("base-backup.sh");
 /// Its key in the ConfigMap.
 const BASE_BACKUP_SCRIPT_KEY: &str = "base-backup.sh";
+/// A point-in-time recovery's first step, the init container's command.
+const PITR_FETCH_SCRIPT: &str = include_str!("pitr-fetch.sh");
+/// Its second, run by `start.sh` from the ConfigMap.
+const PITR_REPLAY_SCRIPT: &str = include_str!("pitr-replay.sh");
+/// Its key in the ConfigMap.
+const PITR_REPLAY_KEY: &str = "pitr-replay.sh";
+/// The init container that fetches the base backup.
+const FETCH_CONTAINER: &str = "pitr-fetch";
 /// The base backups asked for, in the ConfigMap ([`base_backups`]).
 const BASE_BACKUP_REQUESTS_KEY: &str = "base-backup";
 /// How long `restore-wal.sh` waits for the sidecar's answer before a
@@ -88,10 +96,17 @@ pub(super) fn enabled(db: &Database) -> Option<(&Archive, &Destination)> {
     Some((backup.archive.as_ref()?, &backup.destination))
 }
 
+/// The archive this Database recovers from (`spec.bootstrap.archive`),
+/// with its own archive on (validation refuses the one without the other).
+pub(super) fn recovery(db: &Database) -> Option<&ArchiveRecovery> {
+    enabled(db)?;
+    db.spec.bootstrap.as_ref()?.archive.as_ref()
+}
+
 /// Where barman-cloud stores this Database's archive: `archive/` under the
 /// destination's prefix, beside the dumps, in a folder named by
 /// [`server_name`].
-fn destination_url(dest: &Destination) -> String {
+pub(super) fn destination_url(dest: &Destination) -> String {
     format!("s3://{}/{}archive", dest.s3_bucket, dest.s3_prefix)
 }
 
@@ -214,15 +229,21 @@ pub(super) fn scripts(db: &Database, seen: &Observed, plan: &Plan) -> Option<Con
     let requests = base_backups::decide(db, seen, plan).requests(db);
     Some(ConfigMap {
         metadata: meta(db, archive_name(db)),
-        data: Some(BTreeMap::from([
-            (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
-            (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
-            (
-                BASE_BACKUP_SCRIPT_KEY.to_string(),
-                BASE_BACKUP_SCRIPT.to_string(),
+        data: Some(BTreeMap::from_iter(
+            [
+                (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
+                (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
+                (
+                    BASE_BACKUP_SCRIPT_KEY.to_string(),
+                    BASE_BACKUP_SCRIPT.to_string(),
+                ),
+                (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
+            ]
+            .into_iter()
+            .chain(
+                recovery(db).map(|_| (PITR_REPLAY_KEY.to_string(), PITR_REPLAY_SCRIPT.to_string())),
             ),
-            (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
-        ])),
+        )),
         ..ConfigMap::default()
     })
 }
@@ -247,7 +268,28 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
                 mount(SCRIPTS_VOLUME, SCRIPTS_DIR, true),
             ]);
     }
-    pod.containers.push(sidecar(db, archive, dest, version));
+    let mut archiver = sidecar(db, archive, dest, version);
+    if let Some(recovery) = recovery(db) {
+        for container in pod.containers.iter_mut().filter(|c| c.name == server) {
+            container.env.get_or_insert_with(Vec::new).extend([
+                value_env("RECOVERY_FROM_ARCHIVE", &recovery.folder),
+                value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
+            ]);
+            container.env.get_or_insert_with(Vec::new).extend(
+                recovery
+                    .target()
+                    .map(|(variable, value)| value_env(variable, value)),
+            );
+        }
+        archiver
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(value_env("RECOVERY_SERVER", &recovery.folder));
+        pod.init_containers
+            .get_or_insert_with(Vec::new)
+            .push(fetch_container(archive, dest, version, recovery));
+    }
+    pod.containers.push(archiver);
     pod.volumes.get_or_insert_with(Vec::new).extend([
         Volume {
             name: SPOOL_VOLUME.to_string(),
@@ -259,6 +301,60 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
         },
         config_volume(SCRIPTS_VOLUME, archive_name(db)),
     ]);
+}
+
+/// The init container of a point-in-time recovery: `pitr-fetch.sh`, which
+/// downloads the base backup for the target into the designated primary's
+/// empty data directory while the Database was never initialized (the
+/// mounted role says), and otherwise does nothing.
+fn fetch_container(
+    archive: &Archive,
+    dest: &Destination,
+    version: Major,
+    recovery: &ArchiveRecovery,
+) -> Container {
+    let mut env = vec![
+        value_env("PGDATA", pgdata(version)),
+        value_env("ROLE_DIR", ROLE_DIR),
+        value_env("HOME", SPOOL),
+        value_env("ARCHIVE_DESTINATION", destination_url(dest)),
+        value_env("ARCHIVE_SERVER", &recovery.folder),
+    ];
+    env.extend(
+        recovery
+            .target()
+            .map(|(variable, value)| value_env(variable, value)),
+    );
+    if let Some(endpoint) = &dest.endpoint {
+        env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
+    }
+    env.push(region_env(dest));
+    env.extend(keys_env(dest));
+    Container {
+        name: FETCH_CONTAINER.to_string(),
+        image: Some(archive.image().to_string()),
+        command: Some(shell_command(PITR_FETCH_SCRIPT)),
+        env: Some(env),
+        volume_mounts: Some(vec![
+            mount(VOLUME, DATA_DIR, false),
+            mount(SPOOL_VOLUME, SPOOL, false),
+            mount("role", ROLE_DIR, true),
+        ]),
+        resources: Some(archiver_resources()),
+        security_context: Some(restricted_container()),
+        ..Container::default()
+    }
+}
+
+/// The archiver's resources, the sidecar's and the recovery's.
+fn archiver_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(cpu_memory("20m", "64Mi")),
+        // A base backup runs barman-cloud-backup and its two upload
+        // processes beside the loop: three Pythons.
+        limits: Some(cpu_memory("500m", "512Mi")),
+        ..ResourceRequirements::default()
+    }
 }
 
 /// The sidecar: `archiver.sh`, the server's data read-only at its path,
@@ -306,13 +402,7 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
             // the data directory, from where the server reads it.
             mount(HBA_VOLUME, HBA_DIR, true),
         ]),
-        resources: Some(ResourceRequirements {
-            requests: Some(cpu_memory("20m", "64Mi")),
-            // A base backup runs barman-cloud-backup and its two upload
-            // processes beside the loop: three Pythons.
-            limits: Some(cpu_memory("500m", "512Mi")),
-            ..ResourceRequirements::default()
-        }),
+        resources: Some(archiver_resources()),
         security_context: Some(restricted_container()),
         ..Container::default()
     }

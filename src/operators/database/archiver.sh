@@ -15,6 +15,9 @@
 #   restore/files/<f>, then writes restore/done/<f>; restore/missing/<f>
 #   when the archive does not have it (its exit code 1); restore/failed/<f>
 #   with the reason for anything else (the store unreachable).
+# - recovery/requests/<f>: the same, from the archive of RECOVERY_SERVER
+#   (another Database's, which a point-in-time recovery replays:
+#   pitr-replay.sh asks there); refused (recovery/failed/<f>) without it.
 # A request is claimed (moved to working/) before the tool runs: one that
 # archive-wal.sh makes again meanwhile is a new request, served after.
 # An outcome nobody collected is removed after ten minutes. SIGTERM ends
@@ -34,6 +37,7 @@
 # Values: PGDATA, WAL_SPOOL (default /var/run/opshooks/wal),
 # ARCHIVE_DESTINATION (s3://bucket/prefix, azure://..., gs://...),
 # ARCHIVE_SERVER (the name this Database's files go under in the store),
+# RECOVERY_SERVER (the archive a point-in-time recovery reads; optional),
 # ARCHIVE_ENDPOINT (an S3-compatible store's URL; optional), and the
 # store's credentials as its SDK reads them (AWS_ACCESS_KEY_ID, ...).
 # Each reaches barman-cloud as one argument, never through a shell.
@@ -42,6 +46,7 @@ spool="${WAL_SPOOL:-/var/run/opshooks/wal}"
 pgdata="${PGDATA:-}"
 destination="${ARCHIVE_DESTINATION:-}"
 server="${ARCHIVE_SERVER:-}"
+recovery_server="${RECOVERY_SERVER:-}"
 endpoint="${ARCHIVE_ENDPOINT:-}"
 scripts="${ARCHIVE_SCRIPTS:-}"
 # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
@@ -59,6 +64,10 @@ esac
 case "$server" in
     '' | [!A-Za-z0-9]* | *[!A-Za-z0-9._-]*) die "ARCHIVE_SERVER is '$server', not a name of letters, digits, '.', '_' and '-'" ;;
 esac
+case "$recovery_server" in
+    '' ) ;;
+    [!A-Za-z0-9]* | *[!A-Za-z0-9._-]*) die "RECOVERY_SERVER is '$recovery_server', not a name of letters, digits, '.', '_' and '-'" ;;
+esac
 case "$endpoint" in
     '' | http://?* | https://?*) ;;
     *) die "ARCHIVE_ENDPOINT is '$endpoint', not an http:// or https:// URL" ;;
@@ -72,6 +81,7 @@ fi
 
 for sub in archive/requests archive/working archive/done archive/failed \
     restore/requests restore/working restore/done restore/missing restore/failed restore/files \
+    recovery/requests recovery/working recovery/done recovery/missing recovery/failed recovery/files \
     backup/done backup/failed; do
     mkdir -p "$spool/$sub" || die "cannot create $spool/$sub"
 done
@@ -104,28 +114,40 @@ archive_one() {
     rm -f "$a/working/$f" "$a/working/$f.log"
 }
 
-restore_one() {
-    f="$1" r="$spool/restore"
-    shift
+# fetch_one KIND SERVER F ARGS...: serves $spool/KIND/requests/F from the
+# archive of SERVER.
+fetch_one() {
+    r="$spool/$1" from="$2" f="$3"
+    shift 3
     mv "$r/requests/$f" "$r/working/$f" 2>/dev/null || return 0
     rm -f "$r/files/$f" "$r/files/.$f.part"
-    if barman-cloud-wal-restore "$@" --no-partial -- "$destination" "$server" "$f" "$r/files/.$f.part" \
+    if barman-cloud-wal-restore "$@" --no-partial -- "$destination" "$from" "$f" "$r/files/.$f.part" \
         >"$r/working/$f.log" 2>&1; then
         mv -f "$r/files/.$f.part" "$r/files/$f" && outcome "$r/done" "$f"
-        log "restored $f"
+        log "restored $f from $from"
     else
         rc=$?
         rm -f "$r/files/.$f.part"
         if [ "$rc" -eq 1 ]; then
             outcome "$r/missing" "$f"
-            log "not in the archive: $f"
+            log "not in the archive $from: $f"
         else
             why="barman-cloud-wal-restore exited with $rc: $(reason "$r/working/$f.log")"
             outcome "$r/failed" "$f" "$why"
-            log "not restored $f: $why"
+            log "not restored $f from $from: $why"
         fi
     fi
     rm -f "$r/working/$f" "$r/working/$f.log"
+}
+restore_one() { fetch_one restore "$server" "$@"; }
+recovery_one() {
+    if [ -z "$recovery_server" ]; then
+        mv "$spool/recovery/requests/$1" "$spool/recovery/working/$1" 2>/dev/null || return 0
+        outcome "$spool/recovery/failed" "$1" "no RECOVERY_SERVER: this Database recovers from no archive"
+        rm -f "$spool/recovery/working/$1"
+        return 0
+    fi
+    fetch_one recovery "$recovery_server" "$@"
 }
 
 # The base backup running beside the loop, and its name.
@@ -172,7 +194,7 @@ while [ -z "$stopping" ]; do
         base_backups
     fi
     worked=""
-    for kind in archive restore; do
+    for kind in archive restore recovery; do
         for request in "$spool/$kind/requests"/*; do
             [ -e "$request" ] || continue
             f="${request##*/}"
@@ -192,6 +214,7 @@ while [ -z "$stopping" ]; do
             idle=0
             find "$spool/archive/done" "$spool/archive/failed" "$spool/restore/done" \
                 "$spool/restore/missing" "$spool/restore/failed" "$spool/restore/files" \
+                "$spool/recovery/done" "$spool/recovery/missing" "$spool/recovery/failed" "$spool/recovery/files" \
                 -type f -mmin +10 -exec rm -f {} + 2>/dev/null
         fi
         sleep 0.1

@@ -30,6 +30,7 @@
 #   opshooks pitr-fetch: fetched id=<id> end=<lsn> end_time=<ISO 8601>
 #       recoverable_from=<ISO 8601> seconds=<n>                  (exit 0)
 #   opshooks pitr-fetch: refused <reason>                        (exit 3)
+#   opshooks pitr-fetch: skipped <reason>                        (exit 0)
 #   opshooks pitr-fetch: failed <reason>                         (exit 1)
 set -u
 pgdata="${PGDATA:-}"
@@ -106,6 +107,26 @@ else
     target="the end of the archive"
 fi
 
+# In an instance's pod (ROLE_DIR set, the mounted role ConfigMap), this
+# runs before every start: it fetches only into the designated primary of
+# a Database never initialized, with nothing in $PGDATA; otherwise it says
+# why not and exits 0, and start.sh judges what the volume holds.
+if [ -n "${ROLE_DIR:-}" ]; then
+    skip() { log "skipped: $1"; report "skipped $1"; exit 0; }
+    # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
+    me="${HOSTNAME:-}"
+    designated="$(cat "$ROLE_DIR/primary" 2>/dev/null)" || designated=""
+    initialized="$(cat "$ROLE_DIR/initialized" 2>/dev/null)" || initialized=""
+    if [ -z "$me" ] || [ "$designated" != "$me" ]; then
+        skip "'$me' is not the designated primary ('$designated'): a standby clones the recovered primary"
+    fi
+    [ "$initialized" = false ] ||
+        skip "the role says initialized='$initialized': nothing is recovered over a Database that was initialized"
+    if [ -e "$pgdata" ] && [ -n "$(ls -A "$pgdata" 2>/dev/null)" ]; then
+        skip "$pgdata holds data already: start.sh judges what"
+    fi
+fi
+
 # Never over data: $PGDATA is absent or empty, checked before anything is
 # asked of the store and never written when refused.
 if [ -e "$pgdata" ]; then
@@ -162,15 +183,24 @@ end_time="${rest#* }"
 
 started="$(date +%s)"
 log "recovering to $target from base backup $id (ended $end_time at $end_lsn)"
-mkdir -p "$pgdata" || fail "cannot create $pgdata"
-if ! barman-cloud-restore "$@" -- "$destination" "$server" "$id" "$pgdata" >"$work/restore.log" 2>&1; then
+# Downloaded beside $PGDATA, which gets it whole or not at all: a download
+# cut off (the pod killed) leaves no half data directory that a start
+# could take for a cluster, only this folder, removed by the next try.
+staging="${pgdata%/}.fetching"
+rm -rf "$staging" || fail "cannot remove $staging"
+mkdir -p "$staging" || fail "cannot create $staging"
+if ! barman-cloud-restore "$@" -- "$destination" "$server" "$id" "$staging" >"$work/restore.log" 2>&1; then
     cat "$work/restore.log" >&2
-    # It was empty or absent: what the download left goes.
-    find "$pgdata" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+    rm -rf "$staging"
     fail "barman-cloud-restore of backup $id: $(reason "$work/restore.log")"
 fi
 # PostgreSQL starts only on a data directory no one else may read.
-chmod 0700 "$pgdata" || fail "cannot set the mode of $pgdata"
+chmod 0700 "$staging" || fail "cannot set the mode of $staging"
+# $PGDATA was checked absent or empty; an empty one makes way.
+if [ -e "$pgdata" ]; then
+    rmdir "$pgdata" || fail "cannot replace the empty $pgdata"
+fi
+mv "$staging" "$pgdata" || fail "cannot move the fetched base backup to $pgdata"
 line="fetched id=$id end=$end_lsn end_time=$end_time recoverable_from=$first_end seconds=$(($(date +%s) - started))"
 log "$line"
 report "$line"

@@ -104,7 +104,9 @@ last_words() {
 
 started="$(date +%s)"
 log "replaying to $target"
-postgres "$@" >"$socket/server.log" 2>&1 &
+# restore-wal.sh asks the sidecar for the recovered archive's files
+# (RECOVERY_SERVER), never this Database's own.
+WAL_RESTORE_FROM=recovery postgres "$@" >"$socket/server.log" 2>&1 &
 server=$!
 while :; do
     if ! kill -0 "$server" 2>/dev/null; then

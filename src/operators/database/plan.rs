@@ -180,10 +180,15 @@ pub(super) fn upgrade_plan(db: &Database, seen: &Observed, running: Major) -> Pl
 
 /// The plan of a Database running `running` with no upgrade under way.
 fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
-    let restore = restore::decide(db, seen);
     let has = |job: &str| seen.jobs.contains_key(job);
     let primary = primary::decide(db, seen, false, None);
     let primary_ready = primary::is_designated_ready(db, seen, &primary);
+    let restore = restore::decide(db, seen, primary_ready);
+    let from_dump = db
+        .spec
+        .bootstrap
+        .as_ref()
+        .is_some_and(|b| b.archive.is_none());
     // The initial configuration follows the restore, which it would
     // otherwise race: it runs once the primary is ready and the data is in.
     let init_job = has(&jobs::init(db)) || (restore.lets_serve() && primary_ready);
@@ -197,7 +202,8 @@ fn at_rest(db: &Database, seen: &Observed, running: Major) -> Plan {
         init_job,
         restore,
         // The restore connects to the primary: it starts once that is ready.
-        restore_job: has(&jobs::restore(db)) || (restore == Restore::Running && primary_ready),
+        restore_job: has(&jobs::restore(db))
+            || (from_dump && restore == Restore::Running && primary_ready),
         verify_after: verify_after(db, seen, restore),
         keep_statefulset: true,
         delete_volumes: false,

@@ -20,7 +20,10 @@
 #      A standby (standby.signal) gets 1 instead: it streams from its
 #      primary meanwhile and asks again later.
 #
-# Values: WAL_SPOOL (default /var/run/opshooks/wal), RESTORE_WAIT.
+# Values: WAL_SPOOL (default /var/run/opshooks/wal), RESTORE_WAIT,
+# WAL_RESTORE_FROM: `restore` (default: this Database's own archive) or
+# `recovery` (the archive a point-in-time recovery replays, which
+# pitr-replay.sh sets for its server alone).
 set -u
 f="${1:-}"
 p="${2:-}"
@@ -43,7 +46,11 @@ case "$f" in
 esac
 [ -n "$p" ] || { say "no destination (the arguments are %f %p)"; exit 126; }
 case "$wait" in '' | *[!0-9]*) say "RESTORE_WAIT is '$wait', not a number of seconds"; exit 126 ;; esac
-dir="$spool/restore"
+case "${WAL_RESTORE_FROM:-restore}" in
+    restore) dir="$spool/restore" ;;
+    recovery) dir="$spool/recovery" ;;
+    *) say "WAL_RESTORE_FROM is '$WAL_RESTORE_FROM', not restore or recovery"; exit 126 ;;
+esac
 mkdir -p "$dir/requests" "$dir/done" "$dir/missing" "$dir/failed" "$dir/files" 2>/dev/null
 [ -d "$dir/requests" ] || unknown "cannot use the spool $spool (is the archiver's volume mounted?)"
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
+use super::archive;
 use super::names::{credentials_secret_name, instance_host, jobs, superuser_secret_name};
 use super::objects::{
     INIT_APP_SCRIPT, app_env, mount, script_container, script_job, secret_env, value_env,
@@ -99,13 +100,21 @@ impl Restore {
 /// Once started it goes on until it succeeded: a failed Job deleted by the
 /// user is made again. (`restore.sh` refuses a database that holds tables,
 /// whatever is decided here.)
-pub(super) fn decide(db: &Database, seen: &Observed) -> Restore {
-    if db.spec.bootstrap.is_none() {
+///
+/// A recovery from an archive (`spec.bootstrap.archive`) has no Job: the
+/// designated primary's pod fetches and replays before its server starts,
+/// so it is done once that primary is ready (or the init Job, which waits
+/// for it, exists).
+pub(super) fn decide(db: &Database, seen: &Observed, primary_ready: bool) -> Restore {
+    let Some(bootstrap) = &db.spec.bootstrap else {
         return Restore::None;
-    }
+    };
     let status = db.status.as_ref();
     if status.is_some_and(|s| s.restored_from.is_some()) {
         return Restore::Done;
+    }
+    if bootstrap.archive.is_some() {
+        return decide_recovery(db, seen, primary_ready);
     }
     match seen.job(&jobs::restore(db)) {
         Some(RunStatus::Succeeded) => return Restore::Done,
@@ -136,6 +145,46 @@ pub(super) fn decide(db: &Database, seen: &Observed) -> Restore {
         Some(step) => step,
         None => Restore::Running,
     }
+}
+
+/// Where a recovery from an archive stands: what was recorded, never over
+/// retained volumes or an initialized Database, done once the recovered
+/// primary is ready.
+fn decide_recovery(db: &Database, seen: &Observed, primary_ready: bool) -> Restore {
+    let recorded = db
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Restored"))
+        .and_then(|c| Restore::from_reason(c.reason.as_deref().unwrap_or_default()));
+    if let Some(step @ (Restore::NotOver(_) | Restore::Done)) = recorded {
+        return step;
+    }
+    if recorded.is_none() && seen.claims(db).any(|(_, c)| is_older(c, db)) {
+        return Restore::NotOver(Holds::RetainedVolumes);
+    }
+    // Before the initialized check: the init Job follows the recovery, and
+    // may be seen before the status that recorded it done.
+    if primary_ready || seen.jobs.contains_key(&jobs::init(db)) {
+        return Restore::Done;
+    }
+    if seen.was_initialized(db) {
+        return Restore::NotOver(Holds::Initialized);
+    }
+    Restore::Running
+}
+
+/// What the recovering instances last said went wrong (`pitr-fetch.sh` in
+/// the init container, `start.sh` with `pitr-replay.sh`), if anything.
+fn recovery_trouble(db: &Database, seen: &Observed) -> Option<String> {
+    seen.instances(db).find_map(|(_, pod)| {
+        let fetch = pod
+            .container_message("pitr-fetch")
+            .filter(|m| !m.contains("pitr-fetch: skipped") && !m.contains("pitr-fetch: fetched"));
+        let replay = pod.container_message("postgres").filter(|m| {
+            m.contains("recovery from the archive") || m.contains("recovers from the archive")
+        });
+        fetch.or(replay).map(|m| m.trim().to_string())
+    })
 }
 
 /// True for a volume made before the Database (by an earlier one of its
@@ -252,6 +301,19 @@ pub(super) fn restored_from(
     if restore != Restore::Done {
         return None;
     }
+    if let Some(recovery) = db.spec.bootstrap.as_ref().and_then(|b| b.archive.as_ref()) {
+        return Some(RestoredFrom {
+            object: format!(
+                "{}/{} to {}",
+                archive::destination_url(bootstrap_destination(db)?),
+                recovery.folder,
+                recovery.describe_target()
+            ),
+            bytes: None,
+            taken: None,
+            restored_at: format_time(ctx.now),
+        });
+    }
     let job_name = jobs::restore(db);
     // Nothing to report without the restore Job observed.
     seen.job(&job_name)?;
@@ -298,6 +360,15 @@ pub(super) fn restored(
             ConditionStatus::True,
             from.map_or_else(|| format!("job {job} restored the dump"), restored_words),
         ),
+        Restore::Running
+            if db
+                .spec
+                .bootstrap
+                .as_ref()
+                .is_some_and(|b| b.archive.is_some()) =>
+        {
+            (ConditionStatus::Unknown, recovering_words(db, seen))
+        }
         Restore::Running => (
             ConditionStatus::Unknown,
             format!(
@@ -328,6 +399,25 @@ pub(super) fn restored(
         Restore::None => (ConditionStatus::False, "no spec.bootstrap".to_string()),
     };
     Observation::new("Restored", status, reason, message)
+}
+
+/// A recovery from an archive under way, in words, with what went wrong
+/// last when anything did.
+fn recovering_words(db: &Database, seen: &Observed) -> String {
+    let Some(recovery) = db.spec.bootstrap.as_ref().and_then(|b| b.archive.as_ref()) else {
+        return String::new();
+    };
+    let from = bootstrap_destination(db)
+        .map(|d| format!("{}/{}", archive::destination_url(d), recovery.folder))
+        .unwrap_or_else(|| recovery.folder.clone());
+    let mut words = format!(
+        "the primary recovers from the archive {from} to {}: its init container fetches a base backup, then it replays the WAL and promotes; nobody can write until it is ready",
+        recovery.describe_target()
+    );
+    if let Some(trouble) = recovery_trouble(db, seen) {
+        words.push_str(&format!("; last: {trouble}"));
+    }
+    words
 }
 
 /// The recorded restore, in words.
@@ -473,7 +563,7 @@ mod tests {
             ),
         ];
         for (reason, d, seen, want) in cases {
-            assert_eq!(decide(d, &seen), want, "{reason}");
+            assert_eq!(decide(d, &seen, false), want, "{reason}");
         }
         // Found by the restore's real-loop scenario: Metacontroller called
         // again with the StatefulSet and its claims before the first
@@ -508,11 +598,11 @@ mod tests {
                 Restore::NotOver(Holds::RetainedVolumes),
             ),
         ] {
-            assert_eq!(decide(&dated, &claim_made(at)), want, "{reason}");
+            assert_eq!(decide(&dated, &claim_made(at), false), want, "{reason}");
         }
         let mut plain = db("16", "Snapshot");
         plain.status = None;
-        assert_eq!(decide(&plain, &Observed::default()), Restore::None);
+        assert_eq!(decide(&plain, &Observed::default(), false), Restore::None);
     }
 
     #[test]
@@ -573,5 +663,135 @@ mod tests {
                 "{serving} once restored: {built:?}"
             );
         }
+    }
+
+    /// `bootstrapped`, recovering from an archive instead of a dump.
+    fn recovering(conditions: &[(&str, &str, &str)]) -> Database {
+        let mut d = bootstrapped(conditions);
+        d.spec.bootstrap = Some(
+            serde_json::from_value(json!({"archive": {"folder": "orders-uid-1-pg16"}})).unwrap(),
+        );
+        d.spec.backup.as_mut().unwrap().archive = Some(serde_json::from_value(json!({})).unwrap());
+        d
+    }
+
+    #[test]
+    fn a_recovery_from_an_archive_is_done_once_its_primary_is_ready_never_over_data() {
+        let fresh = recovering(&[]);
+        let mut retained = Observed::default();
+        retained
+            .volumes
+            .push(serde_json::from_value(json!({"metadata": {"name": "data-orders-0"}})).unwrap());
+        let mut initialized = Observed::default();
+        initialized.role = Some(crate::operators::database::observed::Role {
+            primary: "orders-0".into(),
+            epoch: 0,
+            initialized: true,
+            switchover: false,
+        });
+        let with_init = with_job(running("16"), "orders-init", "Running");
+        let done = recovering(&[("Restored", "True", "Restored")]);
+        let adopted = recovering(&[("Restored", "False", "RetainedVolumes")]);
+        for (reason, d, seen, primary_ready, want) in [
+            (
+                "first call",
+                &fresh,
+                Observed::default(),
+                false,
+                Restore::Running,
+            ),
+            (
+                "the primary recovering",
+                &fresh,
+                running("16"),
+                false,
+                Restore::Running,
+            ),
+            (
+                "the primary ready: recovered",
+                &fresh,
+                running("16"),
+                true,
+                Restore::Done,
+            ),
+            (
+                "the init Job seen before the status",
+                &fresh,
+                with_init,
+                false,
+                Restore::Done,
+            ),
+            (
+                "recorded done",
+                &done,
+                Observed::default(),
+                false,
+                Restore::Done,
+            ),
+            (
+                "retained volumes",
+                &fresh,
+                retained.clone(),
+                true,
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+            (
+                "recorded over retained volumes, ready",
+                &adopted,
+                running("16"),
+                true,
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+            (
+                "initialized, by the role",
+                &fresh,
+                initialized,
+                false,
+                Restore::NotOver(Holds::Initialized),
+            ),
+        ] {
+            assert_eq!(decide(d, &seen, primary_ready), want, "{reason}");
+        }
+        // No restore Job, ever: the pods recover.
+        let plan = plan(&fresh, &running("16")).unwrap();
+        assert!(!plan.restore_job);
+    }
+    #[test]
+    fn a_recovery_says_what_its_pods_last_reported_wrong() {
+        let d = recovering(&[]);
+        let mut seen = Observed::default();
+        let words = |seen: &Observed| restored(&d, seen, Restore::Running, false, None).message;
+        assert!(
+            words(&seen).starts_with(
+                "the primary recovers from the archive s3://b/archive/orders-uid-1-pg16 to the end of the archive"
+            ),
+            "{}",
+            words(&seen)
+        );
+        let said = |container: &str, message: &str| {
+            instance(0)
+                .set(
+                    "/status/initContainerStatuses",
+                    json!([{"name": container, "ready": false, "restartCount": 1, "image": "i", "imageID": "",
+                            "lastState": {}, "state": {"terminated": {"exitCode": 3, "message": message}}}]),
+                )
+                .typed()
+        };
+        seen.pods = vec![said(
+            "pitr-fetch",
+            "opshooks pitr-fetch: skipped 'orders-0' is not the designated primary\n",
+        )];
+        assert!(!words(&seen).contains("; last:"), "{}", words(&seen));
+        seen.pods = vec![said(
+            "pitr-fetch",
+            "opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup\n",
+        )];
+        assert!(
+            words(&seen).ends_with(
+                "; last: opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup"
+            ),
+            "{}",
+            words(&seen)
+        );
     }
 }

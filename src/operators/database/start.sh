@@ -38,6 +38,11 @@
 #   standby, or, when the rewind fails, is moved aside to $PGDATA.diverged
 #   (one copy at most) and cloned afresh.
 #
+# * Recovering from an archive (RECOVERY_FROM_ARCHIVE, the source's
+#   folder): the designated primary of a Database never initialized replays
+#   the base backup its init container fetched (pitr-replay.sh, from
+#   ARCHIVE_SCRIPTS) before it starts, and never initializes an empty one.
+#
 # Other values: HOSTNAME (the pod's name), PGDATA, REPLICATION_PASSWORD
 # (role replicator), POSTGRES_PASSWORD (the superuser pg_rewind connects
 # as), TERMINATION_LOG (default /dev/termination-log), RW_SSLMODE and
@@ -626,9 +631,31 @@ if [ "$primary" = "$me" ]; then
     if [ -n "$newest" ] && [ "$newest" != "$mine" ]; then
         refuse "volume holds PostgreSQL $newest data (pg$newest), not $mine: nothing is initialized or served beside it"
     fi
+    # A point-in-time recovery (RECOVERY_FROM_ARCHIVE): the pod's init
+    # container (pitr-fetch.sh) put a base backup into the empty data
+    # directory of a Database never initialized; pitr-replay.sh replays
+    # the archive over it, up to its target, and promotes, before this
+    # starts it as the primary (taking this Database's passwords). Never
+    # once the Database was initialized: that is the unfinished clone
+    # refused below.
+    if [ -n "${RECOVERY_FROM_ARCHIVE:-}" ] && [ "$initialized" = false ] && [ ! -e "$PGDATA/standby.signal" ] &&
+        { [ -e "$PGDATA/backup_label" ] || [ -e "$PGDATA/recovery.signal" ]; }; then
+        never_initialized
+        await_lease
+        say "recovering $PGDATA from the archive $RECOVERY_FROM_ARCHIVE"
+        report="$(mktemp)"
+        if ! TERMINATION_LOG="$report" sh "${ARCHIVE_SCRIPTS:-/etc/opshooks/archive}/pitr-replay.sh"; then
+            line="$(head -n 1 "$report")"
+            refuse "the recovery from the archive $RECOVERY_FROM_ARCHIVE did not finish: ${line#opshooks }"
+        fi
+        say "$(head -n 1 "$report")"
+        rm -f "$report"
+    fi
     if [ ! -s "$PGDATA/PG_VERSION" ]; then
         case "$initialized" in
             false)
+                [ -z "${RECOVERY_FROM_ARCHIVE:-}" ] ||
+                    refuse "the data directory $PGDATA is empty and this Database recovers from the archive $RECOVERY_FROM_ARCHIVE: its init container fetches the base backup (its message says why it did not); nothing is initialized in its place"
                 never_initialized
                 say "the designated primary's first start: the entrypoint initializes $PGDATA"
                 ;;

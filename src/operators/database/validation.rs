@@ -4,9 +4,11 @@
 //! `database::validate` asks both.
 
 use super::parameters;
+use k8s_openapi::jiff::Timestamp;
+
 use super::spec::{
-    Bootstrap, Database, DatabaseBackup, DeletionPolicy, MAX_NAME, Major, Tls, before_stamp,
-    is_synchronous, name,
+    ArchiveRecovery, Bootstrap, Database, DatabaseBackup, DeletionPolicy, MAX_NAME, Major, Tls,
+    before_stamp, is_synchronous, name,
 };
 use crate::operators::backup_job::validate_destination;
 use crate::operators::resources;
@@ -230,12 +232,16 @@ fn validate_bootstrap(db: &Database, b: &Bootstrap) -> Result<(), InvalidSpec> {
     let named = [&b.database, &b.backup, &b.key]
         .into_iter()
         .filter(|f| f.is_some())
-        .count();
+        .count()
+        + usize::from(b.archive.is_some());
     if named != 1 {
         return Err(InvalidSpec::new(
             "spec.bootstrap",
-            "names exactly one of database, backup and key",
+            "names exactly one of database, backup, key and archive",
         ));
+    }
+    if let Some(archive) = &b.archive {
+        return validate_archive_recovery(db, b, archive);
     }
     for (field, value) in [
         ("spec.bootstrap.database", &b.database),
@@ -272,6 +278,126 @@ fn validate_bootstrap(db: &Database, b: &Bootstrap) -> Result<(), InvalidSpec> {
     }
 }
 
+/// A recovery from an archive replays it with the server of its major:
+/// until the Database was recovered, `spec.version` must be the folder's
+/// (`-pg<major>`); after, it may be upgraded. Checked by `sync` only, so
+/// that a Database created with the wrong one can still be deleted.
+pub(super) fn recovery_major(db: &Database) -> Result<(), InvalidSpec> {
+    let Some(archive) = db.spec.bootstrap.as_ref().and_then(|b| b.archive.as_ref()) else {
+        return Ok(());
+    };
+    let recovered = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.restored_from.is_some());
+    let major = format!("-pg{}", db.spec.version.as_str());
+    if recovered || archive.folder.ends_with(&major) {
+        return Ok(());
+    }
+    Err(InvalidSpec::new(
+        "spec.bootstrap.archive.folder",
+        format!(
+            "{} is not an archive folder of PostgreSQL {}: set spec.version to the archive's major (its -pg<major>); a recovered Database may be upgraded after",
+            validate::quote(&archive.folder),
+            db.spec.version.as_str()
+        ),
+    ))
+}
+
+/// Checks `spec.bootstrap.archive`: a folder of this major, at most one
+/// target, each of the form the recovery scripts and PostgreSQL read, and
+/// an archiver to fetch the WAL.
+fn validate_archive_recovery(
+    db: &Database,
+    b: &Bootstrap,
+    archive: &ArchiveRecovery,
+) -> Result<(), InvalidSpec> {
+    if b.before.is_some() || b.destination.is_some() {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.archive",
+            "recovers from the archive in spec.backup.destination to its own target: remove spec.bootstrap.before and spec.bootstrap.destination",
+        ));
+    }
+    if db
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.archive.as_ref())
+        .is_none()
+    {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.archive",
+            "needs spec.backup.archive: its sidecar fetches the WAL the recovery replays, from spec.backup.destination",
+        ));
+    }
+    let folder = &archive.folder;
+    let well_formed = folder.len() <= 120
+        && folder.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && folder
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let of_a_major = folder
+        .rsplit_once("-pg")
+        .is_some_and(|(_, m)| Major::parse(m).is_some());
+    if !(well_formed && of_a_major) {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.archive.folder",
+            format!(
+                "{} is not an archive folder: name it as the source's Archiving condition does, <name>-<uid>-pg<major>",
+                validate::quote(folder)
+            ),
+        ));
+    }
+    let targets = [
+        &archive.target_time,
+        &archive.target_lsn,
+        &archive.target_name,
+    ];
+    if targets.iter().filter(|t| t.is_some()).count() > 1 {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.archive",
+            "names at most one of targetTime, targetLSN and targetName",
+        ));
+    }
+    if let Some(time) = &archive.target_time
+        && time.parse::<Timestamp>().is_err()
+    {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.archive.targetTime",
+            format!(
+                "{} is not an RFC 3339 time; write it like 2026-11-24T17:00:00Z",
+                validate::quote(time)
+            ),
+        ));
+    }
+    if let Some(lsn) = &archive.target_lsn {
+        let hex = |part: &str| {
+            (1..=8).contains(&part.len()) && part.chars().all(|c| c.is_ascii_hexdigit())
+        };
+        if !lsn
+            .split_once('/')
+            .is_some_and(|(hi, lo)| hex(hi) && hex(lo))
+        {
+            return Err(InvalidSpec::new(
+                "spec.bootstrap.archive.targetLSN",
+                format!(
+                    "{} is not a WAL position; write it like 0/5000028",
+                    validate::quote(lsn)
+                ),
+            ));
+        }
+    }
+    if let Some(point) = &archive.target_name
+        && (point.is_empty() || point.len() > 63 || point.chars().any(char::is_control))
+    {
+        return Err(InvalidSpec::new(
+            "spec.bootstrap.archive.targetName",
+            "must be a restore point's name: 1 to 63 characters, none a control character",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +419,98 @@ mod tests {
                 .contains("names PostgreSQL 17, but spec.version is 16"),
             "{}",
             e.message
+        );
+    }
+    #[test]
+    fn a_recovery_from_an_archive_names_a_folder_of_its_major_and_one_target() {
+        let db = |archive: serde_json::Value, with_archiver: bool| -> Database {
+            let mut backup = serde_json::json!({
+                "destination": {"s3Bucket": "orders-backups", "credentialsSecret": "s3-creds"}
+            });
+            if with_archiver {
+                backup["archive"] = serde_json::json!({});
+            }
+            crate::fixtures::orders()
+                .spec("bootstrap", serde_json::json!({ "archive": archive }))
+                .spec("backup", backup)
+                .typed()
+        };
+        let folder = "orders-6f1c-pg16";
+        for ok in [
+            serde_json::json!({ "folder": folder }),
+            serde_json::json!({ "folder": folder, "targetTime": "2026-11-24T17:00:00Z" }),
+            serde_json::json!({ "folder": folder, "targetLSN": "0/5000028" }),
+            serde_json::json!({ "folder": folder, "targetName": "before-migration" }),
+        ] {
+            let checked = validate(&db(ok.clone(), true));
+            assert!(checked.is_ok(), "{ok}: {checked:?}");
+        }
+        for (bad, field, words) in [
+            (
+                serde_json::json!({ "folder": "orders-6f1c-pg13" }),
+                "spec.bootstrap.archive.folder",
+                "not an archive folder",
+            ),
+            (
+                serde_json::json!({ "folder": "-x-pg16" }),
+                "spec.bootstrap.archive.folder",
+                "not an archive folder",
+            ),
+            (
+                serde_json::json!({ "folder": "a b-pg16" }),
+                "spec.bootstrap.archive.folder",
+                "not an archive folder",
+            ),
+            (
+                serde_json::json!({ "folder": folder, "targetLSN": "0/1", "targetName": "n" }),
+                "spec.bootstrap.archive",
+                "at most one of",
+            ),
+            (
+                serde_json::json!({ "folder": folder, "targetTime": "yesterday" }),
+                "spec.bootstrap.archive.targetTime",
+                "not an RFC 3339 time",
+            ),
+            (
+                serde_json::json!({ "folder": folder, "targetLSN": "5000028" }),
+                "spec.bootstrap.archive.targetLSN",
+                "not a WAL position",
+            ),
+            (
+                serde_json::json!({ "folder": folder, "targetName": "a\nb" }),
+                "spec.bootstrap.archive.targetName",
+                "control character",
+            ),
+        ] {
+            let e = validate(&db(bad.clone(), true)).unwrap_err();
+            assert_eq!(e.field, field, "{bad}");
+            assert!(e.message.contains(words), "{bad}: {}", e.message);
+        }
+        // Another major than spec.version: refused by sync until recovered,
+        // then upgrades are free.
+        let mut other = db(serde_json::json!({ "folder": "orders-6f1c-pg15" }), true);
+        assert!(validate(&other).is_ok());
+        let e = recovery_major(&other).unwrap_err();
+        assert!(
+            e.message.contains("not an archive folder of PostgreSQL 16"),
+            "{}",
+            e.message
+        );
+        assert!(recovery_major(&db(serde_json::json!({ "folder": folder }), true)).is_ok());
+        other.status = Some(
+            serde_json::from_value(
+                serde_json::json!({"restoredFrom": {"object": "o", "restoredAt": "2026-01-01T00:00:00Z"}}),
+            )
+            .unwrap(),
+        );
+        assert!(recovery_major(&other).is_ok());
+        let e = validate(&db(serde_json::json!({ "folder": folder }), false)).unwrap_err();
+        assert_eq!(
+            (
+                e.field.as_str(),
+                e.message.contains("needs spec.backup.archive")
+            ),
+            ("spec.bootstrap.archive", true)
         );
     }
 }

@@ -153,14 +153,11 @@ def with_rows(s, name, policy, destination, rows):
     return cip, login
 
 
-def restored(s, name, source, destination):
-    """A small Database `name` created from `source`'s newest dump: its
-    rows' count, sum and the table's owner, read through its read-write
-    Service as its own application user (who must own the table), and
-    its status."""
-    db = placed(database(s.ns, name, "15", "small", policy="Delete"))
-    db["spec"].pop("backup")
-    db["spec"]["bootstrap"] = {"database": source, "destination": destination}
+def rows_read_back(s, db, source):
+    """`db` applied and running: its rows' count and sum and whether its
+    user owns the table, read through its read-write Service as its
+    application user, and its status."""
+    name = db["metadata"]["name"]
     cip, login = running(s, db)
 
     def read():
@@ -170,6 +167,16 @@ def restored(s, name, source, destination):
 
     out = s.wait(f"{source}'s rows read back from {name}", read, 60, every=1)
     return out, s.parent("Database", name).get("status") or {}
+
+
+def restored(s, name, source, destination):
+    """A small Database `name` created from `source`'s newest dump: its
+    rows as rows_read_back reads them (its own application user must own
+    the table), and its status."""
+    db = placed(database(s.ns, name, "15", "small", policy="Delete"))
+    db["spec"].pop("backup")
+    db["spec"]["bootstrap"] = {"database": source, "destination": destination}
+    return rows_read_back(s, db, source)
 
 
 def keys_in(s, endpoint, prefix):
@@ -209,7 +216,6 @@ def archiving(s, cip, login, endpoint, name):
 
     s.wait("Archiving True: the primary runs the archiver", on, PLACED, every=2)
     db_running(s, name, 1, "15", timeout=PLACED)
-    folder_uid = s.parent("Database", name)["metadata"]["uid"]
     code, out = psql(s, cip, login, "CREATE TABLE IF NOT EXISTS wal_probe (at timestamptz DEFAULT now())")
     need(code == 0, f"psql through {cip}: {out}")
     delays = []
@@ -218,23 +224,7 @@ def archiving(s, cip, login, endpoint, name):
         # switch closely: a different pause after it each time spreads the
         # writes over archive_timeout's cycle.
         time.sleep(n * ARCHIVE_TIMEOUT / ARCHIVE_WRITES)
-        # The segment that holds the commit: the one the WAL is written up
-        # to once the commit returned (psql sends the statements as one
-        # transaction unless told otherwise: the SELECT must follow the
-        # COMMIT, or it names the segment before the insert's).
-        code, out = psql(s, cip, login, "BEGIN; INSERT INTO wal_probe DEFAULT VALUES; COMMIT; SELECT pg_walfile_name(pg_current_wal_lsn())")
-        acked = time.time()
-        need(code == 0 and re.fullmatch(r"[0-9A-F]{24}", out.strip()), f"psql through {cip}: {out}")
-        segment = out.strip()
-        key = f"real/archive/{name}-{folder_uid}-pg15/wals/{segment[:16]}/{segment}"
-        # Polled on the node, at most 60 s: the time its listing first shows the segment.
-        code, out = s3(s, endpoint, f"""import time
-while not c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') and time.time() < {acked + 60}:
-    time.sleep(0.2)
-print(time.time() if c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') else 'missing')""")
-        need(code == 0, f"list {key}: {out}")
-        need(out.strip() != "missing", f"the commit's segment {segment} of {name} is not in the bucket 60 s after its commit")
-        delays.append(round(float(out.strip()) - acked, 1))
+        delays.append(archived(s, cip, login, endpoint, name, "INSERT INTO wal_probe DEFAULT VALUES"))
     return delays
 
 
@@ -269,6 +259,43 @@ print(found)""")
     s.k.patch("Database", s.ns, name, {"metadata": {"annotations": {"opshooks.io/base-backup": "e2e-1"}}})
     requested = stored("requested-e2e-1", asked)
     return scheduled, requested
+
+
+def archived(s, cip, login, endpoint, name, sql):
+    """`sql` committed through `cip`, then the seconds until the WAL segment
+    that holds it is in `name`'s archive, polled on the node (at most
+    60 s). The segment that holds the commit: the one the WAL is written
+    up to once the commit returned (psql sends the statements as one
+    transaction unless told otherwise: the SELECT must follow the COMMIT,
+    or it names the segment before the insert's)."""
+    code, out = psql(s, cip, login, f"BEGIN; {sql}; COMMIT; SELECT pg_walfile_name(pg_current_wal_lsn())")
+    acked = time.time()
+    need(code == 0 and re.fullmatch(r"[0-9A-F]{24}", out.strip()), f"psql through {cip}: {out}")
+    segment = out.strip()
+    uid = s.parent("Database", name)["metadata"]["uid"]
+    key = f"real/archive/{name}-{uid}-pg15/wals/{segment[:16]}/{segment}"
+    code, out = s3(s, endpoint, f"""import time
+while not c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') and time.time() < {acked + 60}:
+    time.sleep(0.2)
+print(time.time() if c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('Contents') else 'missing')""")
+    need(code == 0, f"list {key}: {out}")
+    need(out.strip() != "missing", f"the commit's segment {segment} of {name} is not in the bucket 60 s after its commit")
+    return round(float(out.strip()) - acked, 1)
+
+
+def recovered(s, name, folder, destination):
+    """A small Database `name` recovered from the WAL archive `folder` to its
+    end (spec.bootstrap.archive), as the source's user and database: its
+    rows as rows_read_back reads them, its status, and the seconds from
+    its creation to that answer."""
+    db = placed(database(s.ns, name, "15", "small", policy="Delete"))
+    db["spec"]["backup"] = {"enabled": False, "destination": destination, "archive": {"timeoutSeconds": ARCHIVE_TIMEOUT}}
+    db["spec"]["user"] = "src"
+    db["spec"]["databaseName"] = "src"
+    db["spec"]["bootstrap"] = {"archive": {"folder": folder}}
+    started = time.time()
+    out, status = rows_read_back(s, db, folder)
+    return out, status, round(time.time() - started, 1)
 
 
 def scenario_real_backup_restore(s):
@@ -331,22 +358,32 @@ def scenario_real_backup_restore(s):
         dumps = dumps_in(s, endpoint, "real/src-2")
         s.expect(dumps and (st.get("restoredFrom") or {}).get("object") == f"s3://{BUCKET}/{dumps[-1]}", f"status.restoredFrom {st.get('restoredFrom')}, want the newest of {dumps}")
 
-        s.step("a row more, then src deleted under Snapshot: the snapshot Job dumps it before its volume goes")
-        code, out = psql(s, cip, login, "INSERT INTO acked VALUES (501, 'after the backup') RETURNING n")
-        s.expect(code == 0 and out == "501", f"row 501 acknowledged: {code} {out[-200:]}")
+        s.step("a row more, archived; then src deleted under Snapshot: the snapshot Job dumps it before its volume goes")
+        delay = archived(s, cip, login, endpoint, "src", "INSERT INTO acked VALUES (501, 'after the backup')")
+        print(f"archive: row 501's segment in the bucket {delay} s after its commit", flush=True)
+        folder = f"src-{s.parent('Database', 'src')['metadata']['uid']}-pg15"
         k.delete("Database", ns, "src")
         db_gone(s, "src", timeout=240)
         snapshots = dumps_in(s, endpoint, "real/src-snapshot-")
         s.expect(len(snapshots) == 1, f"one snapshot of src in the bucket: {snapshots}")
+
+        s.step("every volume of src gone: a Database recovered from its WAL archive to its end (spec.bootstrap.archive): every row, the last one too")
+        out, st, took = recovered(s, "pitr", folder, destination)
+        print(f"archive: recovered to the end of the archive, answering {took} s after its creation", flush=True)
+        s.expect(out == "501|125751|t", f"pitr answers {out!r}, want 501 rows, the last one archived before src was deleted")
+        restored_from = (st.get("restoredFrom") or {}).get("object") or ""
+        s.expect(restored_from.endswith(f"/real/archive/{folder} to the end of the archive"), f"status.restoredFrom {st.get('restoredFrom')}, want the archive {folder}")
+        k.delete("Database", ns, "pitr")
 
         s.step("src created again from its own snapshot (spec.bootstrap.database: src): every row, the last one too")
         out, st = restored(s, "src", "src", destination)
         s.expect(out == "501|125751|t", f"src answers {out!r}, want 501 rows (the snapshot's, not the backup's 500)")
         s.expect((st.get("restoredFrom") or {}).get("object") == f"s3://{BUCKET}/{snapshots[0]}", f"status.restoredFrom {st.get('restoredFrom')}, want the snapshot {snapshots}")
 
-        s.step("delete both (policy Delete)")
+        s.step("delete them (policy Delete)")
         k.delete("Database", ns, "dst")
         k.delete("Database", ns, "src")
+        db_gone(s, "pitr", timeout=180)
         db_gone(s, "dst", timeout=180)
         db_gone(s, "src", timeout=180)
 

@@ -89,6 +89,9 @@ pub(super) fn restore_rule(seen: &Seen<'_>, history: &History) -> Result<(), Str
     history
         .initialized
         .set(history.initialized.get() || has("Job", "orders-init"));
+    if seen.before.pointer("/spec/bootstrap/archive").is_some() {
+        return recovery_rule(seen, history, &created);
+    }
     let bootstrapped = seen.before.pointer("/spec/bootstrap").is_some();
     let restoring = bootstrapped
         && !history.restored.get()
@@ -105,6 +108,67 @@ pub(super) fn restore_rule(seen: &Seen<'_>, history: &History) -> Result<(), Str
             }
         }
     }
+    Ok(())
+}
+
+/// The rules of a recovery from an archive (`spec.bootstrap.archive`),
+/// for one step: no restore Job, ever; nothing serves, initializes or is
+/// backed up before the designated primary was seen ready, at the start
+/// or the end of the step (the recovered
+/// primary: its server starts only once the replay promoted it) or the
+/// role said the Database holds data (retained volumes: nothing is
+/// recovered over them); and once the role said `initialized=true`, it
+/// never says `false` again (an emptied volume would fetch the source's
+/// data in place of this Database's).
+fn recovery_rule(
+    seen: &Seen<'_>,
+    history: &History,
+    created: &dyn Fn(&str, &str) -> bool,
+) -> Result<(), String> {
+    if created("Job", "orders-restore") {
+        return Err("a restore Job made for a recovery from an archive".into());
+    }
+    let initialized = |cluster: &Cluster| {
+        cluster
+            .get(&Key::new("v1", "ConfigMap", "ns", "orders-role"))
+            .and_then(|c| c.pointer("/data/initialized")?.as_str().map(str::to_string))
+    };
+    let designated_ready = |cluster: &Cluster| {
+        role(cluster).is_some_and(|(pod, _)| {
+            cluster
+                .get(&Key::new("v1", "Pod", "ns", &pod))
+                .is_some_and(is_ready_pod)
+        })
+    };
+    // The hook answers from the cluster as it was at some point of the
+    // step: ready before or after it counts.
+    let before = seen.before_cluster;
+    let recovered = history.restored.get()
+        || designated_ready(before)
+        || designated_ready(&seen.sim.cluster)
+        || initialized(before).as_deref() == Some("true");
+    if !recovered {
+        for (kind, name) in [
+            ("Service", "orders"),
+            ("CronJob", "orders-backup"),
+            ("Job", "orders-snapshot"),
+            ("Job", "orders-init"),
+        ] {
+            if created(kind, name) {
+                return Err(format!(
+                    "{kind} {name} made before the recovered primary was ever ready"
+                ));
+            }
+        }
+    }
+    let now = initialized(&seen.sim.cluster);
+    if history.initialized.get() && now.as_deref() == Some("false") {
+        return Err("the role says initialized=false after it said true".into());
+    }
+    history
+        .initialized
+        .set(history.initialized.get() || now.as_deref() == Some("true"));
+    history.restored.set(recovered);
     Ok(())
 }
 
