@@ -11,6 +11,9 @@ pub use crate::operator::names::{
     MAX_LABEL_VALUE, dns_label, is_dns_label, is_dns_subdomain, is_label_key, is_label_value,
 };
 
+use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::tz::TimeZone;
+
 /// An integer within an inclusive range.
 pub fn in_range(field: &str, value: i64, min: i64, max: i64) -> Result<(), InvalidSpec> {
     if (min..=max).contains(&value) {
@@ -100,6 +103,31 @@ pub const CRON_MACROS: [&str; 7] = [
     "@midnight",
     "@hourly",
 ];
+
+/// A schedule [`cron`] accepted, as croner reads it: a macro as the five
+/// fields it stands for (croner does not know `@midnight`). `None` for
+/// one that does not parse.
+pub fn parsed_cron(schedule: &str) -> Option<croner::Cron> {
+    let schedule = schedule.trim();
+    let fields = match schedule {
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@monthly" => "0 0 1 * *",
+        "@weekly" => "0 0 * * 0",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@hourly" => "0 * * * *",
+        other => other,
+    };
+    fields.parse().ok()
+}
+
+/// The most recent time of `cron` at or before `at`, read in UTC.
+pub fn latest_run(cron: &croner::Cron, at: Timestamp) -> Option<Timestamp> {
+    let at = at.to_zoned(TimeZone::UTC);
+    if cron.is_time_matching(&at).unwrap_or(false) {
+        return Some(at.timestamp());
+    }
+    cron.iter_before(at).next().map(|z| z.timestamp())
+}
 
 /// A CronJob schedule as Kubernetes parses it: five fields (minute, hour,
 /// day of month, month, day of week) or one of [`CRON_MACROS`]. Written out

@@ -24,6 +24,7 @@ use crate::hook::ObservedPod;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
 use crate::operators::common::restricted_pod;
 use crate::operators::report;
+use crate::operators::validate;
 
 /// Restores a dump into a throwaway PostgreSQL and checks it.
 pub const VERIFY_SCRIPT: &str = include_str!("verify.sh");
@@ -338,7 +339,7 @@ impl Overdue {
         created: Option<Timestamp>,
         proof: Option<Timestamp>,
     ) -> Option<Self> {
-        let cron: croner::Cron = schedule.trim().parse().ok()?;
+        let cron = validate::parsed_cron(schedule)?;
         let finished_by = now
             .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(
                 START_DEADLINE_SECONDS + RUN_DEADLINE_SECONDS,
@@ -347,12 +348,7 @@ impl Overdue {
         let mut runs = cron
             .iter_before(finished_by.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC))
             .map(|z| z.timestamp());
-        // Inclusive of `finished_by` itself: iter_before starts below it.
-        let latest = cron
-            .is_time_matching(&finished_by.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC))
-            .unwrap_or(false)
-            .then_some(finished_by)
-            .or_else(|| runs.next())?;
+        let latest = validate::latest_run(&cron, finished_by)?;
         let earlier = runs.find(|t| *t < latest)?;
         let counts = created.is_none_or(|c| c <= earlier);
         let missed = proof.is_none_or(|p| p < earlier);
@@ -467,7 +463,7 @@ mod tests {
             Option<&'a str>,
             Option<[&'a str; 2]>,
         );
-        let cases: [Case<'_>; 9] = [
+        let cases: [Case<'_>; 10] = [
             (
                 "the runs of Jan 3 and 4 should have finished; the proof is from Jan 3's",
                 "0 6 * * *",
@@ -513,6 +509,14 @@ mod tests {
             (
                 "a macro",
                 "@daily",
+                "2026-01-05T12:00:00Z",
+                Some("2026-01-03T00:00:05Z"),
+                Some(["2026-01-04T00:00:00Z", "2026-01-05T00:00:00Z"]),
+            ),
+            (
+                // Validation accepts it, croner alone does not read it.
+                "@midnight, as @daily",
+                "@midnight",
                 "2026-01-05T12:00:00Z",
                 Some("2026-01-03T00:00:05Z"),
                 Some(["2026-01-04T00:00:00Z", "2026-01-05T00:00:00Z"]),

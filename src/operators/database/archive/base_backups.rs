@@ -32,6 +32,7 @@ use super::super::observed::Observed;
 use super::super::plan::Plan;
 use super::super::spec::Database;
 use super::enabled;
+use crate::operators::validate;
 
 /// Annotation on a Database asking for a base backup now: a token of
 /// letters, digits, `.`, `_` and `-` (1 to 63), which names it.
@@ -140,28 +141,11 @@ pub(in super::super) fn decide(db: &Database, seen: &Observed, plan: &Plan) -> B
 /// `now`; `None` for a schedule that does not parse (refused by
 /// validation) or never came.
 fn scheduled(schedule: &str, now: Timestamp) -> Option<String> {
-    let cron: croner::Cron = five_fields(schedule.trim()).parse().ok()?;
-    let now = now.to_zoned(TimeZone::UTC);
-    let at = if cron.is_time_matching(&now).unwrap_or(false) {
-        now
-    } else {
-        cron.iter_before(now).next()?
-    };
-    Some(format!("scheduled-{}", at.strftime("%Y%m%dT%H%MZ")))
-}
-
-/// A macro as the five fields it stands for (validation accepts the
-/// CronJob's macros, and croner does not know `@midnight`); anything else
-/// as it is.
-fn five_fields(schedule: &str) -> &str {
-    match schedule {
-        "@yearly" | "@annually" => "0 0 1 1 *",
-        "@monthly" => "0 0 1 * *",
-        "@weekly" => "0 0 * * 0",
-        "@daily" | "@midnight" => "0 0 * * *",
-        "@hourly" => "0 * * * *",
-        other => other,
-    }
+    let at = validate::latest_run(&validate::parsed_cron(schedule)?, now)?;
+    Some(format!(
+        "scheduled-{}",
+        at.to_zoned(TimeZone::UTC).strftime("%Y%m%dT%H%MZ")
+    ))
 }
 
 /// `requested-<token>`, from the annotation; a token that is not a name
@@ -323,10 +307,7 @@ mod tests {
             ("@yearly", "scheduled-20260101T0000Z"),
             ("@annually", "scheduled-20260101T0000Z"),
         ] {
-            assert!(
-                crate::operators::validate::cron("f", macro_).is_ok(),
-                "{macro_}"
-            );
+            assert!(validate::cron("f", macro_).is_ok(), "{macro_}");
             let named = scheduled(macro_, at("2026-12-07T05:30:00Z"));
             assert_eq!(named.as_deref(), Some(expected), "{macro_}");
         }
