@@ -69,6 +69,11 @@ const PITR_FETCH_SCRIPT: &str = include_str!("pitr-fetch.sh");
 const PITR_REPLAY_SCRIPT: &str = include_str!("pitr-replay.sh");
 /// Its key in the ConfigMap.
 const PITR_REPLAY_KEY: &str = "pitr-replay.sh";
+/// How long one start of the primary replays before `pitr-replay.sh` stops
+/// the server cleanly and the container exits (the next start goes on
+/// from the last restartpoint): below the startup probe's hour
+/// (`instances.rs`), which would kill it uncleanly and with no message.
+const RECOVERY_WAIT_SECONDS: &str = "3300";
 /// The init container that fetches the base backup.
 const FETCH_CONTAINER: &str = "pitr-fetch";
 /// The base backups asked for, in the ConfigMap ([`base_backups`]).
@@ -274,6 +279,7 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
             container.env.get_or_insert_with(Vec::new).extend([
                 value_env("RECOVERY_FROM_ARCHIVE", &recovery.folder),
                 value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
+                value_env("RECOVERY_WAIT", RECOVERY_WAIT_SECONDS),
             ]);
             container.env.get_or_insert_with(Vec::new).extend(
                 recovery

@@ -49,6 +49,34 @@ log() { printf 'pitr-fetch: %s\n' "$*" >&2; }
 fail() { log "failed: $1"; report "failed $1"; exit 1; }
 refuse() { log "refused: $1"; report "refused $1"; exit 3; }
 
+# In an instance's pod (ROLE_DIR set, the mounted role ConfigMap), this
+# runs before every start of every instance for the Database's whole
+# life: it fetches only into the designated primary of a Database never
+# initialized, with nothing in $PGDATA; otherwise it says why not and
+# exits 0 (and removes what a download cut off earlier left beside
+# $PGDATA), before any other check, and start.sh judges what the volume
+# holds.
+if [ -n "${ROLE_DIR:-}" ]; then
+    skip() {
+        case "$pgdata" in /?*) rm -rf "${pgdata%/}.fetching" ;; esac
+        log "skipped: $1"
+        report "skipped $1"
+        exit 0
+    }
+    # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
+    me="${HOSTNAME:-}"
+    designated="$(cat "$ROLE_DIR/primary" 2>/dev/null)" || designated=""
+    initialized="$(cat "$ROLE_DIR/initialized" 2>/dev/null)" || initialized=""
+    if [ -z "$me" ] || [ "$designated" != "$me" ]; then
+        skip "'$me' is not the designated primary ('$designated'): a standby clones the recovered primary"
+    fi
+    [ "$initialized" = false ] ||
+        skip "the role says initialized='$initialized': nothing is recovered over a Database that was initialized"
+    if [ -e "$pgdata" ] && [ -n "$(ls -A "$pgdata" 2>/dev/null)" ]; then
+        skip "$pgdata holds data already: start.sh judges what"
+    fi
+fi
+
 case "$destination" in
     s3://?* | azure://?* | gs://?* | https://?*) ;;
     *) fail "ARCHIVE_DESTINATION is '$destination', not an s3://, gs://, azure:// or https:// URL" ;;
@@ -105,26 +133,6 @@ elif [ -n "$target_name" ]; then
     target="restore point '$target_name'"
 else
     target="the end of the archive"
-fi
-
-# In an instance's pod (ROLE_DIR set, the mounted role ConfigMap), this
-# runs before every start: it fetches only into the designated primary of
-# a Database never initialized, with nothing in $PGDATA; otherwise it says
-# why not and exits 0, and start.sh judges what the volume holds.
-if [ -n "${ROLE_DIR:-}" ]; then
-    skip() { log "skipped: $1"; report "skipped $1"; exit 0; }
-    # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
-    me="${HOSTNAME:-}"
-    designated="$(cat "$ROLE_DIR/primary" 2>/dev/null)" || designated=""
-    initialized="$(cat "$ROLE_DIR/initialized" 2>/dev/null)" || initialized=""
-    if [ -z "$me" ] || [ "$designated" != "$me" ]; then
-        skip "'$me' is not the designated primary ('$designated'): a standby clones the recovered primary"
-    fi
-    [ "$initialized" = false ] ||
-        skip "the role says initialized='$initialized': nothing is recovered over a Database that was initialized"
-    if [ -e "$pgdata" ] && [ -n "$(ls -A "$pgdata" 2>/dev/null)" ]; then
-        skip "$pgdata holds data already: start.sh judges what"
-    fi
 fi
 
 # Never over data: $PGDATA is absent or empty, checked before anything is

@@ -17,6 +17,13 @@
 # store it cannot reach for the end of the archive. archive_mode is off
 # meanwhile: the new Database archives from its own first start, under its
 # own name.
+# hot_standby is off: nobody reads during the replay, and with it on
+# PostgreSQL stops the recovery when the source ran with a higher
+# max_connections (max_worker_processes, max_wal_senders,
+# max_prepared_transactions, max_locks_per_transaction) than the base
+# backup's postgresql.conf says ("insufficient parameter settings"). The
+# server then refuses connections until it promoted, which is what the
+# wait below polls for.
 #
 # Fails (exit 1) when the server stops before it promotes: the archive ends
 # before the target (PostgreSQL: "recovery ended before configured recovery
@@ -79,7 +86,7 @@ trap 'stop; rm -rf "$socket"' EXIT
 set -- -D "$pgdata" -c listen_addresses= -c port=5432 -c "unix_socket_directories=$socket" \
     -c archive_mode=off -c "restore_command=sh $scripts/restore-wal.sh %f %p" \
     -c recovery_target_action=promote -c recovery_target_timeline=latest \
-    -c synchronous_standby_names= -c hot_standby=on
+    -c synchronous_standby_names= -c hot_standby=off
 if [ -n "$target_time" ]; then
     set -- "$@" -c "recovery_target_time=$target_time"
     target="time $target_time"

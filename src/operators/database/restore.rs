@@ -159,7 +159,10 @@ fn decide_recovery(db: &Database, seen: &Observed, primary_ready: bool) -> Resto
     if let Some(step @ (Restore::NotOver(_) | Restore::Done)) = recorded {
         return step;
     }
-    if recorded.is_none() && seen.claims(db).any(|(_, c)| is_older(c, db)) {
+    // Whenever seen, even after a first answer recorded the recovery under
+    // way (volumes older than the Database may be listed late): a primary
+    // on them serves their data, which nothing recovered.
+    if seen.claims(db).any(|(_, c)| is_older(c, db)) {
         return Restore::NotOver(Holds::RetainedVolumes);
     }
     // Before the initialized check: the init Job follows the recovery, and
@@ -692,6 +695,7 @@ mod tests {
         let with_init = with_job(running("16"), "orders-init", "Running");
         let done = recovering(&[("Restored", "True", "Restored")]);
         let adopted = recovering(&[("Restored", "False", "RetainedVolumes")]);
+        let under_way = recovering(&[("Restored", "Unknown", "Restoring")]);
         for (reason, d, seen, primary_ready, want) in [
             (
                 "first call",
@@ -731,6 +735,13 @@ mod tests {
             (
                 "retained volumes",
                 &fresh,
+                retained.clone(),
+                true,
+                Restore::NotOver(Holds::RetainedVolumes),
+            ),
+            (
+                "retained volumes seen only after the recovery was recorded under way",
+                &under_way,
                 retained.clone(),
                 true,
                 Restore::NotOver(Holds::RetainedVolumes),
