@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, EmptyDirVolumeSource, PodSpec, ResourceRequirements, Volume,
+    ConfigMap, Container, EmptyDirVolumeSource, EnvVar, PodSpec, ResourceRequirements, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -276,15 +276,14 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
     let mut archiver = sidecar(db, archive, dest, version);
     if let Some(recovery) = recovery(db) {
         for container in pod.containers.iter_mut().filter(|c| c.name == server) {
-            container.env.get_or_insert_with(Vec::new).extend([
-                value_env("RECOVERY_FROM_ARCHIVE", &recovery.folder),
-                value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
-                value_env("RECOVERY_WAIT", RECOVERY_WAIT_SECONDS),
-            ]);
             container.env.get_or_insert_with(Vec::new).extend(
-                recovery
-                    .target()
-                    .map(|(variable, value)| value_env(variable, value)),
+                [
+                    value_env("RECOVERY_FROM_ARCHIVE", &recovery.folder),
+                    value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
+                    value_env("RECOVERY_WAIT", RECOVERY_WAIT_SECONDS),
+                ]
+                .into_iter()
+                .chain(target_env(recovery)),
             );
         }
         archiver
@@ -326,16 +325,8 @@ fn fetch_container(
         value_env("ARCHIVE_DESTINATION", destination_url(dest)),
         value_env("ARCHIVE_SERVER", &recovery.folder),
     ];
-    env.extend(
-        recovery
-            .target()
-            .map(|(variable, value)| value_env(variable, value)),
-    );
-    if let Some(endpoint) = &dest.endpoint {
-        env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
-    }
-    env.push(region_env(dest));
-    env.extend(keys_env(dest));
+    env.extend(target_env(recovery));
+    env.extend(store_env(dest));
     Container {
         name: FETCH_CONTAINER.to_string(),
         image: Some(archive.image().to_string()),
@@ -350,6 +341,26 @@ fn fetch_container(
         security_context: Some(restricted_container()),
         ..Container::default()
     }
+}
+
+/// The recovery's target, as `pitr-fetch.sh` and `pitr-replay.sh` read it
+/// (none: the end of the archive).
+fn target_env(recovery: &ArchiveRecovery) -> Option<EnvVar> {
+    let (variable, value) = recovery.target()?;
+    Some(value_env(variable, value))
+}
+
+/// How barman-cloud reaches the store, the sidecar's and the recovery's:
+/// its endpoint (an S3-compatible store's), region and keys.
+fn store_env(dest: &Destination) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = dest
+        .endpoint
+        .iter()
+        .map(|endpoint| value_env("ARCHIVE_ENDPOINT", endpoint))
+        .collect();
+    env.push(region_env(dest));
+    env.extend(keys_env(dest));
+    env
 }
 
 /// The archiver's resources, the sidecar's and the recovery's.
@@ -390,11 +401,7 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
         secret_env("PGPASSWORD", superuser_secret_name(db), "password"),
         value_env("PGCONNECT_TIMEOUT", "30"),
     ];
-    if let Some(endpoint) = &dest.endpoint {
-        env.push(value_env("ARCHIVE_ENDPOINT", endpoint));
-    }
-    env.push(region_env(dest));
-    env.extend(keys_env(dest));
+    env.extend(store_env(dest));
     Container {
         name: CONTAINER.to_string(),
         image: Some(archive.image().to_string()),

@@ -58,6 +58,16 @@ pub(super) struct History {
     initialized: Cell<bool>,
 }
 
+/// What a bootstrapped Database makes only once its data is in (the
+/// restore succeeded, or the recovered primary was ready): what serves,
+/// dumps or initializes it.
+const SERVING_AFTER_RESTORE: [(&str, &str); 4] = [
+    ("Service", "orders"),
+    ("CronJob", "orders-backup"),
+    ("Job", "orders-snapshot"),
+    ("Job", "orders-init"),
+];
+
 /// The bootstrap's rules, for one step: nothing serves (the read-write
 /// Service), is backed up on a schedule or snapshotted before the restore
 /// succeeded, and no restore Job is ever made for a Database that was
@@ -97,12 +107,7 @@ pub(super) fn restore_rule(seen: &Seen<'_>, history: &History) -> Result<(), Str
         && !history.restored.get()
         && (has("Job", "orders-restore") || created("Job", "orders-restore"));
     if restoring {
-        for (kind, name) in [
-            ("Service", "orders"),
-            ("CronJob", "orders-backup"),
-            ("Job", "orders-snapshot"),
-            ("Job", "orders-init"),
-        ] {
+        for (kind, name) in SERVING_AFTER_RESTORE {
             if has(kind, name) {
                 return Err(format!("{kind} {name} exists before the restore succeeded"));
             }
@@ -148,12 +153,7 @@ fn recovery_rule(
         || designated_ready(&seen.sim.cluster)
         || initialized(before).as_deref() == Some("true");
     if !recovered {
-        for (kind, name) in [
-            ("Service", "orders"),
-            ("CronJob", "orders-backup"),
-            ("Job", "orders-snapshot"),
-            ("Job", "orders-init"),
-        ] {
+        for (kind, name) in SERVING_AFTER_RESTORE {
             if created(kind, name) {
                 return Err(format!(
                     "{kind} {name} made before the recovered primary was ever ready"
