@@ -10,6 +10,9 @@
 //! | `select.sh`, `restore.sh` | `opshooks restore: restored bytes=<n> taken=<time> key=<key>`, or `opshooks restore: <why>` |
 //! | `verify.sh` | `opshooks verify: verified tables=<n> rows=<n> seconds=<n> bytes=<n> taken=<time> key=<key>`, or `opshooks verify: <why>` |
 //! | `mark.sh` | `opshooks mark: marked <marker>`, or `opshooks mark: <why>` |
+//! | `pitr-fetch.sh` | `opshooks pitr-fetch: fetched id=<id> end=<lsn> end_time=<time> recoverable_from=<time> seconds=<n>`, or `… skipped\|refused\|failed <why>` |
+//! | `pitr-replay.sh` | `opshooks pitr-replay: recovered lsn=<lsn> last_commit=<time> timeline=<n> ready_seconds=<n> seconds=<n>`, or `… refused\|failed <why>` |
+//! | `base-backup.sh` | `opshooks base-backup: stored id=<id> from=<primary\|standby> begin=<lsn> end=<lsn> end_wal=<segment> end_time=<time> seconds=<n> [name=<name>] [already=true]`, or `… failed <why>` |
 //!
 //! A script writes its line as one line (newlines become spaces); `-`
 //! stands for what it recorded none of; `key=` comes last, since a key may
@@ -33,6 +36,13 @@ pub const RESTORE: &str = "opshooks restore: ";
 pub const VERIFY: &str = "opshooks verify: ";
 /// How `mark.sh`'s line begins.
 pub const MARK: &str = "opshooks mark: ";
+/// How `pitr-fetch.sh`'s line begins (a recovery's init container).
+pub const PITR_FETCH: &str = "opshooks pitr-fetch: ";
+/// How `pitr-replay.sh`'s line begins (run by `start.sh`, which passes a
+/// failure on in its own refusal).
+pub const PITR_REPLAY: &str = "opshooks pitr-replay: ";
+/// How `base-backup.sh`'s line begins (in the archiver sidecar's log).
+pub const BASE_BACKUP: &str = "opshooks base-backup: ";
 
 /// How `start.sh`'s report of what an instance holds begins, after
 /// [`INSTANCE`].
@@ -45,6 +55,9 @@ pub const OTHER_MAJOR: &str = "volume holds ";
 /// What `start.sh` says when the data directory is empty although the
 /// Database was initialized.
 pub const EMPTY_VOLUME: &str = "is empty although the Database was initialized";
+/// What `start.sh` says when a recovery from another Database's archive
+/// did not finish, or cannot begin.
+pub const RECOVERY: &str = "from the archive ";
 
 /// What an instance's words are about, by the phrases above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -55,8 +68,66 @@ pub enum InstanceSays {
     /// The data directory is empty although the Database was initialized:
     /// nothing is initialized over lost data.
     EmptyVolume,
+    /// A recovery from an archive did not finish or cannot begin.
+    Recovery,
     /// Anything else.
     Other,
+}
+
+/// Which of the archive's scripts reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ArchiveScript {
+    /// `pitr-fetch.sh`.
+    PitrFetch,
+    /// `pitr-replay.sh`.
+    PitrReplay,
+    /// `base-backup.sh`.
+    BaseBackup,
+}
+
+/// Why an archive script did not do its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Verdict {
+    /// Nothing for it to do here (exit 0): `pitr-fetch.sh` in any start
+    /// but the designated primary's first.
+    Skipped,
+    /// It will not, as asked (exit 3): nothing was written.
+    Refused,
+    /// It tried and could not (exit 1).
+    Failed,
+}
+
+impl Verdict {
+    /// How the script writes it, before its reason.
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::Skipped => "skipped ",
+            Verdict::Refused => "refused ",
+            Verdict::Failed => "failed ",
+        }
+    }
+}
+
+impl ArchiveScript {
+    fn prefix(self) -> &'static str {
+        match self {
+            ArchiveScript::PitrFetch => PITR_FETCH,
+            ArchiveScript::PitrReplay => PITR_REPLAY,
+            ArchiveScript::BaseBackup => BASE_BACKUP,
+        }
+    }
+
+    /// The verdicts it reports.
+    fn verdicts(self) -> &'static [Verdict] {
+        const ALL: [Verdict; 3] = [Verdict::Skipped, Verdict::Refused, Verdict::Failed];
+        match self {
+            ArchiveScript::PitrFetch => &ALL,
+            ArchiveScript::PitrReplay => &ALL[1..],
+            ArchiveScript::BaseBackup => &ALL[2..],
+        }
+    }
 }
 
 /// One line a script reported.
@@ -144,6 +215,63 @@ pub enum Report<'a> {
         /// Its words.
         says: &'a str,
     },
+    /// `pitr-fetch.sh` downloaded a base backup to recover from.
+    Fetched {
+        /// The backup's id in the store.
+        id: &'a str,
+        /// Where it ends, as PostgreSQL prints an LSN.
+        end: &'a str,
+        /// When it ended.
+        end_time: &'a str,
+        /// The earliest point the archive recovers to: the end of its first
+        /// finished base backup.
+        recoverable_from: &'a str,
+        /// How long the download took.
+        seconds: Option<u64>,
+    },
+    /// `pitr-replay.sh` replayed the archive to the target and promoted.
+    Recovered {
+        /// The last WAL record replayed.
+        lsn: &'a str,
+        /// The time of the last transaction replayed, when one was.
+        last_commit: Option<&'a str>,
+        /// The new timeline.
+        timeline: Option<u64>,
+        /// Seconds until the server took writes.
+        ready_seconds: Option<u64>,
+        /// Seconds in all.
+        seconds: Option<u64>,
+    },
+    /// `base-backup.sh` stored a base backup, or found it stored.
+    BaseBackupStored {
+        /// The backup's id in the store.
+        id: &'a str,
+        /// `primary` or `standby`: the server it was taken from.
+        from: &'a str,
+        /// Where it begins and ends, as PostgreSQL prints an LSN.
+        begin: Option<&'a str>,
+        /// Where it ends.
+        end: &'a str,
+        /// Its last WAL segment, which a recovery from it needs.
+        end_wal: Option<&'a str>,
+        /// When it ended.
+        end_time: &'a str,
+        /// How long it took.
+        seconds: Option<u64>,
+        /// The name the hook asked for, when it named it.
+        name: Option<&'a str>,
+        /// The store already had a finished backup of that name.
+        already: bool,
+    },
+    /// An archive script did not do its work, and why.
+    ArchiveStep {
+        /// Which.
+        script: ArchiveScript,
+        /// How it ended.
+        verdict: Verdict,
+        /// Why.
+        why: &'a str,
+    },
 }
 
 /// What a refusing instance reports its data holds.
@@ -221,13 +349,22 @@ impl<'a> Report<'a> {
     /// Reads one line (a trailing newline and spaces are left out).
     pub fn parse(message: &'a str) -> Result<Self, Unreadable<'a>> {
         let line = message.trim_end();
-        let (prefix, words) = [PROMOTE, RESTORE, VERIFY, MARK, INSTANCE]
-            .into_iter()
-            .find_map(|p| Some((p, line.strip_prefix(p)?)))
-            .ok_or(Unreadable {
-                prefix: None,
-                words: line,
-            })?;
+        let (prefix, words) = [
+            PROMOTE,
+            RESTORE,
+            VERIFY,
+            MARK,
+            PITR_FETCH,
+            PITR_REPLAY,
+            BASE_BACKUP,
+            INSTANCE,
+        ]
+        .into_iter()
+        .find_map(|p| Some((p, line.strip_prefix(p)?)))
+        .ok_or(Unreadable {
+            prefix: None,
+            words: line,
+        })?;
         let unreadable = Unreadable {
             prefix: Some(prefix),
             words: words.trim(),
@@ -237,7 +374,15 @@ impl<'a> Report<'a> {
             PROMOTE => Self::promote(words),
             RESTORE => Self::restore(words),
             VERIFY => Some(Self::verify(words)),
-            _ => Some(Report::Mark { says: words.trim() }),
+            MARK => Some(Report::Mark { says: words.trim() }),
+            PITR_FETCH => Self::archive(ArchiveScript::PitrFetch, words, "fetched ", Self::fetched),
+            PITR_REPLAY => Self::archive(
+                ArchiveScript::PitrReplay,
+                words,
+                "recovered ",
+                Self::recovered,
+            ),
+            _ => Self::archive(ArchiveScript::BaseBackup, words, "stored ", Self::stored),
         };
         report.ok_or(unreadable)
     }
@@ -256,6 +401,8 @@ impl<'a> Report<'a> {
             InstanceSays::OtherMajor
         } else if says.contains(EMPTY_VOLUME) {
             InstanceSays::EmptyVolume
+        } else if says.contains(RECOVERY) {
+            InstanceSays::Recovery
         } else {
             InstanceSays::Other
         };
@@ -309,6 +456,63 @@ impl<'a> Report<'a> {
         }
     }
 
+    /// An archive script's words: its success (`done`, read by `read`) or
+    /// one of its verdicts.
+    fn archive(
+        script: ArchiveScript,
+        words: &'a str,
+        done: &str,
+        read: fn(&'a str) -> Option<Self>,
+    ) -> Option<Self> {
+        if let Some(fields) = words.strip_prefix(done) {
+            return read(fields);
+        }
+        script.verdicts().iter().find_map(|verdict| {
+            Some(Report::ArchiveStep {
+                script,
+                verdict: *verdict,
+                why: words.strip_prefix(verdict.word())?.trim(),
+            })
+        })
+    }
+
+    /// `pitr-fetch.sh`'s fields.
+    fn fetched(fields: &'a str) -> Option<Self> {
+        Some(Report::Fetched {
+            id: field(fields, "id")?,
+            end: field(fields, "end")?,
+            end_time: field(fields, "end_time")?,
+            recoverable_from: field(fields, "recoverable_from")?,
+            seconds: number(fields, "seconds"),
+        })
+    }
+
+    /// `pitr-replay.sh`'s fields.
+    fn recovered(fields: &'a str) -> Option<Self> {
+        Some(Report::Recovered {
+            lsn: field(fields, "lsn")?,
+            last_commit: field(fields, "last_commit").filter(|t| *t != "-"),
+            timeline: number(fields, "timeline"),
+            ready_seconds: number(fields, "ready_seconds"),
+            seconds: number(fields, "seconds"),
+        })
+    }
+
+    /// `base-backup.sh`'s fields.
+    fn stored(fields: &'a str) -> Option<Self> {
+        Some(Report::BaseBackupStored {
+            id: field(fields, "id")?,
+            from: field(fields, "from").filter(|f| ["primary", "standby"].contains(f))?,
+            begin: field(fields, "begin"),
+            end: field(fields, "end")?,
+            end_wal: field(fields, "end_wal"),
+            end_time: field(fields, "end_time")?,
+            seconds: number(fields, "seconds"),
+            name: field(fields, "name"),
+            already: field(fields, "already") == Some("true"),
+        })
+    }
+
     /// How the line begins.
     pub fn prefix(&self) -> &'static str {
         match self {
@@ -319,6 +523,10 @@ impl<'a> Report<'a> {
             Report::Restored { .. } | Report::RestoreFailed { .. } => RESTORE,
             Report::Verified { .. } | Report::VerifyFailed { .. } => VERIFY,
             Report::Mark { .. } => MARK,
+            Report::Fetched { .. } => PITR_FETCH,
+            Report::Recovered { .. } => PITR_REPLAY,
+            Report::BaseBackupStored { .. } => BASE_BACKUP,
+            Report::ArchiveStep { script, .. } => script.prefix(),
         }
     }
 
@@ -359,6 +567,55 @@ impl<'a> Report<'a> {
                 or_dash(some(*bytes)),
                 taken.unwrap_or("-")
             ),
+            Report::Fetched {
+                id,
+                end,
+                end_time,
+                recoverable_from,
+                seconds,
+            } => format!(
+                "fetched id={id} end={end} end_time={end_time} recoverable_from={recoverable_from} seconds={}",
+                or_dash(some(*seconds))
+            ),
+            Report::Recovered {
+                lsn,
+                last_commit,
+                timeline,
+                ready_seconds,
+                seconds,
+            } => format!(
+                "recovered lsn={lsn} last_commit={} timeline={} ready_seconds={} seconds={}",
+                last_commit.unwrap_or("-"),
+                or_dash(some(*timeline)),
+                or_dash(some(*ready_seconds)),
+                or_dash(some(*seconds))
+            ),
+            Report::BaseBackupStored {
+                id,
+                from,
+                begin,
+                end,
+                end_wal,
+                end_time,
+                seconds,
+                name,
+                already,
+            } => {
+                let mut words = format!(
+                    "stored id={id} from={from} begin={} end={end} end_wal={} end_time={end_time} seconds={}",
+                    begin.unwrap_or("-"),
+                    end_wal.unwrap_or("-"),
+                    or_dash(some(*seconds))
+                );
+                if let Some(name) = name {
+                    words.push_str(&format!(" name={name}"));
+                }
+                if *already {
+                    words.push_str(" already=true");
+                }
+                words
+            }
+            Report::ArchiveStep { verdict, why, .. } => format!("{}{why}", verdict.word()),
             Report::RestoreFailed { why } | Report::VerifyFailed { why } => why.to_string(),
             Report::Instance { says, .. } | Report::Mark { says } => says.to_string(),
         }
@@ -378,7 +635,7 @@ mod tests {
 
     /// Lines as the scripts write them, each read and written back as it
     /// was.
-    const LINES: [&str; 14] = [
+    const LINES: [&str; 23] = [
         "opshooks: the volume holds PostgreSQL 15's data and this instance runs 16",
         "opshooks: holds epoch=4 primary=orders-1 database=0b9f timeline=3 lsn=0/3000148: the role names orders-0 at epoch 3",
         "opshooks: holds epoch=- primary=- database=- timeline=1 lsn=1A/FF000028: no role recorded",
@@ -393,6 +650,15 @@ mod tests {
         "opshooks restore: restored bytes=- taken=- key=k",
         "opshooks: serving the certificate of the TLS Secret (mounted at /etc/opshooks/tls)",
         "opshooks mark: marked s3://bucket/db/a.pgdump.verified",
+        "opshooks pitr-fetch: fetched id=20261206T010203 end=0/5000100 end_time=2026-12-06T01:02:04.5+00:00 recoverable_from=2026-12-05T01:02:04+00:00 seconds=1",
+        "opshooks pitr-fetch: skipped 'orders-1' is not the designated primary",
+        "opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup: the archive recovers from 2026-12-05T01:02:04+00:00",
+        "opshooks pitr-fetch: failed barman-cloud-restore of backup 20261206T010203: connection refused",
+        "opshooks pitr-replay: recovered lsn=0/7000060 last_commit=2026-12-06T01:05:00.123+00:00 timeline=2 ready_seconds=7 seconds=9",
+        "opshooks pitr-replay: recovered lsn=0/7000060 last_commit=- timeline=2 ready_seconds=7 seconds=9",
+        "opshooks pitr-replay: refused no data directory in '/d': pitr-fetch.sh runs first",
+        "opshooks base-backup: stored id=20261206T010203 from=standby begin=0/4000028 end=0/5000100 end_wal=000000010000000000000005 end_time=2026-12-06T01:02:04+00:00 seconds=3 name=scheduled-20261206T0100Z already=true",
+        "opshooks base-backup: failed cannot reach the store",
     ];
 
     #[test]
@@ -499,6 +765,77 @@ mod tests {
             1,
             "start.sh's refusal beside another major"
         );
+        assert_eq!(
+            refusals(RECOVERY),
+            2,
+            "start.sh's refusals of a recovery from the archive"
+        );
+        assert!(
+            START_SCRIPT
+                .lines()
+                .filter(|l| l.trim_start().starts_with("refuse \"") && l.contains(RECOVERY))
+                .all(|l| !l.contains(EMPTY_VOLUME) && !l.contains(OTHER_MAJOR)),
+            "a recovery's refusal reads as about another thing"
+        );
+    }
+
+    #[test]
+    fn the_archive_scripts_lines_read_as_typed_values() {
+        assert_eq!(
+            Report::parse(LINES[14]).unwrap(),
+            Report::Fetched {
+                id: "20261206T010203",
+                end: "0/5000100",
+                end_time: "2026-12-06T01:02:04.5+00:00",
+                recoverable_from: "2026-12-05T01:02:04+00:00",
+                seconds: Some(1),
+            }
+        );
+        let step = |line: &str| match Report::parse(line) {
+            Ok(Report::ArchiveStep {
+                script, verdict, ..
+            }) => (script, verdict),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            step(LINES[15]),
+            (ArchiveScript::PitrFetch, Verdict::Skipped)
+        );
+        assert_eq!(
+            step(LINES[16]),
+            (ArchiveScript::PitrFetch, Verdict::Refused)
+        );
+        assert_eq!(
+            step(LINES[20]),
+            (ArchiveScript::PitrReplay, Verdict::Refused)
+        );
+        assert_eq!(
+            step(LINES[22]),
+            (ArchiveScript::BaseBackup, Verdict::Failed)
+        );
+        assert_eq!(
+            Report::parse(LINES[19]).unwrap(),
+            Report::Recovered {
+                lsn: "0/7000060",
+                last_commit: None,
+                timeline: Some(2),
+                ready_seconds: Some(7),
+                seconds: Some(9),
+            }
+        );
+        let Ok(Report::BaseBackupStored {
+            from,
+            name,
+            already,
+            ..
+        }) = Report::parse(LINES[21])
+        else {
+            panic!("{LINES:?}")
+        };
+        assert_eq!(
+            (from, name, already),
+            ("standby", Some("scheduled-20261206T0100Z"), true)
+        );
     }
 
     #[test]
@@ -524,6 +861,28 @@ mod tests {
                 "opshooks restore: restored bytes=1",
                 Some(RESTORE),
                 "restored bytes=1",
+            ),
+            (
+                "opshooks pitr-fetch: fetched id=1",
+                Some(PITR_FETCH),
+                "fetched id=1",
+            ),
+            // base-backup.sh never skips or refuses; pitr-replay.sh never
+            // skips.
+            (
+                "opshooks base-backup: skipped now",
+                Some(BASE_BACKUP),
+                "skipped now",
+            ),
+            (
+                "opshooks pitr-replay: skipped now",
+                Some(PITR_REPLAY),
+                "skipped now",
+            ),
+            (
+                "opshooks base-backup: stored id=1 from=nowhere end=0/1 end_time=t",
+                Some(BASE_BACKUP),
+                "stored id=1 from=nowhere end=0/1 end_time=t",
             ),
             ("psql: could not connect", None, "psql: could not connect"),
             ("", None, ""),

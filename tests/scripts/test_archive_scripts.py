@@ -44,6 +44,7 @@ import pytest
 from kubelet import expand  # tests/support
 from pods import Proxy  # tests/support
 from pyhelpers import free_port  # tests/support
+from reports import parse, termination_line  # tests/support
 
 from postgres import (  # noqa: F401 (scratch: an autouse fixture)
     BIN,
@@ -290,7 +291,9 @@ class Writer(threading.Thread):
 
 
 def termination(path: Path) -> str:
-    return path.read_text().strip() if path.exists() else ""
+    """The script's line, once the hook's parser has read it (every line
+    the archive's scripts write goes through it: `opshooks report`)."""
+    return termination_line(path).strip()
 
 
 @dataclasses.dataclass
@@ -328,11 +331,13 @@ def job(script: str, env: dict[str, str], *, as_postgres: bool = False, timeout:
         return Job(proc.returncode, out.read(), killed + err.read(), termination(log))
 
 
-def fields(line: str) -> dict[str, str]:
-    return dict(re.findall(r"(\w+)=(\S+)", line))
+def fields(line: str) -> dict:
+    """The hook's reading of a script's line (from its "opshooks " on, as
+    the sidecar's log quotes it): its fields, typed and camelCased."""
+    return parse(line[line.index("opshooks "):])
 
 
-def base_backup(primary: Primary) -> dict[str, str]:
+def base_backup(primary: Primary) -> dict:
     c = primary.cluster
     r = job("base-backup.sh", {**primary.env, "PGHOST": "127.0.0.1", "PGPORT": str(c.port),
                                "PGUSER": "postgres", "PGPASSWORD": c.password,
@@ -399,7 +404,7 @@ def recover(store: Store, bucket: str, mounted: Path, env: dict[str, str] | None
                   as_postgres=True)
     sidecar.stop()
     assert r.rc == 0 and r.line.startswith("opshooks pitr-replay: recovered lsn="), f"{r}\n--- sidecar\n{sidecar.output()[-3000:]}"
-    return Recovered(data, fetch_line, r.line, fetch_seconds, float(fields(r.line)["ready_seconds"]))
+    return Recovered(data, fetch_line, r.line, fetch_seconds, float(fields(r.line)["readySeconds"]))
 
 
 def report(figures: dict) -> None:
@@ -495,7 +500,7 @@ def test_recovers_exactly_the_commits_before_a_time(store, bucket, mounted):
     rec = recover(store, bucket, mounted, time=target.isoformat())
     rows = rec.rows()
     assert rows == expected, (len(rows), len(expected), target)
-    assert fields(rec.replay_line)["timeline"] == "2"
+    assert fields(rec.replay_line)["timeline"] == 2
 
 
 # --------------------------------------------------------------------------
@@ -565,7 +570,7 @@ def test_a_target_outside_the_archive_is_refused_and_touches_nothing(store, buck
             assert r.rc == 3, str(r)
             assert r.line.startswith("opshooks pitr-fetch: refused the target"), str(r)
             assert "is before the end of the first base backup" in r.line, str(r)
-            assert f"the archive recovers from {backup['end_time']}" in r.line, str(r)
+            assert f"the archive recovers from {backup['endTime']}" in r.line, str(r)
             assert "refused" in r.err
     assert not (root / "absent").exists()
     assert list(empty.iterdir()) == []
@@ -891,8 +896,7 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
 
     line = wait_for(sidecar, f"base backup {name}: opshooks base-backup: stored", 120)
     taken = fields(line)
-    assert (taken["from"], taken["name"]) == ("standby", name), line
-    assert "already" not in taken, line
+    assert (taken["report"], taken["from"], taken["name"], taken["already"]) == ("baseBackupStored", "standby", name, False), line
     assert len(backups_named(r.env, name)) == 1
     # Recorded as done (its exit status read right), so never started again.
     assert (spool / "backup" / "done" / name).exists(), sidecar.output()[-2000:]
@@ -903,7 +907,7 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
     sidecar.stop()
     again = Sidecar(r.sidecar_env("orders-1", standby), standby.data, pg_dir(fresh_path("spool")), r.command)
     line = wait_for(again, f"base backup {name}: opshooks base-backup: stored", 60)
-    assert fields(line).get("already") == "true" and fields(line)["id"] == taken["id"], line
+    assert fields(line)["already"] is True and fields(line)["id"] == taken["id"], line
     assert len(backups_named(r.env, name)) == 1
 
     # It restores: every row, from the standby's backup and the archive.

@@ -38,7 +38,8 @@ def opshooks():
 def parse(line):
     """The hook's reading of `line` as a dict (`report` names its kind: holds,
     instance, promoted, promoteRefused, promoteFailed, restored,
-    restoreFailed, verified, verifyFailed, mark); AssertionError, with the
+    restoreFailed, verified, verifyFailed, mark, fetched, recovered,
+    baseBackupStored, archiveStep); AssertionError, with the
     parser's words, when the hook cannot read it."""
     out = subprocess.run([opshooks(), "report"], input=line, capture_output=True, text=True)
     assert out.returncode == 0, f"the hook cannot read the line {line!r}: {out.stderr.strip()}"

@@ -23,7 +23,7 @@ use super::tls;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
 use crate::operator::Context;
 use crate::operators::backup_job::{self, Choice, RunStatus};
-use crate::operators::report::Report;
+use crate::operators::report::{InstanceSays, Report, Verdict};
 use crate::operators::resources;
 
 /// The bootstrap's restore Job: restores the chosen dump.
@@ -178,13 +178,28 @@ fn decide_recovery(db: &Database, seen: &Observed, primary_ready: bool) -> Resto
 
 /// What the recovering instances last said went wrong (`pitr-fetch.sh` in
 /// the init container, `start.sh` with `pitr-replay.sh`), if anything.
+/// A fetch that was skipped or done is no trouble; a line that does not
+/// read is shown as it is.
 fn recovery_trouble(db: &Database, seen: &Observed) -> Option<String> {
     seen.instances(db).find_map(|(_, pod)| {
-        let fetch = pod
-            .container_message("pitr-fetch")
-            .filter(|m| !m.contains("pitr-fetch: skipped") && !m.contains("pitr-fetch: fetched"));
+        let fetch = pod.container_message("pitr-fetch").filter(|m| {
+            !matches!(
+                Report::parse(m),
+                Ok(Report::Fetched { .. }
+                    | Report::ArchiveStep {
+                        verdict: Verdict::Skipped,
+                        ..
+                    })
+            )
+        });
         let replay = pod.container_message("postgres").filter(|m| {
-            m.contains("recovery from the archive") || m.contains("recovers from the archive")
+            matches!(
+                Report::parse(m),
+                Ok(Report::Instance {
+                    about: InstanceSays::Recovery,
+                    ..
+                })
+            )
         });
         fetch.or(replay).map(|m| m.trim().to_string())
     })
@@ -804,5 +819,34 @@ mod tests {
             "{}",
             words(&seen)
         );
+        seen.pods = vec![said(
+            "pitr-fetch",
+            "opshooks pitr-fetch: fetched id=20261206T010203 end=0/5000100 end_time=2026-12-06T01:02:04+00:00 recoverable_from=2026-12-05T01:02:04+00:00 seconds=1\n",
+        )];
+        assert!(!words(&seen).contains("; last:"), "{}", words(&seen));
+        // A line the hook cannot read is shown as it is.
+        seen.pods = vec![said(
+            "pitr-fetch",
+            "sh: 1: barman-cloud-restore: not found\n",
+        )];
+        assert!(
+            words(&seen).ends_with("; last: sh: 1: barman-cloud-restore: not found"),
+            "{}",
+            words(&seen)
+        );
+        // start.sh's refusal after a replay that failed; not its other
+        // refusals.
+        let replay = "opshooks: the recovery from the archive orders-uid-1-pg16 did not finish: pitr-replay: failed the archive ends before the target";
+        seen.pods = vec![said("postgres", replay)];
+        assert!(
+            words(&seen).ends_with(&format!("; last: {replay}")),
+            "{}",
+            words(&seen)
+        );
+        seen.pods = vec![said(
+            "postgres",
+            "opshooks: volume holds PostgreSQL 15 data (pg15), not 16: nothing is initialized or served beside it",
+        )];
+        assert!(!words(&seen).contains("; last:"), "{}", words(&seen));
     }
 }
