@@ -179,21 +179,24 @@ pub(super) fn condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<O
         });
     };
     let pod = pod_name(db, primary);
-    let runs = seen
+    let spec = seen
         .pods
         .iter()
-        .filter(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
-        .filter_map(|p| p.spec.as_ref())
-        .any(|spec| spec.containers.iter().any(|c| c.name == CONTAINER));
-    if !runs {
-        return Some(Observation::new(
-            CONDITION,
-            false,
-            "Pending",
-            format!(
+        .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
+        .map(|p| p.spec.as_ref());
+    let pending = match spec {
+        None => Some(format!(
+            "the primary {pod} does not run yet: it archives from its first start, with the sidecar"
+        )),
+        Some(spec) if !spec.is_some_and(|s| s.containers.iter().any(|c| c.name == CONTAINER)) => {
+            Some(format!(
                 "the primary {pod} runs without the archiver yet: it archives once the rollout has restarted it with the sidecar"
-            ),
-        ));
+            ))
+        }
+        Some(_) => None,
+    };
+    if let Some(words) = pending {
+        return Some(Observation::new(CONDITION, false, "Pending", words));
     }
     let timeout = archive.timeout_seconds();
     Some(Observation::new(
