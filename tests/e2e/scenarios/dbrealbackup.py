@@ -28,11 +28,16 @@ Before its backups, the first turns on WAL archiving
 whose barman-cloud stores the WAL segments in the same bucket; the
 sidecar then takes the base backups the hook asks for (the schedule's
 first at once, then one asked for by annotation) into the archive.
+Once the first is deleted with every volume, two Databases recover from
+its archive side by side (`spec.bootstrap.archive`): one to the end of the
+archive, with every row, the last one too; one to a time noted a second
+before the last row's commit, with exactly the rows committed before it.
 
 Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbrealbackup."""
 
 import base64
 import contextlib
+import datetime as dt
 import os
 import re
 import subprocess
@@ -283,19 +288,34 @@ print(time.time() if c.list_objects_v2(Bucket='{BUCKET}', Prefix='{key}').get('C
     return round(float(out.strip()) - acked, 1)
 
 
-def recovered(s, name, folder, destination):
-    """A small Database `name` recovered from the WAL archive `folder` to its
-    end (spec.bootstrap.archive), as the source's user and database: its
-    rows as rows_read_back reads them, its status, and the seconds from
-    its creation to that answer."""
+def recovering(s, name, folder, destination, target_time=None):
+    """A small Database `name` recovering from the WAL archive `folder`
+    (spec.bootstrap.archive) to `target_time`, or to its end, as the
+    source's user and database, applied: it and when it was."""
     db = placed(database(s.ns, name, "15", "small", policy="Delete"))
     db["spec"]["backup"] = {"enabled": False, "destination": destination, "archive": {"timeoutSeconds": ARCHIVE_TIMEOUT}}
     db["spec"]["user"] = "src"
     db["spec"]["databaseName"] = "src"
     db["spec"]["bootstrap"] = {"archive": {"folder": folder}}
-    started = time.time()
+    if target_time:
+        db["spec"]["bootstrap"]["archive"]["targetTime"] = target_time
+    s.k.apply(db)
+    return db, time.time()
+
+
+def recovered(s, recovery, folder):
+    """The recovering Database's rows as rows_read_back reads them, its
+    status, and the seconds from its creation to that answer."""
+    db, started = recovery
     out, status = rows_read_back(s, db, folder)
     return out, status, round(time.time() - started, 1)
+
+
+def server_time(s, cip, login):
+    """The server's clock now, as an ISO 8601 time in UTC."""
+    code, out = psql(s, cip, login, "SELECT extract(epoch FROM clock_timestamp())")
+    need(code == 0, f"psql through {cip}: {out}")
+    return dt.datetime.fromtimestamp(float(out.strip()), dt.timezone.utc).isoformat()
 
 
 def scenario_real_backup_restore(s):
@@ -358,7 +378,11 @@ def scenario_real_backup_restore(s):
         dumps = dumps_in(s, endpoint, "real/src-2")
         s.expect(dumps and (st.get("restoredFrom") or {}).get("object") == f"s3://{BUCKET}/{dumps[-1]}", f"status.restoredFrom {st.get('restoredFrom')}, want the newest of {dumps}")
 
-        s.step("a row more, archived; then src deleted under Snapshot: the snapshot Job dumps it before its volume goes")
+        s.step("a time noted, then a row more, archived; then src deleted under Snapshot: the snapshot Job dumps it before its volume goes")
+        # The time a recovery stops at: after the 500 rows, a second before
+        # row 501's commit (the server's clock, as PostgreSQL compares it).
+        target = server_time(s, cip, login)
+        time.sleep(1)
         delay = archived(s, cip, login, endpoint, "src", "INSERT INTO acked VALUES (501, 'after the backup')")
         print(f"archive: row 501's segment in the bucket {delay} s after its commit", flush=True)
         folder = f"src-{s.parent('Database', 'src')['metadata']['uid']}-pg15"
@@ -367,13 +391,21 @@ def scenario_real_backup_restore(s):
         snapshots = dumps_in(s, endpoint, "real/src-snapshot-")
         s.expect(len(snapshots) == 1, f"one snapshot of src in the bucket: {snapshots}")
 
-        s.step("every volume of src gone: a Database recovered from its WAL archive to its end (spec.bootstrap.archive): every row, the last one too")
-        out, st, took = recovered(s, "pitr", folder, destination)
+        s.step("every volume of src gone: Databases recovered from its WAL archive (spec.bootstrap.archive), side by side: to its end, every row, the last one too; to the time noted, exactly the rows before it")
+        to_end = recovering(s, "pitr", folder, destination)
+        to_time = recovering(s, "pitrtime", folder, destination, target)
+        out, st, took = recovered(s, to_end, folder)
         print(f"archive: recovered to the end of the archive, answering {took} s after its creation", flush=True)
         s.expect(out == "501|125751|t", f"pitr answers {out!r}, want 501 rows, the last one archived before src was deleted")
         restored_from = (st.get("restoredFrom") or {}).get("object") or ""
         s.expect(restored_from.endswith(f"/real/archive/{folder} to the end of the archive"), f"status.restoredFrom {st.get('restoredFrom')}, want the archive {folder}")
+        out, st, took = recovered(s, to_time, folder)
+        print(f"archive: recovered to {target}, answering {took} s after its creation (beside the other)", flush=True)
+        s.expect(out == "500|125250|t", f"pitrtime answers {out!r}, want the 500 rows committed before {target}, not row 501")
+        restored_from = (st.get("restoredFrom") or {}).get("object") or ""
+        s.expect(restored_from.endswith(f"/real/archive/{folder} to time {target}"), f"status.restoredFrom {st.get('restoredFrom')}, want the archive {folder} to {target}")
         k.delete("Database", ns, "pitr")
+        k.delete("Database", ns, "pitrtime")
 
         s.step("src created again from its own snapshot (spec.bootstrap.database: src): every row, the last one too")
         out, st = restored(s, "src", "src", destination)
@@ -384,6 +416,7 @@ def scenario_real_backup_restore(s):
         k.delete("Database", ns, "dst")
         k.delete("Database", ns, "src")
         db_gone(s, "pitr", timeout=180)
+        db_gone(s, "pitrtime", timeout=180)
         db_gone(s, "dst", timeout=180)
         db_gone(s, "src", timeout=180)
 
