@@ -791,28 +791,19 @@ mod tests {
                 seconds: Some(1),
             }
         );
-        let step = |line: &str| match Report::parse(line) {
-            Ok(Report::ArchiveStep {
-                script, verdict, ..
-            }) => (script, verdict),
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(
-            step(LINES[15]),
-            (ArchiveScript::PitrFetch, Verdict::Skipped)
-        );
-        assert_eq!(
-            step(LINES[16]),
-            (ArchiveScript::PitrFetch, Verdict::Refused)
-        );
-        assert_eq!(
-            step(LINES[20]),
-            (ArchiveScript::PitrReplay, Verdict::Refused)
-        );
-        assert_eq!(
-            step(LINES[22]),
-            (ArchiveScript::BaseBackup, Verdict::Failed)
-        );
+        for (line, want) in [
+            (LINES[15], (ArchiveScript::PitrFetch, Verdict::Skipped)),
+            (LINES[16], (ArchiveScript::PitrFetch, Verdict::Refused)),
+            (LINES[20], (ArchiveScript::PitrReplay, Verdict::Refused)),
+            (LINES[22], (ArchiveScript::BaseBackup, Verdict::Failed)),
+        ] {
+            match Report::parse(line) {
+                Ok(Report::ArchiveStep {
+                    script, verdict, ..
+                }) => assert_eq!((script, verdict), want, "{line}"),
+                other => panic!("{line}: {other:?}"),
+            }
+        }
         assert_eq!(
             Report::parse(LINES[19]).unwrap(),
             Report::Recovered {

@@ -803,50 +803,48 @@ mod tests {
                 )
                 .typed()
         };
-        seen.pods = vec![said(
-            "pitr-fetch",
-            "opshooks pitr-fetch: skipped 'orders-0' is not the designated primary\n",
-        )];
-        assert!(!words(&seen).contains("; last:"), "{}", words(&seen));
-        seen.pods = vec![said(
-            "pitr-fetch",
-            "opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup\n",
-        )];
-        assert!(
-            words(&seen).ends_with(
-                "; last: opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup"
-            ),
-            "{}",
-            words(&seen)
-        );
-        seen.pods = vec![said(
-            "pitr-fetch",
-            "opshooks pitr-fetch: fetched id=20261206T010203 end=0/5000100 end_time=2026-12-06T01:02:04+00:00 recoverable_from=2026-12-05T01:02:04+00:00 seconds=1\n",
-        )];
-        assert!(!words(&seen).contains("; last:"), "{}", words(&seen));
-        // A line the hook cannot read is shown as it is.
-        seen.pods = vec![said(
-            "pitr-fetch",
-            "sh: 1: barman-cloud-restore: not found\n",
-        )];
-        assert!(
-            words(&seen).ends_with("; last: sh: 1: barman-cloud-restore: not found"),
-            "{}",
-            words(&seen)
-        );
-        // start.sh's refusal after a replay that failed; not its other
-        // refusals.
         let replay = "opshooks: the recovery from the archive orders-uid-1-pg16 did not finish: pitr-replay: failed the archive ends before the target";
-        seen.pods = vec![said("postgres", replay)];
-        assert!(
-            words(&seen).ends_with(&format!("; last: {replay}")),
-            "{}",
-            words(&seen)
-        );
-        seen.pods = vec![said(
-            "postgres",
-            "opshooks: volume holds PostgreSQL 15 data (pg15), not 16: nothing is initialized or served beside it",
-        )];
-        assert!(!words(&seen).contains("; last:"), "{}", words(&seen));
+        // Each container's last message, and what `Restored` then ends
+        // with (`None`: no "; last:" at all).
+        for (container, message, last) in [
+            (
+                "pitr-fetch",
+                "opshooks pitr-fetch: skipped 'orders-0' is not the designated primary\n",
+                None,
+            ),
+            (
+                "pitr-fetch",
+                "opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup\n",
+                Some(
+                    "opshooks pitr-fetch: refused the target, time 2020-01-01T00:00:00Z, is before the end of the first base backup",
+                ),
+            ),
+            (
+                "pitr-fetch",
+                "opshooks pitr-fetch: fetched id=20261206T010203 end=0/5000100 end_time=2026-12-06T01:02:04+00:00 recoverable_from=2026-12-05T01:02:04+00:00 seconds=1\n",
+                None,
+            ),
+            // A line the hook cannot read is shown as it is.
+            (
+                "pitr-fetch",
+                "sh: 1: barman-cloud-restore: not found\n",
+                Some("sh: 1: barman-cloud-restore: not found"),
+            ),
+            // start.sh's refusal after a replay that failed; not its other
+            // refusals.
+            ("postgres", replay, Some(replay)),
+            (
+                "postgres",
+                "opshooks: volume holds PostgreSQL 15 data (pg15), not 16: nothing is initialized or served beside it",
+                None,
+            ),
+        ] {
+            seen.pods = vec![said(container, message)];
+            let words = words(&seen);
+            match last {
+                Some(last) => assert!(words.ends_with(&format!("; last: {last}")), "{words}"),
+                None => assert!(!words.contains("; last:"), "{words}"),
+            }
+        }
     }
 }
