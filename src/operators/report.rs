@@ -13,6 +13,7 @@
 //! | `pitr-fetch.sh` | `opshooks pitr-fetch: fetched id=<id> end=<lsn> end_time=<time> recoverable_from=<time> seconds=<n>`, or `… skipped\|refused\|failed <why>` |
 //! | `pitr-replay.sh` | `opshooks pitr-replay: recovered lsn=<lsn> last_commit=<time> timeline=<n> ready_seconds=<n> seconds=<n>`, or `… refused\|failed <why>` |
 //! | `base-backup.sh` | `opshooks base-backup: stored id=<id> from=<primary\|standby> begin=<lsn> end=<lsn> end_wal=<segment> end_time=<time> seconds=<n> [name=<name>] [already=true]`, or `… failed <why>` |
+//! | `retain.sh` | `opshooks retain: kept=<n> deleted=<n> window_days=<n> oldest=<id>`, or `… refused\|failed <why>` |
 //!
 //! A script writes its line as one line (newlines become spaces); `-`
 //! stands for what it recorded none of; `key=` comes last, since a key may
@@ -43,6 +44,8 @@ pub const PITR_FETCH: &str = "opshooks pitr-fetch: ";
 pub const PITR_REPLAY: &str = "opshooks pitr-replay: ";
 /// How `base-backup.sh`'s line begins (in the archiver sidecar's log).
 pub const BASE_BACKUP: &str = "opshooks base-backup: ";
+/// How `retain.sh`'s line begins (a verification's archiver).
+pub const RETAIN: &str = "opshooks retain: ";
 
 /// How `start.sh`'s report of what an instance holds begins, after
 /// [`INSTANCE`].
@@ -84,6 +87,8 @@ pub enum ArchiveScript {
     PitrReplay,
     /// `base-backup.sh`.
     BaseBackup,
+    /// `retain.sh`.
+    Retain,
 }
 
 /// Why an archive script did not do its work.
@@ -116,6 +121,7 @@ impl ArchiveScript {
             ArchiveScript::PitrFetch => PITR_FETCH,
             ArchiveScript::PitrReplay => PITR_REPLAY,
             ArchiveScript::BaseBackup => BASE_BACKUP,
+            ArchiveScript::Retain => RETAIN,
         }
     }
 
@@ -124,7 +130,7 @@ impl ArchiveScript {
         const ALL: [Verdict; 3] = [Verdict::Skipped, Verdict::Refused, Verdict::Failed];
         match self {
             ArchiveScript::PitrFetch => &ALL,
-            ArchiveScript::PitrReplay => &ALL[1..],
+            ArchiveScript::PitrReplay | ArchiveScript::Retain => &ALL[1..],
             ArchiveScript::BaseBackup => &ALL[2..],
         }
     }
@@ -263,6 +269,17 @@ pub enum Report<'a> {
         /// The store already had a finished backup of that name.
         already: bool,
     },
+    /// `retain.sh` kept the recovery window and deleted what was older.
+    Retained {
+        /// Finished base backups left in the store.
+        kept: Option<u64>,
+        /// Finished base backups deleted.
+        deleted: Option<u64>,
+        /// The recovery window kept, in days.
+        window_days: Option<u64>,
+        /// The oldest base backup kept, when one is.
+        oldest: Option<&'a str>,
+    },
     /// An archive script did not do its work, and why.
     ArchiveStep {
         /// Which.
@@ -357,6 +374,7 @@ impl<'a> Report<'a> {
             PITR_FETCH,
             PITR_REPLAY,
             BASE_BACKUP,
+            RETAIN,
             INSTANCE,
         ]
         .into_iter()
@@ -382,6 +400,7 @@ impl<'a> Report<'a> {
                 "recovered ",
                 Self::recovered,
             ),
+            RETAIN => Self::archive(ArchiveScript::Retain, words, "kept=", Self::retained),
             _ => Self::archive(ArchiveScript::BaseBackup, words, "stored ", Self::stored),
         };
         report.ok_or(unreadable)
@@ -513,6 +532,17 @@ impl<'a> Report<'a> {
         })
     }
 
+    /// `retain.sh`'s fields (after `kept=`).
+    fn retained(fields: &'a str) -> Option<Self> {
+        let (kept, fields) = fields.split_once(' ')?;
+        Some(Report::Retained {
+            kept: Some(kept.parse().ok()?),
+            deleted: number(fields, "deleted"),
+            window_days: number(fields, "window_days"),
+            oldest: field(fields, "oldest").filter(|o| *o != "-"),
+        })
+    }
+
     /// How the line begins.
     pub fn prefix(&self) -> &'static str {
         match self {
@@ -526,6 +556,7 @@ impl<'a> Report<'a> {
             Report::Fetched { .. } => PITR_FETCH,
             Report::Recovered { .. } => PITR_REPLAY,
             Report::BaseBackupStored { .. } => BASE_BACKUP,
+            Report::Retained { .. } => RETAIN,
             Report::ArchiveStep { script, .. } => script.prefix(),
         }
     }
@@ -615,6 +646,18 @@ impl<'a> Report<'a> {
                 }
                 words
             }
+            Report::Retained {
+                kept,
+                deleted,
+                window_days,
+                oldest,
+            } => format!(
+                "kept={} deleted={} window_days={} oldest={}",
+                or_dash(some(*kept)),
+                or_dash(some(*deleted)),
+                or_dash(some(*window_days)),
+                oldest.unwrap_or("-")
+            ),
             Report::ArchiveStep { verdict, why, .. } => format!("{}{why}", verdict.word()),
             Report::RestoreFailed { why } | Report::VerifyFailed { why } => why.to_string(),
             Report::Instance { says, .. } | Report::Mark { says } => says.to_string(),
@@ -635,7 +678,7 @@ mod tests {
 
     /// Lines as the scripts write them, each read and written back as it
     /// was.
-    const LINES: [&str; 23] = [
+    const LINES: [&str; 26] = [
         "opshooks: the volume holds PostgreSQL 15's data and this instance runs 16",
         "opshooks: holds epoch=4 primary=orders-1 database=0b9f timeline=3 lsn=0/3000148: the role names orders-0 at epoch 3",
         "opshooks: holds epoch=- primary=- database=- timeline=1 lsn=1A/FF000028: no role recorded",
@@ -659,6 +702,9 @@ mod tests {
         "opshooks pitr-replay: refused no data directory in '/d': pitr-fetch.sh runs first",
         "opshooks base-backup: stored id=20261206T010203 from=standby begin=0/4000028 end=0/5000100 end_wal=000000010000000000000005 end_time=2026-12-06T01:02:04+00:00 seconds=3 name=scheduled-20261206T0100Z already=true",
         "opshooks base-backup: failed cannot reach the store",
+        "opshooks retain: kept=3 deleted=1 window_days=14 oldest=20261120T010002",
+        "opshooks retain: refused the replay did not prove the newest base backup (it ended with '1'): nothing is deleted before a newer backup is proven",
+        "opshooks retain: failed barman-cloud-backup-delete: AccessDenied",
     ];
 
     #[test]

@@ -307,9 +307,11 @@ class Job:
         return f"rc={self.rc}\n--- stdout\n{self.out}--- stderr\n{self.err}--- termination log\n{self.line}"
 
 
-def job(script: str, env: dict[str, str], *, as_postgres: bool = False, timeout: float = 120) -> Job:
-    """`/bin/sh -c <script text>` with exactly env and a termination log,
-    output to files (a server left running cannot hang the test)."""
+def job(script: str, env: dict[str, str], *, as_postgres: bool = False, timeout: float = 120,
+        command: list[str] | None = None) -> Job:
+    """`/bin/sh -c <script text>` (or `command`, as a pod spec gives it)
+    with exactly env and a termination log, output to files (a server left
+    running cannot hang the test)."""
     logs = pg_dir(fresh_path("termination"))
     log = logs / "log"
     kwargs: dict = {}
@@ -317,7 +319,7 @@ def job(script: str, env: dict[str, str], *, as_postgres: bool = False, timeout:
         uid, gid = postgres_ids()
         kwargs = {"user": uid, "group": gid, "extra_groups": []}
     with open(logs / "out", "w+") as out, open(logs / "err", "w+") as err:
-        proc = subprocess.Popen(["sh", "-c", (SCRIPTS / script).read_text()], executable=shell_path("dash"),
+        proc = subprocess.Popen(command or ["sh", "-c", (SCRIPTS / script).read_text()], executable=shell_path("dash"),
                                 env={**env, "TERMINATION_LOG": str(log)}, cwd=logs, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, start_new_session=True, **kwargs)
         try:
@@ -848,13 +850,23 @@ def test_a_standby_the_primary_recycled_wal_for_catches_up_from_the_archive(stor
 # h. A base backup asked for by the hook
 
 
-def backups_named(env: dict[str, str], name: str) -> list[dict]:
-    """The store's base backups of the archive `env` names, called `name`."""
+def backups(env: dict[str, str]) -> list[dict]:
+    """The store's base backups of the archive `env` names, as listed."""
     listed = subprocess.run(["barman-cloud-backup-list", "--endpoint-url", env["ARCHIVE_ENDPOINT"], "--format", "json",
                              "--", env["ARCHIVE_DESTINATION"], env["ARCHIVE_SERVER"]],
                             env=env, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
-    return [b for b in json.loads(listed.stdout)["backups_list"] if b.get("backup_name") == name]
+    return json.loads(listed.stdout)["backups_list"]
+
+
+def backups_named(env: dict[str, str], name: str) -> list[dict]:
+    """The store's base backups of the archive `env` names, called `name`."""
+    return [b for b in backups(env) if b.get("backup_name") == name]
+
+
+def backup_ids(env: dict[str, str]) -> list[str]:
+    """The ids of the store's base backups of the archive `env` names."""
+    return sorted(b["backup_id"] for b in backups(env))
 
 
 def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store, bucket):
@@ -919,3 +931,171 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
     contiguous(rows := recovered.rows())
     assert len(rows) == 1100
     standby.stop()
+
+
+# --------------------------------------------------------------------------
+# i. A base backup proven to restore, by the hook's verification pod
+
+
+VERIFY_RENDERED = RENDERED.parent.parent / "v2-archive-verify-base" / "response.json"
+
+
+def rendered_verification(store: Store, bucket: str) -> tuple[dict[str, tuple[list[str], dict[str, str]]], Path]:
+    """The verification CronJob's pod as the hook answers it (golden
+    `v2-archive-verify-base`): each container's command and values, mapped
+    to this machine and nothing else (its volumes to new directories, the
+    ConfigMap's files where it mounts them, barman-cloud's or PostgreSQL's
+    PATH, the endpoint, the bucket's name, the keys); and the spool."""
+    answer = json.loads(VERIFY_RENDERED.read_text())
+    kids = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
+    pod = kids[("CronJob", "orders-verify-base")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    root = pg_dir(fresh_path("verify-pod"))
+    dirs = {}
+    for v in pod["volumes"]:
+        if "emptyDir" in v:
+            dirs[v["name"]] = pg_dir(root / v["name"])
+        else:
+            files = kids[("ConfigMap", v["configMap"]["name"])]["data"]
+            dirs[v["name"]] = config_map_mount("verify-scripts", files)
+    local = store_env(store, bucket)
+    out = {}
+    for c in pod["initContainers"] + pod["containers"]:
+        paths = {m["mountPath"]: str(dirs[m["name"]]) for m in c["volumeMounts"]}
+
+        def here(value: str) -> str:
+            for mount, d in paths.items():
+                if value == mount or value.startswith(mount + "/"):
+                    return d + value[len(mount):]
+            return value
+        env = {e["name"]: here(expand(e["value"], {})) for e in c["env"] if "value" in e}
+        secrets = {e["name"] for e in c["env"] if "valueFrom" in e}
+        if "ARCHIVE_DESTINATION" in env:
+            mapped = ("PATH", "ARCHIVE_ENDPOINT", *secrets, "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS")
+            env.update({k: local[k] for k in mapped})
+            env["ARCHIVE_DESTINATION"] = f"s3://{bucket}{urlparse(env['ARCHIVE_DESTINATION']).path}"
+        else:
+            env.update({"PATH": PG_PATH, "HOME": str(pg_dir(root / "home")), "LANG": "C.UTF-8"})
+        if c["name"] == "archiver":  # job() gives the others theirs
+            env["TERMINATION_LOG"] = str(root / "archiver.termination")
+        out[c["name"]] = ([expand(a, {}) for a in c["command"]], env)
+    return out, dirs["wal-spool"]
+
+
+def test_the_verification_pod_restores_the_newest_base_backup_and_ends(store, bucket):
+    """The hook's verification pod, as rendered: its init container
+    fetches the newest base backup, its archiver serves the replay from
+    the Database's own archive, and its PostgreSQL container replays the
+    whole archive over the backup and promotes. The restored server holds
+    every row committed and archived, not only the backup's; then the
+    archiver ends by itself, so the pod (and its Job) finishes. A run that
+    cannot replay ends its archiver all the same."""
+    r = rendered(store, bucket)
+    primary = Primary(store, bucket, None, settings=r.settings, env=r.env, command=r.command)
+    p = primary.cluster
+    p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 1000) g")
+    backup = base_backup(primary)
+    p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1001, 1500) g")
+    primary.archive_all()
+
+    pod, spool = rendered_verification(store, bucket)
+    assert pod["archiver"][1]["RECOVERY_SERVER"] == r.env["ARCHIVE_SERVER"], pod["archiver"][1]
+    command, env = pod["pitr-fetch"]
+    fetched = job("", env, command=command)
+    assert fetched.rc == 0 and fields(fetched.line)["id"] == backup["id"], str(fetched)
+    data = Path(env["PGDATA"])
+    subprocess.run(["chown", "-R", "postgres:postgres", str(data)], check=True)  # one user in a pod
+    command, env = pod["archiver"]
+    archiver = Sidecar(env, data, spool, command)
+    command, env = pod["verify"]
+    replayed = job("", env, command=command, as_postgres=True)
+    assert replayed.rc == 0, f"{replayed}\n--- archiver\n{archiver.output()[-3000:]}"
+    assert fields(replayed.line)["report"] == "recovered", replayed.line
+    # Then retention (the golden keeps 14 days): every backup is a day old
+    # at most, so it deletes none.
+    assert archiver.proc.wait(60) == 0, archiver.output()[-2000:]
+    retained = fields(termination(Path(pod["archiver"][1]["TERMINATION_LOG"])))
+    assert (retained["report"], retained["kept"], retained["deleted"]) == ("retained", 1, 0), retained
+    rows = Recovered(data, fetched.line, replayed.line, 0, 0).rows()
+    contiguous(rows)
+    assert len(rows) == 1500, f"{len(rows)} rows: the archive after the backup was not replayed"
+
+    # Nothing to replay (no fetched backup): refused, and the archiver
+    # ends; retention refuses too, with nothing deleted.
+    pod, spool = rendered_verification(store, bucket)
+    command, env = pod["archiver"]
+    archiver = Sidecar(env, Path(env["PGDATA"]), spool, command)
+    command, env = pod["verify"]
+    refused = job("", env, command=command, as_postgres=True)
+    assert refused.rc == 3 and fields(refused.line)["report"] == "archiveStep", str(refused)
+    assert archiver.proc.wait(15) == 3, archiver.output()[-2000:]
+    said = fields(termination(Path(pod["archiver"][1]["TERMINATION_LOG"])))
+    assert (said["script"], said["verdict"]) == ("retain", "refused"), said
+    assert backup_ids(primary.env) == [backup["id"]], "retention deleted without a proof"
+
+
+def aged(store: Store, bucket: str, env: dict[str, str], backup_id: str, days: int) -> None:
+    """Base backup `backup_id` made `days` older in the store: its times in
+    its backup.info, which barman-cloud's retention reads, moved back (the
+    machine cannot wait for a window of days to pass)."""
+    where = urlparse(env["ARCHIVE_DESTINATION"]).path.lstrip("/")
+    key = f"{where}/{env['ARCHIVE_SERVER']}/base/{backup_id}/backup.info"
+    info = store.s3.get(bucket, key).decode()
+
+    def older(m: re.Match) -> str:
+        t = dt.datetime.fromisoformat(m.group(2)) - dt.timedelta(days=days)
+        return f"{m.group(1)}={t.isoformat(sep=' ')}"
+    info = re.sub(r"^(begin_time|end_time)=(.+)$", older, info, flags=re.M)
+    store.s3.put(bucket, key, info.encode())
+
+
+def test_retention_keeps_the_window_after_a_proof_and_deletes_what_is_older(store, bucket):
+    """Three base backups, the first aged 30 days and the second 20 (their
+    catalog times moved back), the window 14 days, as the golden renders
+    the verification pod. After the proof of the newest, retention keeps
+    the second (the newest before the window: any second of the window is
+    reached from it) and the newest, deletes the first and the WAL before
+    the second; the WAL from the second on stays, and the archive still
+    recovers to its end with every row."""
+    r = rendered(store, bucket)
+    primary = Primary(store, bucket, None, settings=r.settings, env=r.env, command=r.command)
+    p = primary.cluster
+    ids = []
+    for n in range(3):
+        p.sql(f"INSERT INTO ledger SELECT g, now() FROM generate_series({n * 100 + 1}, {n * 100 + 100}) g")
+        primary.archive_all()
+        ids.append(base_backup(primary)["id"])
+    p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(301, 400) g")
+    primary.archive_all()
+    env = primary.env
+    aged(store, bucket, env, ids[0], 30)
+    aged(store, bucket, env, ids[1], 20)
+    where = urlparse(env["ARCHIVE_DESTINATION"]).path.lstrip("/")
+    wals = f"{where}/{env['ARCHIVE_SERVER']}/wals/"
+    before = sorted(k.rsplit("/", 1)[-1] for k in store.s3.keys(bucket, wals))
+
+    pod, spool = rendered_verification(store, bucket)
+    command, fetch_env = pod["pitr-fetch"]
+    fetched = job("", fetch_env, command=command)
+    assert fetched.rc == 0 and fields(fetched.line)["id"] == ids[2], str(fetched)
+    data = Path(fetch_env["PGDATA"])
+    subprocess.run(["chown", "-R", "postgres:postgres", str(data)], check=True)
+    command, archiver_env = pod["archiver"]
+    archiver = Sidecar(archiver_env, data, spool, command)
+    command, verify_env = pod["verify"]
+    replayed = job("", verify_env, command=command, as_postgres=True)
+    assert replayed.rc == 0, f"{replayed}\n--- archiver\n{archiver.output()[-3000:]}"
+    assert archiver.proc.wait(60) == 0, archiver.output()[-3000:]
+    said = fields(termination(Path(archiver_env["TERMINATION_LOG"])))
+    assert (said["kept"], said["deleted"], said["windowDays"], said["oldest"]) == (2, 1, 14, ids[1]), said
+
+    left = backups(env)
+    assert backup_ids(env) == ids[1:], left
+    begin_wal = next(b["begin_wal"] for b in left if b["backup_id"] == ids[1])
+    after = sorted(k.rsplit("/", 1)[-1] for k in store.s3.keys(bucket, wals))
+    kept = [w for w in before if w[:24] >= begin_wal]
+    assert [w for w in after if w[:24] >= begin_wal] == kept, "WAL the window needs was deleted"
+    assert any(w[:24] < begin_wal for w in before) and not any(w[:24] < begin_wal for w in after), \
+        f"the WAL before {begin_wal} stays: {after[:5]}"
+    recovered = recover(store, bucket, r.scripts, env={**store_env(store, bucket), **{k: env[k] for k in ("ARCHIVE_DESTINATION", "ARCHIVE_SERVER")}})
+    contiguous(rows := recovered.rows())
+    assert len(rows) == 400

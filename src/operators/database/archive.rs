@@ -48,6 +48,7 @@ use crate::operators::resources::cpu_memory;
 use crate::operators::validate::{self, InvalidSpec};
 
 pub(super) mod base_backups;
+pub(super) mod verification;
 
 /// The sidecar's loop.
 const ARCHIVER_SCRIPT: &str = include_str!("archiver.sh");
@@ -69,6 +70,11 @@ const PITR_FETCH_SCRIPT: &str = include_str!("pitr-fetch.sh");
 const PITR_REPLAY_SCRIPT: &str = include_str!("pitr-replay.sh");
 /// Its key in the ConfigMap.
 const PITR_REPLAY_KEY: &str = "pitr-replay.sh";
+/// Retention by recovery window, run by a verification's archiver after
+/// a proof, from the ConfigMap.
+const RETAIN_SCRIPT: &str = include_str!("retain.sh");
+/// Its key in the ConfigMap.
+const RETAIN_KEY: &str = "retain.sh";
 /// How long one start of the primary replays before `pitr-replay.sh` stops
 /// the server cleanly and the container exits (the next start goes on
 /// from the last restartpoint): below the startup probe's hour
@@ -145,6 +151,23 @@ pub(super) fn validate(db: &Database) -> Result<(), InvalidSpec> {
     };
     if let Some(schedule) = &archive.base_backup_schedule {
         validate::cron("spec.backup.archive.baseBackupSchedule", schedule)?;
+    }
+    if let Some(schedule) = &archive.verify_schedule {
+        validate::cron("spec.backup.archive.verifySchedule", schedule)?;
+    }
+    if let Some(days) = archive.retention_days {
+        if !(1..=3650).contains(&days) {
+            return Err(InvalidSpec::new(
+                "spec.backup.archive.retentionDays",
+                format!("is {days}: write a recovery window of 1 to 3650 days"),
+            ));
+        }
+        if archive.verify_schedule.is_none() {
+            return Err(InvalidSpec::new(
+                "spec.backup.archive.retentionDays",
+                "deletes old base backups only right after a verification run proved the newest one restores: set spec.backup.archive.verifySchedule too",
+            ));
+        }
     }
     if uid(db).is_none() {
         return Err(InvalidSpec::new(
@@ -230,28 +253,26 @@ pub(super) fn args(db: &Database) -> Vec<String> {
 }
 
 /// The ConfigMap `archive_command` and `restore_command` run their
-/// scripts from, and the sidecar its base backups, with the list of those
-/// asked for.
+/// scripts from, the sidecar its base backups (with the list of those
+/// asked for), a recovery or a verification its replay, and a
+/// verification its retention.
 pub(super) fn scripts(db: &Database, seen: &Observed, plan: &Plan) -> Option<ConfigMap> {
     enabled(db)?;
     let requests = base_backups::decide(db, seen, plan).requests(db);
     Some(ConfigMap {
         metadata: meta(db, archive_name(db)),
-        data: Some(BTreeMap::from_iter(
-            [
-                (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
-                (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
-                (
-                    BASE_BACKUP_SCRIPT_KEY.to_string(),
-                    BASE_BACKUP_SCRIPT.to_string(),
-                ),
-                (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
-            ]
-            .into_iter()
-            .chain(
-                recovery(db).map(|_| (PITR_REPLAY_KEY.to_string(), PITR_REPLAY_SCRIPT.to_string())),
+        data: Some(BTreeMap::from_iter([
+            (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
+            (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
+            (
+                BASE_BACKUP_SCRIPT_KEY.to_string(),
+                BASE_BACKUP_SCRIPT.to_string(),
             ),
-        )),
+            (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
+            // A recovery's replay, and a verification's.
+            (PITR_REPLAY_KEY.to_string(), PITR_REPLAY_SCRIPT.to_string()),
+            (RETAIN_KEY.to_string(), RETAIN_SCRIPT.to_string()),
+        ])),
         ..ConfigMap::default()
     })
 }

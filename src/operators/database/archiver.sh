@@ -34,6 +34,13 @@
 # or after the ConfigMap's update reached one pod a minute late. One that
 # failed is tried again after ten minutes. Without ARCHIVE_SCRIPTS, none.
 #
+# ARCHIVER_UNTIL (optional; a path): the loop ends, exit 0, once that file
+# exists: in a verification Job (archive/verification.rs), whose pod is
+# done only when every container is, its PostgreSQL container writes it
+# when it ends, with the replay's exit code. Then, with RETAIN_SCRIPT set
+# (retain.sh's path), this runs it in its place: it deletes what the
+# recovery window no longer needs, only when that file holds 0.
+#
 # Values: PGDATA, WAL_SPOOL (default /var/run/opshooks/wal),
 # ARCHIVE_DESTINATION (s3://bucket/prefix, azure://..., gs://...),
 # ARCHIVE_SERVER (the name this Database's files go under in the store),
@@ -49,6 +56,8 @@ server="${ARCHIVE_SERVER:-}"
 recovery_server="${RECOVERY_SERVER:-}"
 endpoint="${ARCHIVE_ENDPOINT:-}"
 scripts="${ARCHIVE_SCRIPTS:-}"
+until_file="${ARCHIVER_UNTIL:-}"
+retain="${RETAIN_SCRIPT:-}"
 # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
 pod="${HOSTNAME:-}"
 
@@ -187,6 +196,10 @@ trap 'stopping=1' TERM INT
 log "archiving to $destination as $server from $pgdata; spool $spool"
 idle=0 next_check=0
 while [ -z "$stopping" ]; do
+    if [ -n "$until_file" ] && [ -e "$until_file" ]; then
+        log "$until_file exists: the work beside this loop is done"
+        break
+    fi
     # Every 10 s by the clock, however busy the loop is with segments.
     now="$(date +%s)"
     if [ "$now" -ge "$next_check" ]; then
@@ -221,3 +234,6 @@ while [ -z "$stopping" ]; do
     fi
 done
 log "stopped"
+if [ -n "$until_file" ] && [ -e "$until_file" ] && [ -n "$retain" ]; then
+    exec sh "$retain"
+fi

@@ -102,6 +102,7 @@ pub fn build(
         out.extend(job.as_ref().map(Child::new));
     }
     out.extend(backups::children(db, plan));
+    out.extend(archive::verification::cron_job(db, plan).map(|cron| Child::new(&cron)));
     if plan.growth.growing() && !plan.deleting {
         let (account, role, binding, job) = plan.growth.children(db, seen);
         out.extend([

@@ -26,7 +26,7 @@ use super::names::{
     backup_cron_name, ca_config_map_name, certificate_name, connection_name,
     generated_credentials_name, grow_name, hba_name, headless_name, initdb_name, is_promote_job,
     jobs, lease_account_name, monitor_job_prefix, monitor_secret_name, read_only_name, role_name,
-    superuser_secret_name, verify_name,
+    superuser_secret_name, verify_base_name, verify_name,
 };
 use super::objects::kept_job;
 use super::spec::{Database, Major, name};
@@ -127,7 +127,9 @@ fn is_built(db: &Database, group: &str, object: &str) -> bool {
                 monitor_secret_name(db),
             ]
         }
-        g if g == group_key::<CronJob>() => vec![backup_cron_name(db), verify_name(db)],
+        g if g == group_key::<CronJob>() => {
+            vec![backup_cron_name(db), verify_name(db), verify_base_name(db)]
+        }
         g if g == group_key::<Certificate>() => vec![certificate_name(db)],
         g if g == group_key::<ServiceAccount>()
             || g == group_key::<Role>()

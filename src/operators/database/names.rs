@@ -134,6 +134,11 @@ pub fn verify_name(db: &Database) -> String {
     format!("{}-verify", name(db))
 }
 
+/// The CronJob that proves the newest base backup restores (issue 35).
+pub fn verify_base_name(db: &Database) -> String {
+    format!("{}-verify-base", name(db))
+}
+
 /// The promote Job of `ordinal` at `epoch`.
 pub fn promote_job(db: &Database, epoch: u64, ordinal: u32) -> String {
     format!("{}-promote-{epoch}-{ordinal}", name(db))

@@ -26,7 +26,9 @@ use k8s_openapi::jiff::Timestamp;
 mod backup;
 mod status;
 pub use backup::{Archive, DatabaseBackup};
-pub use status::{DatabaseStatus, InstanceStatus, LastFailover, Phase, RestoredFrom};
+pub use status::{
+    DatabaseStatus, InstanceStatus, LastFailover, Phase, RestoredFrom, VerifiedBaseBackup,
+};
 
 /// Label on every object of a Database, naming it; customize selects by it.
 pub const LABEL_DATABASE: &str = "opshooks.io/database";

@@ -41,6 +41,9 @@ pub fn status(
     let restored_from = restore::restored_from(db, seen, plan.restore, ctx);
     let (verified_condition, last_verified_backup) = backups::verified(db, seen, ctx);
     observations.extend(verified_condition);
+    let (base_verified, last_verified_base_backup) =
+        super::archive::verification::verified(db, seen);
+    observations.extend(base_verified);
     if db.spec.bootstrap.is_some() {
         observations.push(restore::restored(
             db,
@@ -74,6 +77,7 @@ pub fn status(
         snapshot_time: deletion.and_then(|d| d.snapshot_time.clone()),
         restored_from,
         last_verified_backup,
+        last_verified_base_backup,
         conditions: conditions::reconcile(
             previous.unwrap_or_default(),
             observations,

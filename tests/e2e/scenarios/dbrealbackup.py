@@ -38,6 +38,7 @@ Run it with OPSHOOKS_E2E_PROC_NODE=1 tests/e2e/loop.sh --only dbrealbackup."""
 import base64
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import subprocess
@@ -267,6 +268,57 @@ print(found)""")
     return scheduled, requested
 
 
+def base_verified(s, name):
+    """`spec.backup.archive.verifySchedule` set on `name`: its CronJob
+    <name>-verify-base appears, and a run started from it now (as a person
+    would, kubectl create job --from) restores the newest base backup into
+    a throwaway PostgreSQL beside an archiver, replays the archive over it,
+    promotes, and ends (its archiver with it, after retention by a window
+    of 14 days, which keeps every backup here: the Job completes).
+    `BaseBackupVerified` turns True with status.lastVerifiedBaseBackup.
+    The proof, and the seconds from the run's start to it."""
+    s.k.patch("Database", s.ns, name, {"spec": {"backup": {"archive": {"verifySchedule": "0 6 * * 0", "retentionDays": 14}}}})
+    cron = f"{name}-verify-base"
+    s.wait(f"the CronJob {cron}", lambda: need(s.k.get("CronJob", s.ns, cron), f"no CronJob {cron}"), 60, every=1)
+    run = f"{cron}-e2e"
+    started = time.time()
+    s.kubectl("create", "job", f"--from=cronjob/{cron}", run)
+    s.wait_job(run, "Succeeded", timeout=300)
+
+    def proven():
+        db = s.parent("Database", name)
+        proof = (db.get("status") or {}).get("lastVerifiedBaseBackup") or {}
+        c = condition(db, "BaseBackupVerified") or {}
+        need(c.get("status") == "True" and proof, f"BaseBackupVerified {c.get('status')} {c.get('reason')}: {c.get('message')}")
+        need("retention kept" in c.get("message", ""), f"BaseBackupVerified says nothing of retention yet: {c.get('message')}")
+        return proof, c["message"]
+
+    proof, message = s.wait("BaseBackupVerified True, with its proof and retention's outcome", proven, 120, every=2)
+    return proof, message, round(time.time() - started, 1)
+
+
+def base_backup_ids(s, endpoint, name):
+    """The ids of `name`'s finished base backups in the bucket, oldest
+    first, each with its end LSN: {id: end}."""
+    uid = s.parent("Database", name)["metadata"]["uid"]
+    base = f"real/archive/{name}-{uid}-pg15/base/"
+    code, out = s3(s, endpoint, f"""import json
+found = {{}}
+for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='{base}').get('Contents', []):
+    if o['Key'].endswith('/backup.info'):
+        info = dict(l.split('=', 1) for l in c.get_object(Bucket='{BUCKET}', Key=o['Key'])['Body'].read().decode().splitlines() if '=' in l)
+        if info.get('status') == 'DONE':
+            found[o['Key'].split('/')[-2]] = info.get('end_xlog')
+print(json.dumps(found))""")
+    need(code == 0, f"list {base}: {out}")
+    return dict(sorted(json.loads(out).items()))
+
+
+def lsn(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) + int(lo, 16)
+
+
 def archived(s, cip, login, endpoint, name, sql):
     """`sql` committed through `cip`, then the seconds until the WAL segment
     that holds it is in `name`'s archive, polled on the node (at most
@@ -338,6 +390,21 @@ def scenario_real_backup_restore(s):
         s.step("base backups into the archive: the schedule's first one at once, then one asked for by annotation")
         scheduled, requested = base_backups(s, endpoint, "src")
         print(f"archive: base backups stored, seconds after the step began: scheduled {scheduled}, requested by annotation {requested}", flush=True)
+
+        s.step("the newest base backup proven to restore (spec.backup.archive.verifySchedule; a run started now): restored in a throwaway PostgreSQL, the archive replayed over it, status says which and how far")
+        # A commit after the newest base backup, archived: the replay must
+        # reach it.
+        before_commit = server_time(s, cip, login)
+        archived(s, cip, login, endpoint, "src", "INSERT INTO wal_probe DEFAULT VALUES")
+        backups = base_backup_ids(s, endpoint, "src")
+        proof, message, took = base_verified(s, "src")
+        print(f"archive: base backup verified {took} s after the run's start: {proof}", flush=True)
+        s.expect(f"{len(backups)} base backups kept" in message and "and 0 deleted" in message, f"BaseBackupVerified: {message}, want all {len(backups)} base backups kept by a window of 14 days")
+        newest = list(backups)[-1] if backups else None
+        s.expect(proof.get("id") == newest, f"lastVerifiedBaseBackup {proof}, want the newest base backup of {backups}")
+        s.expect(newest and lsn(proof.get("replayedTo") or "0/0") >= lsn(backups[newest]), f"lastVerifiedBaseBackup {proof} replayed to before its backup's end {backups.get(newest)}")
+        last_commit = proof.get("lastCommit")
+        s.expect(last_commit and dt.datetime.fromisoformat(last_commit) >= dt.datetime.fromisoformat(before_commit), f"lastVerifiedBaseBackup {proof}: the replay did not reach the commit made after {before_commit}")
 
         s.step("backups on, every minute: the CronJob's Job dumps through the read-write Service and uploads")
         k.patch("Database", ns, "src", {"spec": {"backup": {"enabled": True, "schedule": "* * * * *", "verify": {"afterEachBackup": True}}}})

@@ -105,6 +105,23 @@ pub struct Archive {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 100))]
     pub base_backup_schedule: Option<String>,
+    /// When to prove the newest base backup restores, in 5-field cron
+    /// syntax read in UTC, for example "0 6 * * 0": a throwaway PostgreSQL
+    /// in a Job downloads it and replays the whole archive over it to its
+    /// end, and status.lastVerifiedBaseBackup says how far it got. None
+    /// when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 100))]
+    pub verify_schedule: Option<String>,
+    /// The recovery window to keep, in days: every base backup that ended
+    /// within it, the newest one before it (from which any second of it is
+    /// reached), and the WAL from the oldest kept backup on. Older base
+    /// backups and WAL are deleted, and only by a verification run right
+    /// after it proved the newest base backup restores: so it needs
+    /// verifySchedule. Nothing is ever deleted when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3650))]
+    pub retention_days: Option<u32>,
 }
 
 impl Archive {

@@ -84,6 +84,10 @@ pub struct DatabaseStatus {
     /// The newest dump proven to restore (with spec.backup.verify).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_verified_backup: Option<VerifiedBackup>,
+    /// The newest base backup proven to restore, with the archive replayed
+    /// over it (with spec.backup.archive.verifySchedule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_verified_base_backup: Option<VerifiedBaseBackup>,
     /// The dump this Database was restored from, once it was: kept for ever.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
@@ -157,4 +161,28 @@ pub struct RestoredFrom {
     /// When the restore Job succeeded.
     #[schemars(extend("format" = "date-time"))]
     pub restored_at: String,
+}
+
+/// A base backup proven to restore: downloaded into a throwaway PostgreSQL,
+/// with the archive replayed over it to its end, and promoted.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedBaseBackup {
+    /// The backup's id in the store.
+    pub id: String,
+    /// When the backup ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub backup_end: Option<String>,
+    /// The last WAL record replayed over it: how far the archive read back.
+    pub replayed_to: String,
+    /// The time of the last transaction replayed, when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_commit: Option<String>,
+    /// When the verification run started.
+    #[schemars(extend("format" = "date-time"))]
+    pub verified_at: String,
+    /// How long the download and the replay took, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
 }
