@@ -13,7 +13,7 @@
 //! | `pitr-fetch.sh` | `opshooks pitr-fetch: fetched id=<id> end=<lsn> end_time=<time> recoverable_from=<time> seconds=<n>`, or `… skipped\|refused\|failed <why>` |
 //! | `pitr-replay.sh` | `opshooks pitr-replay: recovered lsn=<lsn> last_commit=<time> timeline=<n> ready_seconds=<n> seconds=<n>`, or `… refused\|failed <why>` |
 //! | `base-backup.sh` | `opshooks base-backup: stored id=<id> from=<primary\|standby> begin=<lsn> end=<lsn> end_wal=<segment> end_time=<time> seconds=<n> [name=<name>] [already=true]`, or `… failed <why>` |
-//! | `retain.sh` | `opshooks retain: kept=<n> deleted=<n> window_days=<n> oldest=<id>`, or `… refused\|failed <why>` |
+//! | `retain.sh` | `opshooks retain: kept=<n> deleted=<n> window_days=<n> oldest=<id> oldest_end=<time>`, or `… refused\|failed <why>` |
 //!
 //! A script writes its line as one line (newlines become spaces); `-`
 //! stands for what it recorded none of; `key=` comes last, since a key may
@@ -279,6 +279,8 @@ pub enum Report<'a> {
         window_days: Option<u64>,
         /// The oldest base backup kept, when one is.
         oldest: Option<&'a str>,
+        /// When it ended: the earliest point the archive recovers to.
+        oldest_end: Option<&'a str>,
     },
     /// An archive script did not do its work, and why.
     ArchiveStep {
@@ -540,6 +542,7 @@ impl<'a> Report<'a> {
             deleted: number(fields, "deleted"),
             window_days: number(fields, "window_days"),
             oldest: field(fields, "oldest").filter(|o| *o != "-"),
+            oldest_end: field(fields, "oldest_end").filter(|o| *o != "-"),
         })
     }
 
@@ -651,12 +654,14 @@ impl<'a> Report<'a> {
                 deleted,
                 window_days,
                 oldest,
+                oldest_end,
             } => format!(
-                "kept={} deleted={} window_days={} oldest={}",
+                "kept={} deleted={} window_days={} oldest={} oldest_end={}",
                 or_dash(some(*kept)),
                 or_dash(some(*deleted)),
                 or_dash(some(*window_days)),
-                oldest.unwrap_or("-")
+                oldest.unwrap_or("-"),
+                oldest_end.unwrap_or("-")
             ),
             Report::ArchiveStep { verdict, why, .. } => format!("{}{why}", verdict.word()),
             Report::RestoreFailed { why } | Report::VerifyFailed { why } => why.to_string(),
@@ -678,7 +683,7 @@ mod tests {
 
     /// Lines as the scripts write them, each read and written back as it
     /// was.
-    const LINES: [&str; 26] = [
+    const LINES: [&str; 27] = [
         "opshooks: the volume holds PostgreSQL 15's data and this instance runs 16",
         "opshooks: holds epoch=4 primary=orders-1 database=0b9f timeline=3 lsn=0/3000148: the role names orders-0 at epoch 3",
         "opshooks: holds epoch=- primary=- database=- timeline=1 lsn=1A/FF000028: no role recorded",
@@ -702,7 +707,8 @@ mod tests {
         "opshooks pitr-replay: refused no data directory in '/d': pitr-fetch.sh runs first",
         "opshooks base-backup: stored id=20261206T010203 from=standby begin=0/4000028 end=0/5000100 end_wal=000000010000000000000005 end_time=2026-12-06T01:02:04+00:00 seconds=3 name=scheduled-20261206T0100Z already=true",
         "opshooks base-backup: failed cannot reach the store",
-        "opshooks retain: kept=3 deleted=1 window_days=14 oldest=20261120T010002",
+        "opshooks retain: kept=3 deleted=1 window_days=14 oldest=20261120T010002 oldest_end=2026-11-20T01:00:09.5+00:00",
+        "opshooks retain: kept=0 deleted=0 window_days=14 oldest=- oldest_end=-",
         "opshooks retain: refused the replay did not prove the newest base backup (it ended with '1'): nothing is deleted before a newer backup is proven",
         "opshooks retain: failed barman-cloud-backup-delete: AccessDenied",
     ];

@@ -1087,6 +1087,9 @@ def test_retention_keeps_the_window_after_a_proof_and_deletes_what_is_older(stor
     assert archiver.proc.wait(60) == 0, archiver.output()[-3000:]
     said = fields(termination(Path(archiver_env["TERMINATION_LOG"])))
     assert (said["kept"], said["deleted"], said["windowDays"], said["oldest"]) == (2, 1, 14, ids[1]), said
+    # The window now starts where the second backup ended (20 days back).
+    age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(said["oldestEnd"])
+    assert dt.timedelta(days=19) < age < dt.timedelta(days=21), said
 
     left = backups(env)
     assert backup_ids(env) == ids[1:], left

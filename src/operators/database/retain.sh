@@ -19,7 +19,8 @@
 #
 # The outcome is one line in $TERMINATION_LOG (default
 # /dev/termination-log):
-#   opshooks retain: kept=<n> deleted=<n> window_days=<n> oldest=<id>    (exit 0)
+#   opshooks retain: kept=<n> deleted=<n> window_days=<n> oldest=<id>
+#       oldest_end=<ISO 8601>: the earliest point the archive recovers to  (exit 0)
 #   opshooks retain: refused <reason>    (exit 3: no proof, nothing deleted)
 #   opshooks retain: failed <reason>     (exit 1)
 set -u
@@ -67,7 +68,7 @@ reason() {
     [ -n "$line" ] || line="$(grep -v '^[[:space:]]*$' "$1" | tail -n 1)"
     printf '%s' "$line" | sed 's/^.* ERROR: //' | head -c 900
 }
-# The finished base backups' ids, oldest first.
+# The finished base backups, oldest first: <id> <end time>.
 finished() {
     barman-cloud-backup-list "$@" --format json -- "$destination" "$server" >"$work/list.json" \
         2>"$work/list.err" || return 1
@@ -75,7 +76,7 @@ finished() {
 import json, sys
 for b in sorted(json.load(sys.stdin)["backups_list"], key=lambda b: b["backup_id"]):
     if b["status"] == "DONE":
-        print(b["backup_id"])
+        print(b["backup_id"], "".join((b.get("end_time_iso") or "-").split()))
 ' <"$work/list.json"
 }
 
@@ -91,6 +92,7 @@ after="$(finished "$@")" || fail "retention ran, but the archive cannot be liste
 kept=$(printf '%s\n' "$after" | grep -c .)
 deleted=$(($(printf '%s\n' "$before" | grep -c .) - kept))
 oldest="$(printf '%s\n' "$after" | head -n 1)"
-line="kept=$kept deleted=$deleted window_days=$days oldest=${oldest:--}"
+[ -n "$oldest" ] || oldest="- -"
+line="kept=$kept deleted=$deleted window_days=$days oldest=${oldest%% *} oldest_end=${oldest#* }"
 log "$line"
 report "$line"

@@ -69,6 +69,7 @@ pub const VOLUME: &str = "data";
     printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
+    printcolumn(name = "Recoverable From", type_ = "date", json_path = ".status.lastVerifiedBaseBackup.recoverableFrom"),
     printcolumn(name = "Wanted", type_ = "string", json_path = ".spec.version", priority = "1"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
     printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),
@@ -85,7 +86,8 @@ pub const VOLUME: &str = "data";
     validation = Rule::new("has(self.user) == has(oldSelf.user) && (!has(self.user) || self.user == oldSelf.user)").message("spec.user cannot change once created"),
     validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)").message("spec.bootstrap cannot change once created: it says where the data came from"),
     validation = Rule::new("!has(self.bootstrap) || has(self.bootstrap.destination) || has(self.backup)").message("spec.bootstrap needs a destination to read the dump from: set spec.bootstrap.destination or spec.backup.destination"),
-    validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.archive) || (has(self.backup) && has(self.backup.archive))").message("spec.bootstrap.archive needs spec.backup.archive: its sidecar fetches the WAL the recovery replays, from spec.backup.destination")
+    validation = Rule::new("!has(self.bootstrap) || !has(self.bootstrap.archive) || (has(self.backup) && has(self.backup.archive))").message("spec.bootstrap.archive needs spec.backup.archive: its sidecar fetches the WAL the recovery replays, from spec.backup.destination"),
+    validation = Rule::new("!has(self.backup) || !has(self.backup.archive) || !has(self.backup.archive.retentionDays) || has(self.backup.archive.verifySchedule)").message("spec.backup.archive.retentionDays needs spec.backup.archive.verifySchedule: old base backups are deleted only right after a verification run proved the newest one restores")
 )]
 pub struct DatabaseSpec {
     /// The PostgreSQL major version: 14, 15, 16, 17 or 18. Raising it upgrades

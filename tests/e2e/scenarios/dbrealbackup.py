@@ -400,6 +400,11 @@ def scenario_real_backup_restore(s):
         proof, message, took = base_verified(s, "src")
         print(f"archive: base backup verified {took} s after the run's start: {proof}", flush=True)
         s.expect(f"{len(backups)} base backups kept" in message and "and 0 deleted" in message, f"BaseBackupVerified: {message}, want all {len(backups)} base backups kept by a window of 14 days")
+        # The window starts where the oldest base backup ended, and
+        # kubectl get pgdb shows how far back that is.
+        s.expect(proof.get("recoverableFrom") and dt.datetime.fromisoformat(proof["recoverableFrom"]) <= dt.datetime.fromisoformat(proof["backupEnd"]), f"lastVerifiedBaseBackup {proof}: the window's start is not at or before the newest backup's end")
+        cols = s.columns("pgdb", "src")
+        s.expect(re.fullmatch(r"\d+m?\d*s|\d+m", cols.get("RECOVERABLE FROM") or ""), f"kubectl get pgdb: {cols}, want the archive's window as an age under RECOVERABLE FROM")
         newest = list(backups)[-1] if backups else None
         s.expect(proof.get("id") == newest, f"lastVerifiedBaseBackup {proof}, want the newest base backup of {backups}")
         s.expect(newest and lsn(proof.get("replayedTo") or "0/0") >= lsn(backups[newest]), f"lastVerifiedBaseBackup {proof} replayed to before its backup's end {backups.get(newest)}")

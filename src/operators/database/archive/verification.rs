@@ -257,6 +257,7 @@ fn read(pod: &ObservedPod) -> Option<Run> {
                 Ok(Line::Fetched {
                     id,
                     end_time,
+                    recoverable_from,
                     seconds: fetch,
                     ..
                 }),
@@ -276,6 +277,7 @@ fn read(pod: &ObservedPod) -> Option<Run> {
                 backup_end: Some(end_time.to_string()),
                 replayed_to: lsn.to_string(),
                 last_commit: last_commit.map(str::to_string),
+                recoverable_from: Some(retained_from(pod).unwrap_or(recoverable_from).to_string()),
                 verified_at: pod
                     .metadata
                     .creation_timestamp
@@ -310,6 +312,14 @@ fn ended(verdict: Verdict) -> &'static str {
     }
 }
 
+/// The end of the oldest base backup retention kept, when it ran.
+fn retained_from(pod: &ObservedPod) -> Option<&str> {
+    match Line::parse(pod.container_message(CONTAINER)?) {
+        Ok(Line::Retained { oldest_end, .. }) => oldest_end,
+        _ => None,
+    }
+}
+
 /// What `retain.sh` said, in the archiver's container after a proof.
 fn retention(pod: &ObservedPod) -> Option<String> {
     let message = pod.container_message(CONTAINER)?;
@@ -319,6 +329,7 @@ fn retention(pod: &ObservedPod) -> Option<String> {
             deleted,
             window_days,
             oldest,
+            ..
         }) => format!(
             "retention kept a recovery window of {} days: {} base backups kept, the oldest {}, and {} deleted with the WAL before them",
             window_days.unwrap_or_default(),
@@ -370,11 +381,12 @@ pub(in super::super) fn verified(
     };
     let proven = |v: &VerifiedBaseBackup| {
         format!(
-            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it to {} (last commit {})",
+            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it to {} (last commit {}): the archive then recovered to any time from {} on",
             v.id,
             v.backup_end.as_deref().unwrap_or("-"),
             v.replayed_to,
             v.last_commit.as_deref().unwrap_or("-"),
+            v.recoverable_from.as_deref().unwrap_or("-"),
         )
     };
     let (status, reason, message) = match (run, &last) {
@@ -493,6 +505,7 @@ mod tests {
             backup_end: Some("2026-01-11T01:00:11Z".to_string()),
             replayed_to: "0/C0001F0".to_string(),
             last_commit: Some("2026-01-11T05:59:41Z".to_string()),
+            recoverable_from: Some("2026-01-02T01:00:07Z".to_string()),
             verified_at: "2026-01-11T06:00:00Z".to_string(),
             seconds: Some(14),
         };
@@ -746,7 +759,7 @@ mod retention_tests {
         };
         let cases = [
             (
-                "opshooks retain: kept=3 deleted=1 window_days=14 oldest=20261120T010002",
+                "opshooks retain: kept=3 deleted=1 window_days=14 oldest=20261120T010002 oldest_end=2026-11-20T01:00:09Z",
                 "retention kept a recovery window of 14 days: 3 base backups kept, the oldest 20261120T010002, and 1 deleted with the WAL before them",
             ),
             (
@@ -758,5 +771,11 @@ mod retention_tests {
         for (line, said) in cases {
             assert_eq!(retention(&pod(line)).as_deref(), Some(said));
         }
+        // After retention the window starts at the oldest backup it kept.
+        assert_eq!(
+            retained_from(&pod(cases[0].0)),
+            Some("2026-11-20T01:00:09Z")
+        );
+        assert_eq!(retained_from(&pod(cases[1].0)), None);
     }
 }

@@ -179,6 +179,11 @@ pub struct VerifiedBaseBackup {
     /// The time of the last transaction replayed, when one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_commit: Option<String>,
+    /// The earliest point the archive recovered to at that run: the end
+    /// of its oldest base backup (after retention, the oldest it kept).
+    /// With the last commit, the window a recovery could reach then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_from: Option<String>,
     /// When the verification run started.
     #[schemars(extend("format" = "date-time"))]
     pub verified_at: String,
