@@ -1074,6 +1074,15 @@ def test_retention_keeps_the_window_after_a_proof_and_deletes_what_is_older(stor
     before = sorted(k.rsplit("/", 1)[-1] for k in store.s3.keys(bucket, wals))
 
     pod, spool = rendered_verification(store, bucket)
+    # A proof, but the ConfigMap no longer holds a window (the field removed
+    # after the run was created): retain.sh refuses, and nothing goes.
+    proof = pg_dir(fresh_path("proof")) / "finished"
+    proof.write_text("0\n")
+    gone = job("retain.sh", {**pod["archiver"][1], "ARCHIVER_UNTIL": str(proof),
+                             "RETENTION_FILE": str(proof.parent / "retention-days")})
+    assert gone.rc == 3 and fields(gone.line)["verdict"] == "refused", str(gone)
+    assert backup_ids(env) == sorted(ids), "retention ran with no window in the ConfigMap"
+
     command, fetch_env = pod["pitr-fetch"]
     fetched = job("", fetch_env, command=command)
     assert fetched.rc == 0 and fields(fetched.line)["id"] == ids[2], str(fetched)

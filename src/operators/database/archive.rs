@@ -75,6 +75,8 @@ const PITR_REPLAY_KEY: &str = "pitr-replay.sh";
 const RETAIN_SCRIPT: &str = include_str!("retain.sh");
 /// Its key in the ConfigMap.
 const RETAIN_KEY: &str = "retain.sh";
+/// The recovery window, in the ConfigMap while `retentionDays` is set.
+const RETENTION_DAYS_KEY: &str = "retention-days";
 /// How long one start of the primary replays before `pitr-replay.sh` stops
 /// the server cleanly and the container exits (the next start goes on
 /// from the last restartpoint): below the startup probe's hour
@@ -257,22 +259,31 @@ pub(super) fn args(db: &Database) -> Vec<String> {
 /// asked for), a recovery or a verification its replay, and a
 /// verification its retention.
 pub(super) fn scripts(db: &Database, seen: &Observed, plan: &Plan) -> Option<ConfigMap> {
-    enabled(db)?;
+    let (archive, _) = enabled(db)?;
     let requests = base_backups::decide(db, seen, plan).requests(db);
     Some(ConfigMap {
         metadata: meta(db, archive_name(db)),
-        data: Some(BTreeMap::from_iter([
-            (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
-            (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
-            (
-                BASE_BACKUP_SCRIPT_KEY.to_string(),
-                BASE_BACKUP_SCRIPT.to_string(),
+        data: Some(BTreeMap::from_iter(
+            [
+                (ARCHIVE_WAL_KEY.to_string(), ARCHIVE_WAL_SCRIPT.to_string()),
+                (RESTORE_WAL_KEY.to_string(), RESTORE_WAL_SCRIPT.to_string()),
+                (
+                    BASE_BACKUP_SCRIPT_KEY.to_string(),
+                    BASE_BACKUP_SCRIPT.to_string(),
+                ),
+                (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
+                // A recovery's replay, and a verification's.
+                (PITR_REPLAY_KEY.to_string(), PITR_REPLAY_SCRIPT.to_string()),
+                (RETAIN_KEY.to_string(), RETAIN_SCRIPT.to_string()),
+            ]
+            .into_iter()
+            .chain(
+                // Read by retain.sh when it runs: only while the field is set.
+                archive
+                    .retention_days
+                    .map(|days| (RETENTION_DAYS_KEY.to_string(), days.to_string())),
             ),
-            (BASE_BACKUP_REQUESTS_KEY.to_string(), requests),
-            // A recovery's replay, and a verification's.
-            (PITR_REPLAY_KEY.to_string(), PITR_REPLAY_SCRIPT.to_string()),
-            (RETAIN_KEY.to_string(), RETAIN_SCRIPT.to_string()),
-        ])),
+        )),
         ..ConfigMap::default()
     })
 }

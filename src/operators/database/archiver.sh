@@ -34,12 +34,13 @@
 # or after the ConfigMap's update reached one pod a minute late. One that
 # failed is tried again after ten minutes. Without ARCHIVE_SCRIPTS, none.
 #
-# ARCHIVER_UNTIL (optional; a path): the loop ends, exit 0, once that file
-# exists: in a verification Job (archive/verification.rs), whose pod is
+# ARCHIVER_UNTIL (optional; a path): the loop ends once that file exists
+# (exit 0): in a verification Job (archive/verification.rs), whose pod is
 # done only when every container is, its PostgreSQL container writes it
 # when it ends, with the replay's exit code. Then, with RETAIN_SCRIPT set
-# (retain.sh's path), this runs it in its place: it deletes what the
-# recovery window no longer needs, only when that file holds 0.
+# (retain.sh's path) and no SIGTERM received, this runs it in its place,
+# and the exit code is retain.sh's: it deletes what the recovery window
+# no longer needs, only when that file holds 0.
 #
 # Values: PGDATA, WAL_SPOOL (default /var/run/opshooks/wal),
 # ARCHIVE_DESTINATION (s3://bucket/prefix, azure://..., gs://...),
@@ -234,6 +235,6 @@ while [ -z "$stopping" ]; do
     fi
 done
 log "stopped"
-if [ -n "$until_file" ] && [ -e "$until_file" ] && [ -n "$retain" ]; then
+if [ -z "$stopping" ] && [ -n "$until_file" ] && [ -e "$until_file" ] && [ -n "$retain" ]; then
     exec sh "$retain"
 fi

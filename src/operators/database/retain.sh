@@ -13,7 +13,13 @@
 # from the oldest kept backup on; it deletes older base backups and the
 # WAL before them. The newest base backup is never deleted.
 #
-# Values: RETENTION_DAYS (1 to 3650), ARCHIVER_UNTIL, and the store's, as
+# The window is read again when it runs, from RETENTION_FILE (the archive
+# ConfigMap's retention-days, which the hook writes only while
+# spec.backup.archive.retentionDays is set): a run created before the
+# user removed it deletes nothing (refused), and one created before the
+# user widened it keeps the wider window (the larger of the two).
+#
+# Values: RETENTION_DAYS (1 to 3650), RETENTION_FILE, ARCHIVER_UNTIL, and the store's, as
 # archiver.sh (ARCHIVE_DESTINATION, ARCHIVE_SERVER, ARCHIVE_ENDPOINT, the
 # SDK's credentials). Each reaches barman-cloud as one argument.
 #
@@ -28,6 +34,7 @@ destination="${ARCHIVE_DESTINATION:-}"
 server="${ARCHIVE_SERVER:-}"
 endpoint="${ARCHIVE_ENDPOINT:-}"
 days="${RETENTION_DAYS:-}"
+file="${RETENTION_FILE:-}"
 proof="${ARCHIVER_UNTIL:-}"
 
 report() {
@@ -53,6 +60,11 @@ case "$days" in
     '' | 0* | *[!0-9]* | ?????*) fail "RETENTION_DAYS is '$days', not a number of days from 1 to 3650" ;;
 esac
 [ "$days" -le 3650 ] || fail "RETENTION_DAYS is '$days', not a number of days from 1 to 3650"
+now_days="$(cat "$file" 2>/dev/null)" || now_days=""
+case "$now_days" in
+    '' | 0* | *[!0-9]* | ?????*) refuse "the archive's ConfigMap ($file) says no retention now ('$now_days'): spec.backup.archive.retentionDays was removed, or its update has not reached this pod" ;;
+esac
+[ "$now_days" -le "$days" ] || days="$now_days"
 said="$(cat "$proof" 2>/dev/null)" || said=""
 [ "$said" = 0 ] || refuse "the replay did not prove the newest base backup (it ended with '$said'): nothing is deleted before a newer backup is proven"
 if [ -n "$endpoint" ]; then
@@ -90,7 +102,10 @@ if ! barman-cloud-backup-delete "$@" --retention-policy "RECOVERY WINDOW OF $day
 fi
 after="$(finished "$@")" || fail "retention ran, but the archive cannot be listed: $(reason "$work/list.err")"
 kept=$(printf '%s\n' "$after" | grep -c .)
-deleted=$(($(printf '%s\n' "$before" | grep -c .) - kept))
+# The ids listed before and not after (a backup the live Database finished
+# meanwhile is listed after only).
+printf '%s\n' "$after" | cut -d' ' -f1 | grep . >"$work/after.ids"
+deleted=$(printf '%s\n' "$before" | cut -d' ' -f1 | grep . | grep -cvxFf "$work/after.ids")
 oldest="$(printf '%s\n' "$after" | head -n 1)"
 [ -n "$oldest" ] || oldest="- -"
 line="kept=$kept deleted=$deleted window_days=$days oldest=${oldest%% *} oldest_end=${oldest#* }"

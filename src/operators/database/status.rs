@@ -42,7 +42,7 @@ pub fn status(
     let (verified_condition, last_verified_backup) = backups::verified(db, seen, ctx);
     observations.extend(verified_condition);
     let (base_verified, last_verified_base_backup) =
-        super::archive::verification::verified(db, seen);
+        super::archive::verification::verified(db, seen, ctx.now);
     observations.extend(base_verified);
     if db.spec.bootstrap.is_some() {
         observations.push(restore::restored(

@@ -23,5 +23,6 @@ case "$until_file" in
 esac
 sh "$scripts/pitr-replay.sh"
 rc=$?
-printf '%s\n' "$rc" >"$until_file"
+# Whole, then renamed into place: the archiver sees it only complete.
+printf '%s\n' "$rc" >"$until_file.tmp" && mv -f "$until_file.tmp" "$until_file"
 exit "$rc"

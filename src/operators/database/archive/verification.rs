@@ -36,8 +36,8 @@ use super::super::plan::Plan;
 use super::super::spec::{Database, VerifiedBaseBackup, shows_condition};
 use super::{
     ARCHIVER_SCRIPT, CONTAINER, FETCH_CONTAINER, PITR_FETCH_SCRIPT, RESTORE_WAIT_SECONDS,
-    RETAIN_KEY, SCRIPTS_DIR, SCRIPTS_VOLUME, SPOOL, SPOOL_VOLUME, archiver_resources,
-    destination_url, enabled, server_name, store_env,
+    RETAIN_KEY, RETENTION_DAYS_KEY, SCRIPTS_DIR, SCRIPTS_VOLUME, SPOOL, SPOOL_VOLUME,
+    archiver_resources, destination_url, enabled, server_name, store_env,
 };
 use crate::hook::ObservedPod;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
@@ -107,6 +107,10 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
         [
             value_env("RETAIN_SCRIPT", format!("{SCRIPTS_DIR}/{RETAIN_KEY}")),
             value_env("RETENTION_DAYS", days.to_string()),
+            value_env(
+                "RETENTION_FILE",
+                format!("{SCRIPTS_DIR}/{RETENTION_DAYS_KEY}"),
+            ),
         ]
     });
     let archiver = Container {
@@ -212,15 +216,26 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(in super::super) enum Run {
     /// The base backup restored, and the archive replayed over it; what
-    /// retention did after, when it ran.
-    Verified(VerifiedBaseBackup, Option<String>),
+    /// retention did after, when it ran (`Err`: it did not do its work).
+    Verified(VerifiedBaseBackup, Option<Result<String, String>>),
     /// It did not, and why.
     Failed(String),
 }
 
+/// Whether `pod` belongs to a Job of the CronJob (its runs, and one
+/// started from it by hand: `<cron>-…`), not to a pod anyone labelled.
+fn is_run_of(db: &Database, pod: &ObservedPod) -> bool {
+    let prefix = format!("{}-", verify_base_name(db));
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Job" && o.controller == Some(true) && o.name.starts_with(&prefix))
+}
+
 /// The finished runs among the observed pods, oldest first; one still
 /// running says nothing yet.
-fn finished(seen: &Observed) -> Vec<Run> {
+fn finished(db: &Database, seen: &Observed) -> Vec<Run> {
     let mut runs: Vec<_> = seen
         .pods
         .iter()
@@ -229,6 +244,7 @@ fn finished(seen: &Observed) -> Vec<Run> {
                 .labels
                 .as_ref()
                 .is_some_and(|l| l.contains_key(LABEL))
+                && is_run_of(db, p)
         })
         .filter_map(|p| {
             let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -321,7 +337,7 @@ fn retained_from(pod: &ObservedPod) -> Option<&str> {
 }
 
 /// What `retain.sh` said, in the archiver's container after a proof.
-fn retention(pod: &ObservedPod) -> Option<String> {
+fn retention(pod: &ObservedPod) -> Option<Result<String, String>> {
     let message = pod.container_message(CONTAINER)?;
     Some(match Line::parse(message) {
         Ok(Line::Retained {
@@ -330,17 +346,17 @@ fn retention(pod: &ObservedPod) -> Option<String> {
             window_days,
             oldest,
             ..
-        }) => format!(
+        }) => Ok(format!(
             "retention kept a recovery window of {} days: {} base backups kept, the oldest {}, and {} deleted with the WAL before them",
             window_days.unwrap_or_default(),
             kept.unwrap_or_default(),
             oldest.unwrap_or("-"),
             deleted.unwrap_or_default()
-        ),
+        )),
         Ok(Line::ArchiveStep { verdict, why, .. }) => {
-            format!("retention {}: {why}", ended(verdict))
+            Err(format!("retention {}: {why}", ended(verdict)))
         }
-        _ => format!("retention's line does not read: {message}"),
+        _ => Err(format!("retention's line does not read: {message}")),
     })
 }
 
@@ -350,23 +366,28 @@ fn retention(pod: &ObservedPod) -> Option<String> {
 pub(in super::super) fn verified(
     db: &Database,
     seen: &Observed,
+    now: k8s_openapi::jiff::Timestamp,
 ) -> (Option<Observation>, Option<VerifiedBaseBackup>) {
     let recorded = db
         .status
         .as_ref()
         .and_then(|s| s.last_verified_base_backup.as_ref());
-    let runs = finished(seen);
+    let runs = finished(db, seen);
     let run = runs.last();
-    // The newest proof observed, though a newer run failed; else the one
-    // recorded before.
+    // The newest proof observed, though a newer run failed (the CronJob
+    // keeps its last successful run's pod); else the one recorded before,
+    // which anyone may have written: only while its time reads and is not
+    // in the future.
     let observed = runs.iter().rev().find_map(|r| match r {
         Run::Verified(v, _) => Some(v),
         Run::Failed(_) => None,
     });
-    let last = match observed {
-        Some(v) if recorded.is_none_or(|r| r.verified_at <= v.verified_at) => Some(v.clone()),
-        _ => recorded.cloned(),
-    };
+    let recorded = recorded.filter(|r| {
+        r.verified_at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .is_ok_and(|t| t <= now)
+    });
+    let last = observed.or(recorded).cloned();
     let schedule = enabled(db).and_then(|(a, _)| a.verify_schedule.as_deref());
     let Some(schedule) = schedule else {
         let disabled = shows_condition(db, CONDITION).then(|| {
@@ -381,7 +402,7 @@ pub(in super::super) fn verified(
     };
     let proven = |v: &VerifiedBaseBackup| {
         format!(
-            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it to {} (last commit {}): the archive then recovered to any time from {} on",
+            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it up to {} (last commit {}), where its WAL ended or had its first gap; the archive then held base backups back to {} (only the newest is restored here)",
             v.id,
             v.backup_end.as_deref().unwrap_or("-"),
             v.replayed_to,
@@ -392,14 +413,19 @@ pub(in super::super) fn verified(
     let (status, reason, message) = match (run, &last) {
         (Some(Run::Verified(v, retention)), _) => (
             ConditionStatus::True,
-            "Verified",
+            // A store that retention cannot prune grows: said in the
+            // reason, so that it is seen.
+            match retention {
+                Some(Err(_)) => "RetentionFailed",
+                _ => "Verified",
+            },
             format!(
                 "{}, in {} s{}",
                 proven(v),
                 v.seconds.unwrap_or_default(),
                 retention
                     .as_ref()
-                    .map(|r| format!("; {r}"))
+                    .map(|r| format!("; {}", r.as_ref().unwrap_or_else(|e| e)))
                     .unwrap_or_default()
             ),
         ),
@@ -481,12 +507,18 @@ mod tests {
         };
         serde_json::from_value(json!({
             "metadata": {"name": format!("orders-verify-base-{created}"), "creationTimestamp": created,
-                "labels": {LABEL: "true"}},
+                "labels": {LABEL: "true"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "orders-verify-base-1",
+                    "uid": "u", "controller": true}]},
             "status": {"phase": phase,
                 "initContainerStatuses": [status("pitr-fetch", fetch, if replay.is_some() { 0 } else { exit })],
                 "containerStatuses": [status("verify", replay, exit)]}
         }))
         .expect("a pod")
+    }
+
+    fn now() -> k8s_openapi::jiff::Timestamp {
+        "2026-02-01T00:00:00Z".parse().unwrap()
     }
 
     const FETCHED: &str = "opshooks pitr-fetch: fetched id=20260111T010003 end=0/B000028 end_time=2026-01-11T01:00:11Z recoverable_from=2026-01-02T01:00:07Z seconds=4";
@@ -573,7 +605,7 @@ mod tests {
             Some("opshooks pitr-replay: failed the store is down"),
             "Failed",
         );
-        let (condition, last) = verified(&db, &seen(vec![proven.clone()]));
+        let (condition, last) = verified(&db, &seen(vec![proven.clone()]), now());
         let condition = condition.expect("a condition");
         assert_eq!(
             (condition.status, condition.reason),
@@ -582,7 +614,7 @@ mod tests {
         assert_eq!(last.map(|l| l.id).as_deref(), Some("20260111T010003"));
 
         // The newest run failed: False, and the proof stays the last one.
-        let (condition, last) = verified(&db, &seen(vec![proven, failed]));
+        let (condition, last) = verified(&db, &seen(vec![proven, failed]), now());
         let condition = condition.expect("a condition");
         assert_eq!(condition.status, ConditionStatus::False);
         assert!(
@@ -595,9 +627,10 @@ mod tests {
         );
         assert_eq!(last.map(|l| l.id).as_deref(), Some("20260111T010003"));
 
-        // Between runs, the recorded proof; a run older than it does not
-        // replace it.
-        let (condition, last) = verified(&db, &seen(Vec::new()));
+        // Between runs, the recorded proof. What is observed wins over it
+        // (anyone may write status), and a recorded time in the future or
+        // that does not read counts for nothing.
+        let (condition, last) = verified(&db, &seen(Vec::new()), now());
         assert_eq!(condition.map(|c| c.reason), Some("Verified"));
         assert_eq!(last.map(|l| l.id).as_deref(), Some("old"));
         let older = run(
@@ -606,11 +639,30 @@ mod tests {
             Some(RECOVERED),
             "Succeeded",
         );
-        let (_, last) = verified(&db, &seen(vec![older]));
+        let (_, last) = verified(&db, &seen(vec![older]), now());
+        assert_eq!(last.map(|l| l.id).as_deref(), Some("20260111T010003"));
+        for forged in ["9999-01-01T00:00:00Z", "yesterday"] {
+            let db = self::db(
+                Some("0 6 * * 0"),
+                Some(json!({"id": "forged", "replayedTo": "0/1", "verifiedAt": forged})),
+            );
+            let (condition, last) = verified(&db, &seen(Vec::new()), now());
+            assert_eq!(last, None, "{forged}");
+            assert_eq!(condition.map(|c| c.reason), Some("NotYetVerified"));
+        }
+        // A pod labelled as a run but of no Job of the CronJob proves nothing.
+        let mut stray = run(
+            "2026-01-20T06:00:00Z",
+            Some(FETCHED),
+            Some(RECOVERED),
+            "Succeeded",
+        );
+        stray.metadata.owner_references = None;
+        let (_, last) = verified(&db, &seen(vec![stray]), now());
         assert_eq!(last.map(|l| l.id).as_deref(), Some("old"));
 
         // Never run: Unknown, and how to run one now.
-        let (condition, _) = verified(&self::db(Some("0 6 * * 0"), None), &seen(Vec::new()));
+        let (condition, _) = verified(&self::db(Some("0 6 * * 0"), None), &seen(Vec::new()), now());
         let condition = condition.expect("a condition");
         assert_eq!(condition.status, ConditionStatus::Unknown);
         assert!(
@@ -621,7 +673,7 @@ mod tests {
 
         // Off: no condition, and no CronJob.
         let off = self::db(None, None);
-        assert_eq!(verified(&off, &seen(Vec::new())).0, None);
+        assert_eq!(verified(&off, &seen(Vec::new()), now()).0, None);
     }
 
     #[test]
@@ -769,7 +821,9 @@ mod retention_tests {
             ("Killed", "retention's line does not read: Killed"),
         ];
         for (line, said) in cases {
-            assert_eq!(retention(&pod(line)).as_deref(), Some(said));
+            let got = retention(&pod(line)).expect("a retention line");
+            assert_eq!(got.as_ref().unwrap_or_else(|e| e), said);
+            assert_eq!(got.is_ok(), said.starts_with("retention kept"), "{said}");
         }
         // After retention the window starts at the oldest backup it kept.
         assert_eq!(
