@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, EmptyDirVolumeSource, EnvVar, PodSpec, ResourceRequirements, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -362,16 +363,35 @@ fn fetch_container(
     ];
     env.extend(target_env(recovery));
     env.extend(store_env(dest));
-    Container {
-        name: FETCH_CONTAINER.to_string(),
-        image: Some(archive.image().to_string()),
-        command: Some(shell_command(PITR_FETCH_SCRIPT)),
-        env: Some(env),
-        volume_mounts: Some(vec![
+    barman_container(
+        archive,
+        FETCH_CONTAINER,
+        PITR_FETCH_SCRIPT,
+        env,
+        vec![
             mount(VOLUME, DATA_DIR, false),
             mount(SPOOL_VOLUME, SPOOL, false),
             mount("role", ROLE_DIR, true),
-        ]),
+        ],
+    )
+}
+
+/// A container of the archiver's image (barman-cloud) running `script`:
+/// the sidecar, a recovery's fetch, and a verification's fetch and
+/// archiver, each with its own values and mounts.
+fn barman_container(
+    archive: &Archive,
+    name: &str,
+    script: &str,
+    env: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
+        name: name.to_string(),
+        image: Some(archive.image().to_string()),
+        command: Some(shell_command(script)),
+        env: Some(env),
+        volume_mounts: Some(mounts),
         resources: Some(archiver_resources()),
         security_context: Some(restricted_container()),
         ..Container::default()
@@ -437,23 +457,20 @@ fn sidecar(db: &Database, archive: &Archive, dest: &Destination, version: Major)
         value_env("PGCONNECT_TIMEOUT", "30"),
     ];
     env.extend(store_env(dest));
-    Container {
-        name: CONTAINER.to_string(),
-        image: Some(archive.image().to_string()),
-        command: Some(shell_command(ARCHIVER_SCRIPT)),
-        env: Some(env),
-        volume_mounts: Some(vec![
+    barman_container(
+        archive,
+        CONTAINER,
+        ARCHIVER_SCRIPT,
+        env,
+        vec![
             mount(VOLUME, DATA_DIR, true),
             mount(SPOOL_VOLUME, SPOOL, false),
             mount(SCRIPTS_VOLUME, SCRIPTS_DIR, true),
             // barman-cloud-backup copies the server's hba_file, outside
             // the data directory, from where the server reads it.
             mount(HBA_VOLUME, HBA_DIR, true),
-        ]),
-        resources: Some(archiver_resources()),
-        security_context: Some(restricted_container()),
-        ..Container::default()
-    }
+        ],
+    )
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use super::super::spec::{Database, VerifiedBaseBackup, shows_condition};
 use super::{
     ARCHIVER_SCRIPT, CONTAINER, FETCH_CONTAINER, PITR_FETCH_SCRIPT, RESTORE_WAIT_SECONDS,
     RETAIN_KEY, RETENTION_DAYS_KEY, SCRIPTS_DIR, SCRIPTS_VOLUME, SPOOL, SPOOL_VOLUME,
-    archiver_resources, destination_url, enabled, server_name, store_env,
+    barman_container, destination_url, enabled, server_name, store_env,
 };
 use crate::hook::ObservedPod;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
@@ -83,24 +83,19 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
         env.extend(store_env(dest));
         env
     };
-    let fetch = Container {
-        name: FETCH_CONTAINER.to_string(),
-        image: Some(archive.image().to_string()),
-        command: Some(shell_command(PITR_FETCH_SCRIPT)),
-        env: Some(
-            [value_env("PGDATA", &pgdata)]
-                .into_iter()
-                .chain(store())
-                .collect(),
-        ),
-        volume_mounts: Some(vec![
+    let fetch = barman_container(
+        archive,
+        FETCH_CONTAINER,
+        PITR_FETCH_SCRIPT,
+        [value_env("PGDATA", &pgdata)]
+            .into_iter()
+            .chain(store())
+            .collect(),
+        vec![
             mount(WORK_VOLUME, WORK, false),
             mount(SPOOL_VOLUME, SPOOL, false),
-        ]),
-        resources: Some(archiver_resources()),
-        security_context: Some(restricted_container()),
-        ..Container::default()
-    };
+        ],
+    );
     // After a proof, retention by recovery window (retain.sh, from the
     // ConfigMap), in the archiver's container once its loop ended.
     let retain = archive.retention_days.map(|days| {
@@ -113,27 +108,25 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
             ),
         ]
     });
-    let archiver = Container {
-        name: CONTAINER.to_string(),
-        command: Some(shell_command(ARCHIVER_SCRIPT)),
-        env: Some(
-            [
-                value_env("PGDATA", &pgdata),
-                value_env("WAL_SPOOL", SPOOL),
-                value_env("RECOVERY_SERVER", &server),
-                value_env("ARCHIVER_UNTIL", &until),
-            ]
-            .into_iter()
-            .chain(retain.into_iter().flatten())
-            .chain(store())
-            .collect(),
-        ),
-        volume_mounts: Some(vec![
+    let archiver = barman_container(
+        archive,
+        CONTAINER,
+        ARCHIVER_SCRIPT,
+        [
+            value_env("PGDATA", &pgdata),
+            value_env("WAL_SPOOL", SPOOL),
+            value_env("RECOVERY_SERVER", &server),
+            value_env("ARCHIVER_UNTIL", &until),
+        ]
+        .into_iter()
+        .chain(retain.into_iter().flatten())
+        .chain(store())
+        .collect(),
+        vec![
             mount(SPOOL_VOLUME, SPOOL, false),
             mount(SCRIPTS_VOLUME, SCRIPTS_DIR, true),
-        ]),
-        ..fetch.clone()
-    };
+        ],
+    );
     let verify = Container {
         name: CONTAINER_VERIFY.to_string(),
         image: Some(plan.images.image(plan.version)),
