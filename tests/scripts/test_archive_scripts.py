@@ -388,25 +388,33 @@ def recover(store: Store, bucket: str, mounted: Path, env: dict[str, str] | None
     the sidecar image's values, else this file's store."""
     root = pg_dir(fresh_path("recovered"))
     data = root / "data"
-    spool = pg_dir(root / "spool")
     env = env or store_env(store, bucket)
     started = time.monotonic()
     r = fetch(env, data, **target)
     fetch_seconds = time.monotonic() - started
     assert r.rc == 0 and r.line.startswith("opshooks pitr-fetch: fetched id="), str(r)
     fetch_line = r.line
+    r, sidecar = replay(env, data, mounted, **target)
+    assert r.rc == 0 and r.line.startswith("opshooks pitr-replay: recovered lsn="), f"{r}\n--- sidecar\n{sidecar}"
+    return Recovered(data, fetch_line, r.line, fetch_seconds, float(fields(r.line)["readySeconds"]))
+
+
+def replay(env: dict[str, str], data: Path, mounted: Path, **target: str) -> tuple[Job, str]:
+    """pitr-replay.sh over the base backup fetched into `data`, its
+    sidecar serving the archive `env` names; the sidecar's last output."""
     subprocess.run(["chown", "-R", "postgres:postgres", str(data)], check=True)  # one user in a pod
+    root = data.parent
+    spool = pg_dir(root / "spool")
     # The recovery's requests are served from the archive it recovers,
     # as the pod's sidecar gets it (RECOVERY_SERVER, the bootstrap's folder).
     sidecar = Sidecar({"RECOVERY_SERVER": env["ARCHIVE_SERVER"], **env}, data, spool)
     home = pg_dir(root / "home")
     r = job("pitr-replay.sh", {"PATH": PG_PATH, "HOME": str(home), "LANG": "C.UTF-8",
-                                     "PGDATA": str(data), "WAL_SPOOL": str(spool),
-                                     "ARCHIVE_SCRIPTS": str(mounted), **targets(target)},
-                  as_postgres=True)
+                               "PGDATA": str(data), "WAL_SPOOL": str(spool),
+                               "ARCHIVE_SCRIPTS": str(mounted), **targets(target)},
+            as_postgres=True)
     sidecar.stop()
-    assert r.rc == 0 and r.line.startswith("opshooks pitr-replay: recovered lsn="), f"{r}\n--- sidecar\n{sidecar.output()[-3000:]}"
-    return Recovered(data, fetch_line, r.line, fetch_seconds, float(fields(r.line)["readySeconds"]))
+    return r, sidecar.output()[-3000:]
 
 
 def report(figures: dict) -> None:
@@ -503,6 +511,58 @@ def test_recovers_exactly_the_commits_before_a_time(store, bucket, mounted):
     rows = rec.rows()
     assert rows == expected, (len(rows), len(expected), target)
     assert fields(rec.replay_line)["timeline"] == 2
+
+
+RESTORE_POINT = "before 'the' \"migration\" $(touch /tmp/pwned-archive) `x`; \\"
+
+
+def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounted):
+    """Four batches of rows, each one transaction: the LSN after the
+    second and a restore point (a hostile name) after the third. The LSN
+    recovers the first two batches, the name the first three; a restore
+    point made before the newest base backup, which a name recovers from,
+    is refused with the words that name the way to it (its LSN)."""
+    primary = Primary(store, bucket, mounted, settings=[
+        "archive_mode=on", f"archive_command=sh {mounted}/archive-wal.sh %f",
+        f"archive_timeout={ARCHIVE_TIMEOUT}", "max_connections=150"])
+    c = primary.cluster
+
+    def batch(first: int) -> None:
+        c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
+
+    batch(1)
+    early = c.sql("SELECT pg_create_restore_point('made before the backup')")
+    base_backup(primary)
+    batch(101)
+    lsn = c.sql("SELECT pg_current_wal_insert_lsn()")
+    batch(201)
+    conn = psycopg2.connect(host="127.0.0.1", port=c.port, user="postgres", password=c.password,
+                            dbname="postgres", connect_timeout=5)
+    with conn, conn.cursor() as cur:  # the name as a parameter, as a user's client sends it
+        cur.execute("SELECT pg_create_restore_point(%s)", (RESTORE_POINT,))
+    conn.close()
+    batch(301)
+    primary.archive_all()
+
+    rec = recover(store, bucket, mounted, lsn=lsn)
+    assert rec.rows() == list(range(1, 201)), lsn
+    assert fields(rec.replay_line)["timeline"] == 2
+    rec = recover(store, bucket, mounted, name=RESTORE_POINT)
+    assert rec.rows() == list(range(1, 301))
+    assert not PWNED.exists()
+
+    # The restore point made before the newest base backup: the replay from
+    # that backup never meets it. Its LSN (what pg_create_restore_point
+    # answered) reaches it, from the backup before it.
+    early_root = pg_dir(fresh_path("early"))
+    env = store_env(store, bucket)
+    assert fetch(env, early_root / "data", name="made before the backup").rc == 0
+    r, _ = replay(env, early_root / "data", mounted, name="made before the backup")
+    assert r.rc == 1, str(r)
+    assert r.line.startswith("opshooks pitr-replay: failed the archive ends before the target, "
+                             "restore point 'made before the backup'"), str(r)
+    assert "a restore point made before it is reached by targetLSN" in r.line, str(r)
+    assert early  # the LSN the words point to
 
 
 # --------------------------------------------------------------------------

@@ -122,6 +122,9 @@ while :; do
         words="$(last_words)"
         case "$words" in
             *"before configured recovery target was reached"*)
+                # A name is looked for only in the WAL after the newest
+                # base backup, the one pitr-fetch.sh took for it.
+                [ -z "$target_name" ] || words="$words (a restore point is looked for after the newest base backup only: a restore point made before it is reached by targetLSN, the LSN pg_create_restore_point answered)"
                 fail "the archive ends before the target, $target: $words" ;;
         esac
         fail "the server stopped before it reached $target: $words"

@@ -433,7 +433,9 @@ pub struct ArchiveRecovery {
         pattern(r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$")
     )]
     pub target_lsn: Option<String>,
-    /// Replay up to this restore point (pg_create_restore_point).
+    /// Replay up to this restore point (pg_create_restore_point), looked for
+    /// after the newest base backup only: one made before it is reached by
+    /// targetLSN, the LSN pg_create_restore_point answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub target_name: Option<String>,
