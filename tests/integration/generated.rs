@@ -140,3 +140,75 @@ fn chart_values_switch_every_operator() {
         );
     }
 }
+
+/// kube-state-metrics reads a metric from a path in the parent; a path
+/// the CRD's schema does not have yields no series and no error, and an
+/// alert on it never fires. Every `path` (a metric's, or one of its
+/// `labelsFromPath`, relative to the metric's) must be in the schema of
+/// its kind, through arrays (`conditions`' items) too.
+#[test]
+fn kube_state_metrics_paths_are_in_the_crds() {
+    let text =
+        std::fs::read_to_string(root().join("charts/opshooks/files/kube-state-metrics.yaml"))
+            .unwrap();
+    let config: Value = yaml_serde::from_str(&text).unwrap();
+    let crds: Vec<Value> = operators::all()
+        .iter()
+        .map(|op| serde_json::to_value(op.crd()).unwrap())
+        .collect();
+    let path_of = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut checked = 0;
+    for resource in config["spec"]["resources"].as_array().unwrap() {
+        let kind = resource["groupVersionKind"]["kind"].as_str().unwrap();
+        let crd = crds
+            .iter()
+            .find(|c| c["spec"]["names"]["kind"] == kind)
+            .unwrap_or_else(|| panic!("no CRD of kind {kind}"));
+        let root_schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let resolve = |from: &Value, path: &[String]| -> Option<Value> {
+            let mut at = from.clone();
+            for key in path {
+                if at["type"] == "array" {
+                    at = at["items"].clone();
+                }
+                // metadata is the API server's, not in the CRD's schema.
+                if key == "metadata" && at == *root_schema {
+                    return Some(Value::Null);
+                }
+                at = at["properties"].get(key)?.clone();
+            }
+            Some(if at["type"] == "array" {
+                at["items"].clone()
+            } else {
+                at
+            })
+        };
+        for metric in resource["metrics"].as_array().unwrap() {
+            let name = metric["name"].as_str().unwrap();
+            let each = &metric["each"];
+            // Its body is under the type's name, first letter lowered.
+            let ty = each["type"].as_str().unwrap();
+            let body = &each[format!("{}{}", ty[..1].to_lowercase(), &ty[1..])];
+            assert!(body.is_object(), "{kind} {name}: no {ty} body");
+            let at = match body.get("path") {
+                Some(p) => resolve(root_schema, &path_of(p))
+                    .unwrap_or_else(|| panic!("{kind} {name}: path {p} is not in the CRD")),
+                None => root_schema.clone(),
+            };
+            checked += 1;
+            for (label, p) in body["labelsFromPath"].as_object().into_iter().flatten() {
+                resolve(&at, &path_of(p)).unwrap_or_else(|| {
+                    panic!("{kind} {name}: label {label}'s path {p} is not in the CRD")
+                });
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} paths checked");
+}
