@@ -565,6 +565,43 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
     assert early  # the LSN the words point to
 
 
+def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucket, mounted):
+    """Four segments archived after the base backup, each with 100 rows,
+    and the second deleted from the store (a lost upload, a hand that
+    tidied up). The replay's "missing" at the gap would end the recovery
+    and promote a server without the last 200 rows, the same answer the
+    end of the archive gives; the archiver names the gap instead, and the
+    replay fails, promoting nothing. Put back, the same recovery holds
+    all 500 rows."""
+    primary = Primary(store, bucket, mounted)
+    c = primary.cluster
+    c.sql("INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series(1, 100) s")
+    base_backup(primary)
+    after = []
+    for first in (101, 201, 301, 401):
+        c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
+        after.append(primary.archive_all())
+    segments = [w for w in store.wal_names(bucket) if re.fullmatch(r"[0-9A-F]{24}", w)]
+    assert set(after) <= set(segments), (after, segments)
+    lost = after[1]
+    key = next(k for k in store.s3.keys(bucket, f"{PREFIX}/{SERVER}/wals/") if f"/{lost}" in k)
+    body = store.s3.get(bucket, key)
+    store.s3.client.delete_object(Bucket=bucket, Key=key)
+
+    env = store_env(store, bucket)
+    root = pg_dir(fresh_path("gap"))
+    assert fetch(env, root / "data").rc == 0
+    r, sidecar = replay(env, root / "data", mounted)
+    assert r.rc == 1, f"{r}\n--- sidecar\n{sidecar}"
+    assert r.line.startswith("opshooks pitr-replay: failed the server stopped before it reached the end of the archive"), str(r)
+    assert f"a gap in the archive {SERVER}: {lost} is not there but {after[2]}, later on its timeline, is" in r.line, str(r)
+    # Never promoted: still a server in archive recovery.
+    assert (root / "data" / "recovery.signal").exists()
+
+    store.s3.put(bucket, key, body)
+    assert recover(store, bucket, mounted).rows() == list(range(1, 501))
+
+
 # --------------------------------------------------------------------------
 # c. The store down for a while
 

@@ -18,6 +18,10 @@
 # - recovery/requests/<f>: the same, from the archive of RECOVERY_SERVER
 #   (another Database's, which a point-in-time recovery replays:
 #   pitr-replay.sh asks there); refused (recovery/failed/<f>) without it.
+#   A segment it does not have is "missing" (the end of the archive: the
+#   replay promotes) only when no later segment of its timeline is there;
+#   otherwise recovery/failed/<f> names the gap, and the replay stops
+#   instead of promoting a server that lacks what came after it.
 # A request is claimed (moved to working/) before the tool runs: one that
 # archive-wal.sh makes again meanwhile is a new request, served after.
 # An outcome nobody collected is removed after ten minutes. SIGTERM ends
@@ -138,7 +142,25 @@ fetch_one() {
     else
         rc=$?
         rm -f "$r/files/.$f.part"
-        if [ "$rc" -eq 1 ]; then
+        if [ "$rc" -eq 1 ] && [ "$r" = "$spool/recovery" ]; then
+            # The end of a recovery's archive, or a gap in it: the answer
+            # "missing" ends the replay and promotes, so it is given only
+            # when nothing later on that timeline is there.
+            if later="$(later_segment "$@" -- "$destination" "$from" "$f" /dev/null 2>"$r/working/$f.log")"; then
+                if [ -z "$later" ]; then
+                    outcome "$r/missing" "$f"
+                    log "not in the archive $from: $f"
+                else
+                    why="a gap in the archive $from: $f is not there but $later, later on its timeline, is: the WAL cannot be replayed past $f"
+                    outcome "$r/failed" "$f" "$why"
+                    log "not restored $f from $from: $why"
+                fi
+            else
+                why="$f is not in the archive $from, and whether that is its end or a gap could not be read: $(reason "$r/working/$f.log")"
+                outcome "$r/failed" "$f" "$why"
+                log "not restored $f from $from: $why"
+            fi
+        elif [ "$rc" -eq 1 ]; then
             outcome "$r/missing" "$f"
             log "not in the archive $from: $f"
         else
@@ -148,6 +170,38 @@ fetch_one() {
         fi
     fi
     rm -f "$r/working/$f" "$r/working/$f.log"
+}
+# later_segment ARGS... (barman-cloud-wal-restore's): the first segment
+# the store holds after ARGS' WAL file on its timeline, none when that file
+# is there now (archived since it was asked for) or is not a segment.
+later_segment() {
+    python3 -c '
+import sys
+from barman import xlog
+from barman.cloud import CloudBackupCatalog
+from barman.cloud_providers import get_cloud_interface
+from barman.clients.cloud_walrestore import parse_arguments
+
+config = parse_arguments(sys.argv[1:])
+name = config.wal_name
+if not xlog.is_wal_file(name):
+    sys.exit(0)
+
+
+def wals():
+    return CloudBackupCatalog(get_cloud_interface(config), config.server_name).get_wal_paths()
+
+
+tli, log, seg = xlog.decode_segment_name(name)
+listed = wals()
+later = sorted(w for w in listed if xlog.is_wal_file(w)
+               and xlog.decode_segment_name(w)[0] == tli and xlog.decode_segment_name(w)[1:] > [log, seg])
+# Listed again before a gap is named: a listing is read page after page,
+# and one racing the uploads of both could see only the later one.
+if name in listed or (later and name in wals()):
+    later = []
+print(later[0] if later else "")
+' "$@"
 }
 restore_one() { fetch_one restore "$server" "$@"; }
 recovery_one() {

@@ -103,9 +103,12 @@ fi
 q() {
     psql -X -q -A -t -v ON_ERROR_STOP=1 --no-password -h "$socket" -p 5432 -U postgres -d postgres -c "$1" 2>/dev/null
 }
-# What the server said last before it stopped, PostgreSQL's words.
+# What the server said last before it stopped, PostgreSQL's words; when
+# restore-wal.sh stopped it, that script's reason (a gap, the store down),
+# not the "command not executable" PostgreSQL says after it.
 last_words() {
-    line="$(grep -E 'restore-wal:|FATAL|PANIC' "$socket/server.log" | tail -n 1)"
+    line="$(grep -E 'restore-wal:' "$socket/server.log" | tail -n 1)"
+    [ -n "$line" ] || line="$(grep -E 'FATAL|PANIC' "$socket/server.log" | tail -n 1)"
     printf '%s' "${line:-$(tail -n 1 "$socket/server.log")}" | sed -E 's/^.*(FATAL|PANIC): *//' | head -c 900
 }
 

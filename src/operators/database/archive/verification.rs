@@ -395,7 +395,7 @@ pub(in super::super) fn verified(
     };
     let proven = |v: &VerifiedBaseBackup| {
         format!(
-            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it up to {} (last commit {}), where its WAL ended or had its first gap; the archive then held base backups back to {} (only the newest is restored here)",
+            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it up to {} (last commit {}), the end of its WAL, with no gap; the archive then held base backups back to {} (only the newest is restored here)",
             v.id,
             v.backup_end.as_deref().unwrap_or("-"),
             v.replayed_to,
