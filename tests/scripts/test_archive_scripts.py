@@ -399,21 +399,27 @@ def recover(store: Store, bucket: str, mounted: Path, env: dict[str, str] | None
     return Recovered(data, fetch_line, r.line, fetch_seconds, float(fields(r.line)["readySeconds"]))
 
 
-def replay(env: dict[str, str], data: Path, mounted: Path, **target: str) -> tuple[Job, str]:
+def replay(env: dict[str, str], data: Path, mounted: Path, during=None, **target: str) -> tuple[Job, str]:
     """pitr-replay.sh over the base backup fetched into `data`, its
-    sidecar serving the archive `env` names; the sidecar's last output."""
+    sidecar serving the archive `env` names; the sidecar's last output.
+    `during(sidecar)` runs in a thread meanwhile."""
     subprocess.run(["chown", "-R", "postgres:postgres", str(data)], check=True)  # one user in a pod
     root = data.parent
     spool = pg_dir(root / "spool")
     # The recovery's requests are served from the archive it recovers,
     # as the pod's sidecar gets it (RECOVERY_SERVER, the bootstrap's folder).
     sidecar = Sidecar({"RECOVERY_SERVER": env["ARCHIVE_SERVER"], **env}, data, spool)
+    watcher = threading.Thread(target=during, args=(sidecar,), daemon=True) if during else None
+    if watcher:
+        watcher.start()
     home = pg_dir(root / "home")
     r = job("pitr-replay.sh", {"PATH": PG_PATH, "HOME": str(home), "LANG": "C.UTF-8",
                                "PGDATA": str(data), "WAL_SPOOL": str(spool),
                                "ARCHIVE_SCRIPTS": str(mounted), **targets(target)},
             as_postgres=True)
     sidecar.stop()
+    if watcher:
+        watcher.join(30)
     return r, sidecar.output()[-3000:]
 
 
@@ -600,6 +606,47 @@ def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucke
 
     store.s3.put(bucket, key, body)
     assert recover(store, bucket, mounted).rows() == list(range(1, 501))
+
+
+def test_the_store_down_during_a_replay_stops_it_and_a_retry_goes_on(store, bucket, mounted):
+    """The store goes down once the replay has fetched the first segment
+    after the base backup: the next segment that cannot be fetched must
+    not read as the end of the archive (a server promoted with 200 of the
+    400 rows). The replay fails, saying why, and promotes nothing; run
+    again with the store back, it goes on over the same data directory
+    and holds every row."""
+    primary = Primary(store, bucket, mounted)
+    c = primary.cluster
+    c.sql("INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series(1, 100) s")
+    base_backup(primary)
+    after = []
+    for first in (101, 201, 301):
+        c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
+        after.append(primary.archive_all())
+    env = store_env(store, bucket)
+    data = pg_dir(fresh_path("outage")) / "data"
+    assert fetch(env, data).rc == 0
+
+    def down_after_the_first(sidecar: Sidecar) -> None:
+        deadline = time.monotonic() + 60
+        while f"restored {after[0]}" not in sidecar.output() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        store.down()
+
+    try:
+        r, sidecar = replay(env, data, mounted, during=down_after_the_first)
+    finally:
+        store.up()
+    assert f"restored {after[0]}" in sidecar, sidecar
+    assert r.rc == 1, f"{r}\n--- sidecar\n{sidecar}"
+    assert r.line.startswith("opshooks pitr-replay: failed the server stopped before it reached the end of the archive"), str(r)
+    assert re.search(r"restore-wal: \S+ could not be fetched: barman-cloud-wal-restore exited with \d+: .*"
+                     r"recovery stops here rather than take this for the end of the archive", r.line), str(r)
+    assert (data / "recovery.signal").exists()  # never promoted
+
+    r, sidecar = replay(env, data, mounted)
+    assert r.rc == 0 and r.line.startswith("opshooks pitr-replay: recovered lsn="), f"{r}\n--- sidecar\n{sidecar}"
+    assert Recovered(data, "", r.line, 0, 0).rows() == list(range(1, 401))
 
 
 # --------------------------------------------------------------------------
