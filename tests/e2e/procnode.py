@@ -163,14 +163,17 @@ def image_config(image):
         # CloudNativePG's PostgreSQL image, which the Database's archiver
         # sidecar runs for its barman-cloud (spec.backup.archive): the
         # barman-cloud commands build-tools.sh installs, on the system
-        # Python, with a shell. Its own server is never started.
+        # Python, with a shell. Its own server is never started. As in
+        # that image (pip3 installs barman-cloud into the system Python),
+        # python3 imports barman: archiver.sh's later_segment does.
         lib = os.path.join(TOOLS or "", "barman-lib")
         if not os.path.isdir(f"{lib}/commands"):
             raise ImageError(f"no barman-cloud for {image} (looked for {lib}/commands)")
         return {
             "entrypoint": ["/bin/sh"],
             "cmd": [],
-            "env": {"PATH": f"{IMAGE_DIR}/barman-lib/commands:{BASE_PATH}"},
+            "env": {"PATH": f"{IMAGE_DIR}/barman-lib/commands:{BASE_PATH}",
+                    "PYTHONPATH": f"{IMAGE_DIR}/barman-lib"},
             "user": ("postgres", 26, "/var/lib/postgresql"),
             "tmpfs": [],
             "binds": [(lib, f"{IMAGE_DIR}/barman-lib")],
