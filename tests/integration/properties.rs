@@ -345,6 +345,8 @@ fn any_operator_spec() -> impl Strategy<Value = (&'static str, Value)> {
                 json!({"enabled": true, "destination": backups}),
                 json!({"destination": backups, "archive": {}}),
                 json!({"destination": backups, "archive": {"timeoutSeconds": 4, "image": "a b"}}),
+                json!({"destination": backups, "archive": {"baseBackupSchedule": "0 3 * * *",
+                    "verifySchedule": "0 5 * * 0", "retentionDays": 14}}),
             ]),
         ),
         (

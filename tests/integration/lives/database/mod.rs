@@ -140,7 +140,13 @@ fn newer_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
         ("imagePullSecrets", json!([{"name": "registry"}])),
         ("storage/resizeImage", json!("pg/resize:1")),
         ("backup/verify", json!({"schedule": "0 4 * * 0"})),
-        ("backup/archive", json!({"timeoutSeconds": 30})),
+        // With the base backups' verification and retention: the CronJob
+        // orders-verify-base is kept, with deletion and rollouts (the
+        // model runs no pod for a Job, so no proof is ever seen).
+        (
+            "backup/archive",
+            json!({"timeoutSeconds": 30, "verifySchedule": "0 5 * * 0", "retentionDays": 14}),
+        ),
     ];
     prop::sample::subsequence(fields.clone(), 0..=fields.len())
 }
