@@ -170,7 +170,13 @@ fn kube_state_metrics_paths_are_in_the_crds() {
             .iter()
             .find(|c| c["spec"]["names"]["kind"] == kind)
             .unwrap_or_else(|| panic!("no CRD of kind {kind}"));
-        let root_schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let version = &resource["groupVersionKind"]["version"];
+        let root_schema = &crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == *version)
+            .unwrap_or_else(|| panic!("{kind}: no CRD version {version}"))["schema"]["openAPIV3Schema"];
         let resolve = |from: &Value, path: &[String]| -> Option<Value> {
             let mut at = from.clone();
             for key in path {

@@ -4,7 +4,13 @@ check never run. setup.sh installs every tool, so nothing may be skipped;
 an expected failure (xfail) still counts as run.
 
 It also puts tests/support on sys.path: the tests import pyhelpers from
-there, as the e2e suite, the load test and the benchmark do."""
+there, as the e2e suite, the load test and the benchmark do.
+
+And it removes the evidence of an injection an earlier run left
+(/tmp/pwned*: hostile values `touch` them if a shell ever runs one) once,
+before any test: with pytest-xdist only in the process that starts the
+workers. A module that removed it when it started could hide what a test
+of the same module, running in another worker, had just caused."""
 import os
 import sys
 from pathlib import Path
@@ -12,6 +18,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker
+        for evidence in Path("/tmp").glob("pwned*"):
+            evidence.unlink(missing_ok=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -105,7 +105,6 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store(s3):
-    PWNED.unlink(missing_ok=True)
     proxy = Proxy()
     st = Store(s3, proxy, urlparse(s3.endpoint).port)
     st.up()
@@ -526,8 +525,9 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
     """Four batches of rows, each one transaction: the LSN after the
     second and a restore point (a hostile name) after the third. The LSN
     recovers the first two batches, the name the first three; a restore
-    point made before the newest base backup, which a name recovers from,
-    is refused with the words that name the way to it (its LSN)."""
+    point made before the newest base backup (the only one here), which a
+    name recovers from, fails the replay with words that name the way to
+    it (its LSN, from an older backup)."""
     primary = Primary(store, bucket, mounted, settings=[
         "archive_mode=on", f"archive_command=sh {mounted}/archive-wal.sh %f",
         f"archive_timeout={ARCHIVE_TIMEOUT}", "max_connections=150"])
@@ -537,7 +537,7 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
         c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
 
     batch(1)
-    early = c.sql("SELECT pg_create_restore_point('made before the backup')")
+    c.sql("SELECT pg_create_restore_point('made before the backup')")
     base_backup(primary)
     batch(101)
     lsn = c.sql("SELECT pg_current_wal_insert_lsn()")
@@ -558,8 +558,7 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
     assert not PWNED.exists()
 
     # The restore point made before the newest base backup: the replay from
-    # that backup never meets it. Its LSN (what pg_create_restore_point
-    # answered) reaches it, from the backup before it.
+    # that backup never meets it.
     early_root = pg_dir(fresh_path("early"))
     env = store_env(store, bucket)
     assert fetch(env, early_root / "data", name="made before the backup").rc == 0
@@ -567,18 +566,22 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
     assert r.rc == 1, str(r)
     assert r.line.startswith("opshooks pitr-replay: failed the archive ends before the target, "
                              "restore point 'made before the backup'"), str(r)
-    assert "a restore point made before it is reached by targetLSN" in r.line, str(r)
-    assert early  # the LSN the words point to
+    assert "one made before it is reached by targetLSN" in r.line, str(r)
 
 
 def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucket, mounted):
-    """Four segments archived after the base backup, each with 100 rows,
-    and the second deleted from the store (a lost upload, a hand that
-    tidied up). The replay's "missing" at the gap would end the recovery
-    and promote a server without the last 200 rows, the same answer the
-    end of the archive gives; the archiver names the gap instead, and the
-    replay fails, promoting nothing. Put back, the same recovery holds
-    all 500 rows."""
+    """Four segments archived after the base backup, each with 100 rows.
+    A segment missing from the store where a later one is there ends a
+    replay as the end of the archive does ("missing"), and would promote a
+    server without what came after. The archiver names the gap instead,
+    and the replay fails, promoting nothing:
+    - the second of the four deleted (a lost upload, a hand that tidied
+      up): the next segment the store holds is named;
+    - the last two deleted, with the old timeline's .partial and a later
+      timeline's segment there (an old primary that archived late, then
+      a promoted standby, which archives its own timeline only): each is
+      named in turn, PostgreSQL asking for the hole on the old timeline.
+    Everything put back, a recovery holds all 500 rows."""
     primary = Primary(store, bucket, mounted)
     c = primary.cluster
     c.sql("INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series(1, 100) s")
@@ -587,24 +590,49 @@ def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucke
     for first in (101, 201, 301, 401):
         c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
         after.append(primary.archive_all())
-    segments = [w for w in store.wal_names(bucket) if re.fullmatch(r"[0-9A-F]{24}", w)]
-    assert set(after) <= set(segments), (after, segments)
-    lost = after[1]
-    key = next(k for k in store.s3.keys(bucket, f"{PREFIX}/{SERVER}/wals/") if f"/{lost}" in k)
-    body = store.s3.get(bucket, key)
-    store.s3.client.delete_object(Bucket=bucket, Key=key)
+    wals = f"{PREFIX}/{SERVER}/wals/"
 
+    def segments() -> list[str]:
+        return [w for w in store.wal_names(bucket) if re.fullmatch(r"[0-9A-F]{24}", w)]
+    assert set(after) <= set(segments()), (after, segments())
+    keys = {n: next(k for k in store.s3.keys(bucket, wals) if f"/{n}" in k) for n in after}
+    bodies = {n: store.s3.get(bucket, k) for n, k in keys.items()}
     env = store_env(store, bucket)
-    root = pg_dir(fresh_path("gap"))
-    assert fetch(env, root / "data").rc == 0
-    r, sidecar = replay(env, root / "data", mounted)
-    assert r.rc == 1, f"{r}\n--- sidecar\n{sidecar}"
-    assert r.line.startswith("opshooks pitr-replay: failed the server stopped before it reached the end of the archive"), str(r)
-    assert f"a gap in the archive {SERVER}: {lost} is not there but {after[2]}, later on its timeline, is" in r.line, str(r)
-    # Never promoted: still a server in archive recovery.
-    assert (root / "data" / "recovery.signal").exists()
 
-    store.s3.put(bucket, key, body)
+    def gap_named(lost: str, later: str) -> None:
+        root = pg_dir(fresh_path("gap"))
+        assert fetch(env, root / "data").rc == 0
+        r, sidecar = replay(env, root / "data", mounted)
+        assert r.rc == 1, f"{r}\n--- sidecar\n{sidecar}"
+        assert r.line.startswith("opshooks pitr-replay: failed the server stopped before it reached the end of the archive"), str(r)
+        assert f"a gap in the archive {SERVER}: {lost} is not there but {later}, after it, is" in r.line, str(r)
+        # Never promoted: still a server in archive recovery.
+        assert (root / "data" / "recovery.signal").exists()
+
+    # The same timeline. The segment named is the first the store holds
+    # after the lost one (the primary's archive_timeout may have added one).
+    store.s3.client.delete_object(Bucket=bucket, Key=keys[after[1]])
+    gap_named(after[1], min(w for w in segments() if w > after[1]))
+    store.s3.put(bucket, keys[after[1]], bodies[after[1]])
+
+    # A later timeline. Every segment from after[2] on goes; the old
+    # timeline's .partial of the segment after it stands for the promoted
+    # standby's first upload, then that standby's segment of timeline 2.
+    for n in segments():
+        if n >= after[2]:
+            store.s3.client.delete_object(Bucket=bucket, Key=next(k for k in store.s3.keys(bucket, wals) if f"/{n}" in k))
+    partial = f"{after[3]}.partial"
+    newer = f"00000002{after[3][8:]}"
+    folder = f"{wals}{after[3][:16]}/"
+    store.s3.put(bucket, f"{folder}{partial}.gz", b"not replayed")
+    gap_named(after[2], partial)
+    store.s3.client.delete_object(Bucket=bucket, Key=f"{folder}{partial}.gz")
+    store.s3.put(bucket, f"{wals}{newer[:16]}/{newer}.gz", b"not replayed")
+    gap_named(after[2], newer)
+    store.s3.client.delete_object(Bucket=bucket, Key=f"{wals}{newer[:16]}/{newer}.gz")
+
+    for n in after[2:]:
+        store.s3.put(bucket, keys[n], bodies[n])
     assert recover(store, bucket, mounted).rows() == list(range(1, 501))
 
 

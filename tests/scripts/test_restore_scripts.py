@@ -87,7 +87,6 @@ ROOT: Path | None = None
 def root():
     """One folder for every run's volumes; run_backup's too."""
     global ROOT
-    PWNED.unlink(missing_ok=True)
     ROOT = Path(tempfile.mkdtemp(prefix="opshooks-restore-"))
     ROOT.chmod(0o755)  # the postgres user reaches the work volumes below
     saved, backups.SCRATCH = backups.SCRATCH, ROOT

@@ -267,8 +267,6 @@ def scratch():
     """One folder for everything, owned by postgres; every server still
     running under it at the end is stopped, then it is removed."""
     global SCRATCH
-    for f in (PWNED, PWNED_APP):  # evidence of an injection, from an earlier run
-        f.unlink(missing_ok=True)
     SCRATCH = Path(tempfile.mkdtemp(prefix="opshooks-dbscripts-"))
     if os.geteuid() == 0:
         os.chown(SCRATCH, *postgres_ids())

@@ -19,7 +19,8 @@
 #   (another Database's, which a point-in-time recovery replays:
 #   pitr-replay.sh asks there); refused (recovery/failed/<f>) without it.
 #   A segment it does not have is "missing" (the end of the archive: the
-#   replay promotes) only when no later segment of its timeline is there;
+#   replay promotes) only when no later segment of its timeline or a later
+#   one is there;
 #   otherwise recovery/failed/<f> names the gap, and the replay stops
 #   instead of promoting a server that lacks what came after it.
 # A request is claimed (moved to working/) before the tool runs: one that
@@ -145,13 +146,13 @@ fetch_one() {
         if [ "$rc" -eq 1 ] && [ "$r" = "$spool/recovery" ]; then
             # The end of a recovery's archive, or a gap in it: the answer
             # "missing" ends the replay and promotes, so it is given only
-            # when nothing later on that timeline is there.
+            # when nothing later is there.
             if later="$(later_segment "$@" -- "$destination" "$from" "$f" /dev/null 2>"$r/working/$f.log")"; then
                 if [ -z "$later" ]; then
                     outcome "$r/missing" "$f"
                     log "not in the archive $from: $f"
                 else
-                    why="a gap in the archive $from: $f is not there but $later, later on its timeline, is: the WAL cannot be replayed past $f"
+                    why="a gap in the archive $from: $f is not there but $later, after it, is: the WAL cannot be replayed past $f"
                     outcome "$r/failed" "$f" "$why"
                     log "not restored $f from $from: $why"
                 fi
@@ -172,11 +173,21 @@ fetch_one() {
     rm -f "$r/working/$f" "$r/working/$f.log"
 }
 # later_segment ARGS... (barman-cloud-wal-restore's): the first segment
-# the store holds after ARGS' WAL file on its timeline, none when that file
-# is there now (archived since it was asked for) or is not a segment.
+# (or partial segment) the store holds after ARGS' WAL file, on its
+# timeline or a later one; none when that file is there now (archived
+# since it was asked for) or is not a segment. A later timeline counts: a
+# promoted standby archives only its own timeline, so a hole left by an
+# old primary that archived late sits before the old timeline's .partial
+# and the new timeline's segments, and PostgreSQL asks for the hole on the
+# old one. Only barman's folders (one per timeline and 4 GiB of WAL) that
+# can hold a later one are listed, the requested one first: an archive of
+# weeks is not read whole within the restore's wait.
 later_segment() {
-    python3 -c '
+    # shellcheck disable=SC2046 # the interpreter line may be `env python3`
+    $(barman_python) -c '
+import os
 import sys
+
 from barman import xlog
 from barman.cloud import CloudBackupCatalog
 from barman.cloud_providers import get_cloud_interface
@@ -186,22 +197,53 @@ config = parse_arguments(sys.argv[1:])
 name = config.wal_name
 if not xlog.is_wal_file(name):
     sys.exit(0)
-
-
-def wals():
-    return CloudBackupCatalog(get_cloud_interface(config), config.server_name).get_wal_paths()
-
-
 tli, log, seg = xlog.decode_segment_name(name)
-listed = wals()
-later = sorted(w for w in listed if xlog.is_wal_file(w)
-               and xlog.decode_segment_name(w)[0] == tli and xlog.decode_segment_name(w)[1:] > [log, seg])
-# Listed again before a gap is named: a listing is read page after page,
-# and one racing the uploads of both could see only the later one.
-if name in listed or (later and name in wals()):
-    later = []
-print(later[0] if later else "")
+cloud = get_cloud_interface(config)
+root = CloudBackupCatalog(cloud, config.server_name).wal_prefix + "/"
+
+
+def names(folder):
+    """The WAL file names in a folder, without a compression suffix."""
+    for key in cloud.list_bucket(folder, delimiter="/"):
+        base = key.rsplit("/", 1)[-1]
+        if not xlog.is_any_xlog_file(base):
+            base = os.path.splitext(base)[0]
+        if xlog.is_wal_file(base) or xlog.is_partial_file(base):
+            yield base
+
+
+folders = []
+for folder in cloud.list_bucket(root, delimiter="/"):
+    h = folder[len(root):].rstrip("/")
+    if len(h) == 16 and all(c in "0123456789ABCDEF" for c in h):
+        if int(h[:8], 16) >= tli and int(h[8:], 16) >= log:
+            folders.append((int(h[8:], 16), int(h[:8], 16), folder))
+later = None
+for _, _, folder in sorted(folders):
+    for n in names(folder):
+        if n == name:
+            sys.exit(0)
+        t, l, s = xlog.decode_segment_name(n)
+        if t >= tli and (l, s) > (log, seg) and (later is None or (l, s, t) < later[0]):
+            later = ((l, s, t), n)
+    if later:
+        break
+# Its own folder listed again before a gap is named: a listing is read
+# page after page, and one racing the uploads of both could see only the
+# later one.
+if later and name in names(root + name[:16] + "/"):
+    later = None
+print(later[1] if later else "")
 ' "$@"
+}
+# The Python that runs barman-cloud (its commands' interpreter line), so
+# that its library imports; python3 when that line names none.
+barman_python() {
+    line="$(head -n 1 "$(command -v barman-cloud-wal-restore)" 2>/dev/null)"
+    case "$line" in
+        '#!'*python*) printf '%s' "${line#??}" ;;
+        *) printf 'python3' ;;
+    esac
 }
 restore_one() { fetch_one restore "$server" "$@"; }
 recovery_one() {

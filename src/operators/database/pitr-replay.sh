@@ -127,7 +127,7 @@ while :; do
             *"before configured recovery target was reached"*)
                 # A name is looked for only in the WAL after the newest
                 # base backup, the one pitr-fetch.sh took for it.
-                [ -z "$target_name" ] || words="$words (a restore point is looked for after the newest base backup only: a restore point made before it is reached by targetLSN, the LSN pg_create_restore_point answered)"
+                [ -z "$target_name" ] || words="$words (a restore point is looked for after the newest base backup only: one made before it is reached by targetLSN, the LSN pg_create_restore_point answered, when an older base backup ended before that LSN)"
                 fail "the archive ends before the target, $target: $words" ;;
         esac
         fail "the server stopped before it reached $target: $words"

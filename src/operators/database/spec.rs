@@ -435,7 +435,8 @@ pub struct ArchiveRecovery {
     pub target_lsn: Option<String>,
     /// Replay up to this restore point (pg_create_restore_point), looked for
     /// after the newest base backup only: one made before it is reached by
-    /// targetLSN, the LSN pg_create_restore_point answered.
+    /// targetLSN, the LSN pg_create_restore_point answered, when an older
+    /// base backup ended before that LSN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub target_name: Option<String>,
