@@ -518,6 +518,23 @@ def test_recovers_exactly_the_commits_before_a_time(store, bucket, mounted):
     assert fields(rec.replay_line)["timeline"] == 2
 
 
+def batch(primary: Primary, first: int) -> None:
+    """Rows `first` to `first` + 99, in one transaction."""
+    primary.cluster.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
+
+
+def backed_up_batches(primary: Primary, batches: int) -> list[str]:
+    """Rows 1-100, a base backup, then `batches` more batches of 100 rows,
+    each in a segment ended and archived: those segments' names."""
+    batch(primary, 1)
+    base_backup(primary)
+    after = []
+    for first in range(101, 101 + 100 * batches, 100):
+        batch(primary, first)
+        after.append(primary.archive_all())
+    return after
+
+
 RESTORE_POINT = "before 'the' \"migration\" $(touch /tmp/pwned-archive) `x`; \\"
 
 
@@ -532,22 +549,18 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
         "archive_mode=on", f"archive_command=sh {mounted}/archive-wal.sh %f",
         f"archive_timeout={ARCHIVE_TIMEOUT}", "max_connections=150"])
     c = primary.cluster
-
-    def batch(first: int) -> None:
-        c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
-
-    batch(1)
+    batch(primary, 1)
     c.sql("SELECT pg_create_restore_point('made before the backup')")
     base_backup(primary)
-    batch(101)
+    batch(primary, 101)
     lsn = c.sql("SELECT pg_current_wal_insert_lsn()")
-    batch(201)
+    batch(primary, 201)
     conn = psycopg2.connect(host="127.0.0.1", port=c.port, user="postgres", password=c.password,
                             dbname="postgres", connect_timeout=5)
     with conn, conn.cursor() as cur:  # the name as a parameter, as a user's client sends it
         cur.execute("SELECT pg_create_restore_point(%s)", (RESTORE_POINT,))
     conn.close()
-    batch(301)
+    batch(primary, 301)
     primary.archive_all()
 
     rec = recover(store, bucket, mounted, lsn=lsn)
@@ -584,12 +597,7 @@ def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucke
     Everything put back, a recovery holds all 500 rows."""
     primary = Primary(store, bucket, mounted)
     c = primary.cluster
-    c.sql("INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series(1, 100) s")
-    base_backup(primary)
-    after = []
-    for first in (101, 201, 301, 401):
-        c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
-        after.append(primary.archive_all())
+    after = backed_up_batches(primary, 4)
     # Stopped, so that archive_timeout adds no segment while the store is
     # changed below (its archiver hands over what is ready first).
     c.stop()
@@ -648,13 +656,7 @@ def test_the_store_down_during_a_replay_stops_it_and_a_retry_goes_on(store, buck
     again with the store back, it goes on over the same data directory
     and holds every row."""
     primary = Primary(store, bucket, mounted)
-    c = primary.cluster
-    c.sql("INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series(1, 100) s")
-    base_backup(primary)
-    after = []
-    for first in (101, 201, 301):
-        c.sql(f"INSERT INTO ledger SELECT s, clock_timestamp() FROM generate_series({first}, {first + 99}) s")
-        after.append(primary.archive_all())
+    after = backed_up_batches(primary, 3)
     env = store_env(store, bucket)
     data = pg_dir(fresh_path("outage")) / "data"
     assert fetch(env, data).rc == 0

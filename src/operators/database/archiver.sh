@@ -143,29 +143,23 @@ fetch_one() {
     else
         rc=$?
         rm -f "$r/files/.$f.part"
-        if [ "$rc" -eq 1 ] && [ "$r" = "$spool/recovery" ]; then
+        why=""
+        if [ "$rc" -ne 1 ]; then
+            why="barman-cloud-wal-restore exited with $rc: $(reason "$r/working/$f.log")"
+        elif [ "$r" = "$spool/recovery" ]; then
             # The end of a recovery's archive, or a gap in it: the answer
             # "missing" ends the replay and promotes, so it is given only
             # when nothing later is there.
             if later="$(later_segment "$@" -- "$destination" "$from" "$f" /dev/null 2>"$r/working/$f.log")"; then
-                if [ -z "$later" ]; then
-                    outcome "$r/missing" "$f"
-                    log "not in the archive $from: $f"
-                else
-                    why="a gap in the archive $from: $f is not there but $later, after it, is: the WAL cannot be replayed past $f"
-                    outcome "$r/failed" "$f" "$why"
-                    log "not restored $f from $from: $why"
-                fi
+                [ -z "$later" ] || why="a gap in the archive $from: $f is not there but $later, after it, is: the WAL cannot be replayed past $f"
             else
                 why="$f is not in the archive $from, and whether that is its end or a gap could not be read: $(reason "$r/working/$f.log")"
-                outcome "$r/failed" "$f" "$why"
-                log "not restored $f from $from: $why"
             fi
-        elif [ "$rc" -eq 1 ]; then
+        fi
+        if [ -z "$why" ]; then
             outcome "$r/missing" "$f"
             log "not in the archive $from: $f"
         else
-            why="barman-cloud-wal-restore exited with $rc: $(reason "$r/working/$f.log")"
             outcome "$r/failed" "$f" "$why"
             log "not restored $f from $from: $why"
         fi
