@@ -49,6 +49,7 @@ use crate::operators::resources::cpu_memory;
 use crate::operators::validate::{self, InvalidSpec};
 
 pub(super) mod base_backups;
+pub(super) mod report;
 pub(super) mod verification;
 
 /// The sidecar's loop.
@@ -187,8 +188,8 @@ const CONDITION: &str = "Archiving";
 /// `Archiving`, while `spec.backup.archive` is set (and after, as
 /// `Disabled`, so that it does not stay as last written): whether the
 /// serving primary runs the archiver (of the cluster of the plan's
-/// major), and which base backups are asked for. What the store
-/// received is not observed here: PostgreSQL counts each failure in
+/// major), whether its archiver reports failures ([`report`]), and which
+/// base backups are asked for. PostgreSQL also counts each failure in
 /// `pg_stat_archiver`, which the alert `OpshooksPostgresWALArchiveFailing`
 /// reads.
 pub(super) fn condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<Observation> {
@@ -223,6 +224,9 @@ pub(super) fn condition(db: &Database, seen: &Observed, plan: &Plan) -> Option<O
     };
     if let Some(words) = pending {
         return Some(Observation::new(CONDITION, false, "Pending", words));
+    }
+    if let Some(words) = report::failing(report::progress(db, seen).as_ref(), &pod) {
+        return Some(Observation::new(CONDITION, false, "ArchiveFailing", words));
     }
     let timeout = archive.timeout_seconds();
     Some(Observation::new(
@@ -330,6 +334,7 @@ pub(super) fn apply(db: &Database, version: Major, pod: &mut PodSpec, server: &s
             .get_or_insert_with(Vec::new)
             .push(fetch_container(archive, dest, version, recovery));
     }
+    report::apply(db, pod, &mut archiver);
     pod.containers.push(archiver);
     pod.volumes.get_or_insert_with(Vec::new).extend([
         Volume {
@@ -483,7 +488,7 @@ mod tests {
     use crate::fixtures;
     use crate::hook::conditions::ConditionStatus;
 
-    fn archived() -> Database {
+    pub(super) fn archived() -> Database {
         fixtures::orders()
             .uid("orders-uid")
             .spec(

@@ -47,6 +47,24 @@
 # and the exit code is retain.sh's: it deletes what the recovery window
 # no longer needs, only when that file holds 0.
 #
+# The archive's progress, for the Database's status: with ARCHIVE_REPORT
+# set (a ConfigMap's name in NAMESPACE), each archive outcome updates what
+# this sidecar reports there, with a JSON merge patch to the API server
+# (only the keys below; the hook desires the ConfigMap without data, so
+# neither side overwrites the other):
+#   lastArchivedWal, lastArchivedTime  the newest file stored, and when;
+#   failingSince  when the failures began ("" while archiving succeeds);
+#   lastFailedWal, lastFailure, lastFailureTime  the newest failure;
+#   pod  this pod ($HOSTNAME), the primary that archives.
+# A failure's start and end are sent at once, a newer file at most every
+# REPORT_SECONDS (10 s): a report never holds the loop up (one request at
+# a time, beside it, 5 s at most), and one that failed is sent again. The
+# token and the cluster's CA are read from ARCHIVER_CREDENTIALS (default
+# /var/run/secrets/opshooks/archiver), the server from
+# KUBERNETES_SERVICE_HOST and _PORT (set by the kubelet); the server's
+# certificate is checked against the CA and the address dialled. Without
+# ARCHIVE_REPORT (a verification Job's sidecar), nothing is reported.
+#
 # Values: PGDATA, WAL_SPOOL (default /var/run/opshooks/wal),
 # ARCHIVE_DESTINATION (s3://bucket/prefix, azure://..., gs://...),
 # ARCHIVE_SERVER (the name this Database's files go under in the store),
@@ -66,6 +84,11 @@ until_file="${ARCHIVER_UNTIL:-}"
 retain="${RETAIN_SCRIPT:-}"
 # shellcheck disable=SC3028 # the container runtime sets HOSTNAME to the pod's name
 pod="${HOSTNAME:-}"
+report_to="${ARCHIVE_REPORT:-}"
+namespace="${NAMESPACE:-}"
+credentials="${ARCHIVER_CREDENTIALS:-/var/run/secrets/opshooks/archiver}"
+api_host="${KUBERNETES_SERVICE_HOST:-}"
+api_port="${KUBERNETES_SERVICE_PORT:-443}"
 
 log() { printf 'archiver: %s\n' "$*" >&2; }
 die() { log "$1"; exit 1; }
@@ -88,6 +111,9 @@ case "$endpoint" in
     *) die "ARCHIVE_ENDPOINT is '$endpoint', not an http:// or https:// URL" ;;
 esac
 [ -n "$pgdata" ] || die "PGDATA is not set"
+if [ -n "$report_to" ] && [ -z "$namespace" ]; then
+    die "ARCHIVE_REPORT is set but NAMESPACE is not: the report's ConfigMap needs both"
+fi
 if [ -n "$endpoint" ]; then
     set -- --endpoint-url "$endpoint"
 else
@@ -120,11 +146,15 @@ archive_one() {
         >"$a/working/$f.log" 2>&1; then
         outcome "$a/done" "$f"
         log "archived $f"
+        archived="$f" archived_at="$(stamp)" dirty=1
+        [ -z "$failing_since" ] || failing_since="" urgent=1
     else
         rc=$?
         why="barman-cloud-wal-archive exited with $rc: $(reason "$a/working/$f.log")"
         outcome "$a/failed" "$f" "$why"
         log "not archived $f: $why"
+        failed="$f" failure="$why" failed_at="$(stamp)" dirty=1
+        [ -n "$failing_since" ] || failing_since="$failed_at" urgent=1
     fi
     rm -f "$a/working/$f" "$a/working/$f.log"
 }
@@ -250,6 +280,80 @@ recovery_one() {
     fetch_one recovery "$recovery_server" "$@"
 }
 
+# What this sidecar reports (see the top), what changed since it was
+# last sent, and the request sending it.
+stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+archived="" archived_at="" failing_since="" failed="" failure="" failed_at=""
+dirty="" urgent="" sent_at=0 sender="" send_failing=""
+REPORT_SECONDS=10
+report() {
+    [ -n "$report_to" ] || return 0
+    if [ -n "$sender" ]; then
+        kill -0 "$sender" 2>/dev/null && return 0
+        if wait "$sender"; then
+            [ -z "$send_failing" ] || log "report: sent again to ConfigMap $namespace/$report_to"
+            send_failing=""
+        else
+            [ -n "$send_failing" ] || log "report: not sent to ConfigMap $namespace/$report_to: $(cat "$spool/.report-why" 2>/dev/null); tried again every ${REPORT_SECONDS}s"
+            send_failing=1 dirty=1
+        fi
+        sender=""
+    fi
+    [ -n "$dirty" ] || return 0
+    at="$(date +%s)"
+    [ -n "$urgent" ] || [ "$at" -ge $((sent_at + REPORT_SECONDS)) ] || return 0
+    dirty="" urgent="" sent_at="$at"
+    set -- pod "$pod" failingSince "$failing_since"
+    [ -z "$archived" ] || set -- "$@" lastArchivedWal "$archived" lastArchivedTime "$archived_at"
+    [ -z "$failed" ] || set -- "$@" lastFailedWal "$failed" lastFailure "$failure" lastFailureTime "$failed_at"
+    send_report "$@" </dev/null 2>"$spool/.report-why" &
+    sender=$!
+}
+# send_report KEY VALUE...: the merge patch, each value one argument.
+send_report() {
+    # shellcheck disable=SC2046 # the interpreter line may be `env python3`
+    $(barman_python) -c '
+import json
+import ssl
+import sys
+import urllib.error
+import urllib.request
+
+host, port, namespace, name, credentials = sys.argv[1:6]
+pairs = sys.argv[6:]
+data = dict(zip(pairs[::2], pairs[1::2]))
+if not host:
+    sys.exit("KUBERNETES_SERVICE_HOST is not set: no API server to report to")
+where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+try:
+    with open(credentials + "/token") as f:
+        token = f.read().strip()
+    context = ssl.create_default_context(cafile=credentials + "/ca.crt")
+except OSError as e:
+    sys.exit(f"no ServiceAccount token or CA in {credentials}: {e}")
+request = urllib.request.Request(
+    f"https://{where}/api/v1/namespaces/{namespace}/configmaps/{name}?fieldManager=opshooks-archiver",
+    data=json.dumps({"data": data}).encode(),
+    method="PATCH",
+    headers={"Authorization": "Bearer " + token, "Content-Type": "application/merge-patch+json",
+             "Accept": "application/json"},
+)
+# No proxy from the environment: the API server is reached directly.
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+try:
+    with opener.open(request, timeout=5) as answer:
+        answer.read()
+except urllib.error.HTTPError as e:
+    try:
+        why = json.loads(e.read()).get("message", "")
+    except ValueError:
+        why = ""
+    sys.exit(f"HTTP {e.code} {why[:200]}")
+except Exception as e:
+    sys.exit(f"no answer from {where}: {e}")
+' "$api_host" "$api_port" "$namespace" "$report_to" "$credentials" "$@"
+}
+
 # The base backup running beside the loop, and its name.
 backup_pid="" backup_name=""
 base_backups() {
@@ -296,6 +400,7 @@ while [ -z "$stopping" ]; do
     if [ "$now" -ge "$next_check" ]; then
         next_check=$((now + 10))
         base_backups
+        report
     fi
     worked=""
     for kind in archive restore recovery; do
@@ -306,6 +411,7 @@ while [ -z "$stopping" ]; do
                 .* | *[!0-9A-Za-z.]*) rm -f "$request"; log "ignored a request for '$f'"; continue ;;
             esac
             "${kind}_one" "$f" "$@"
+            report
             worked=1
             [ -z "$stopping" ] || break 2
             # Archiving first: a restore waits while segments are handed over.

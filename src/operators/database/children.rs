@@ -71,8 +71,10 @@ pub fn build(
         out.extend(cert.as_ref().map(Child::new));
     }
     out.extend(trust::config_map(db, seen).as_ref().map(Child::new));
-    if lease::kept(db, seen) {
-        let (account, role, binding) = lease::children(db);
+    // The instances' identity: the lease's, and the archiver's report.
+    out.extend(archive::report::config_map(db).as_ref().map(Child::new));
+    if lease::kept(db, seen) || archive::enabled(db).is_some() {
+        let (account, role, binding) = lease::children(db, archive::report::rule(db));
         out.extend([
             Child::new(&account),
             Child::new(&role),

@@ -75,6 +75,12 @@ pub fn archive_name(db: &Database) -> String {
     format!("{}-archive", name(db))
 }
 
+/// The ConfigMap the primary's archiver writes its progress to (the hook
+/// desires it without data).
+pub fn archive_report_name(db: &Database) -> String {
+    format!("{}-archive-report", name(db))
+}
+
 /// The ConfigMap that tells applications how to connect.
 pub fn connection_name(db: &Database) -> String {
     format!("{}-connection", name(db))

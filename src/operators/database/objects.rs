@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, LocalObjectReference,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ServiceAccount, Volume,
-    VolumeMount,
+    ConfigMapProjection, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath,
+    LocalObjectReference, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
+    ProjectedVolumeSource, ServiceAccount, ServiceAccountTokenProjection, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -200,7 +201,7 @@ pub(super) fn superuser_env(db: &Database) -> Vec<EnvVar> {
 pub(super) fn identity(
     db: &Database,
     name: String,
-    rule: PolicyRule,
+    rules: Vec<PolicyRule>,
     automount: bool,
 ) -> (ServiceAccount, Role, RoleBinding) {
     let object = || meta(db, name.clone());
@@ -212,7 +213,7 @@ pub(super) fn identity(
         },
         Role {
             metadata: object(),
-            rules: Some(vec![rule]),
+            rules: Some(rules),
         },
         RoleBinding {
             metadata: object(),
@@ -229,6 +230,45 @@ pub(super) fn identity(
             }]),
         },
     )
+}
+
+/// How long a projected token lives; the kubelet renews it at 80%.
+const TOKEN_SECONDS: i64 = 3600;
+
+/// A volume of the pod's ServiceAccount token (bound to the pod, for the
+/// API server) and the cluster's CA, from the ConfigMap every namespace
+/// has: mounted into the one container that talks to the API server, as
+/// the pod mounts no token otherwise.
+pub(super) fn api_credentials_volume(volume: &str) -> Volume {
+    Volume {
+        name: volume.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_string(),
+                        expiration_seconds: Some(TOKEN_SECONDS),
+                        audience: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_string(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            default_mode: Some(0o440),
+        }),
+        ..Volume::default()
+    }
 }
 
 /// The application user's name and password and the database's name, for

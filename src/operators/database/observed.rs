@@ -18,7 +18,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::kinds::{self, Certificate, CertificateRequest, PodMonitor};
 use super::names::{
-    backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, jobs, pod_ordinal, role_name,
+    archive_report_name, backup_cron_name, ca_config_map_name, claim_ordinal, grow_name, jobs,
+    pod_ordinal, role_name,
 };
 use super::spec::issuer;
 
@@ -84,6 +85,9 @@ pub struct Observed {
     pub role: Option<Role>,
     /// The names of the observed ConfigMaps.
     pub config_maps: BTreeSet<String>,
+    /// What the primary's archiver wrote to `<name>-archive-report`, as
+    /// written (`archive::report` reads it).
+    pub archive_report: Option<BTreeMap<String, String>>,
     /// The cluster's StorageClasses, by name (related objects).
     pub storage_classes: BTreeMap<String, StorageClass>,
     /// The claims the grow Job's Role lets patch, once that Role, its
@@ -163,6 +167,10 @@ impl Observed {
                 .and_then(|c| c.data.as_ref()?.get(kinds::KEY))
                 .map(|text| kinds::certificates(text))
                 .unwrap_or_default(),
+            archive_report: config_maps
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(&archive_report_name(db)))
+                .map(|c| c.data.clone().unwrap_or_default()),
             config_maps: config_maps
                 .into_iter()
                 .filter_map(|c| c.metadata.name)

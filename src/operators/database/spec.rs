@@ -27,7 +27,8 @@ mod backup;
 mod status;
 pub use backup::{Archive, DatabaseBackup};
 pub use status::{
-    DatabaseStatus, InstanceStatus, LastFailover, Phase, RestoredFrom, VerifiedBaseBackup,
+    ArchiveProgress, DatabaseStatus, InstanceStatus, LastFailover, Phase, RestoredFrom,
+    VerifiedBaseBackup,
 };
 
 /// Label on every object of a Database, naming it; customize selects by it.
@@ -70,6 +71,7 @@ pub const VOLUME: &str = "data";
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackupTime"),
     printcolumn(name = "Recoverable From", type_ = "date", json_path = ".status.lastVerifiedBaseBackup.recoverableFrom"),
+    printcolumn(name = "Last Archived", type_ = "date", json_path = ".status.archive.lastArchivedTime"),
     printcolumn(name = "Wanted", type_ = "string", json_path = ".spec.version", priority = "1"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
     printcolumn(name = "Verified", type_ = "string", json_path = ".status.conditions[?(@.type==\"BackupVerified\")].status", priority = "1"),

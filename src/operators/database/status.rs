@@ -78,6 +78,7 @@ pub fn status(
         restored_from,
         last_verified_backup,
         last_verified_base_backup,
+        archive: super::archive::report::progress(db, seen),
         conditions: conditions::reconcile(
             previous.unwrap_or_default(),
             observations,

@@ -170,7 +170,7 @@ impl Growth {
             resource_names: Some(claims),
             ..PolicyRule::default()
         };
-        let (account, role, binding) = identity(db, grow_name(db), rule, true);
+        let (account, role, binding) = identity(db, grow_name(db), vec![rule], true);
         (account, role, binding, job)
     }
 

@@ -65,38 +65,59 @@ SECRET_KEY = "e2e-secret-key-not-for-logs"
 PLACED = 420
 
 
-@contextlib.contextmanager
-def s3_server(s, scenario):
+class S3Server:
     """A real S3 server, versitygw (build-tools.sh), in the node's network
     namespace: buckets as directories under the suite's directory, the
-    scenario's keys as its root user's (every request signed with them),
-    stopped after."""
-    port = S3_PORTS[scenario]
-    endpoint = f"http://{NODE_IP}:{port}"
-    root = f"{s.suite.dir}/s3-{s.ns}"
-    os.makedirs(root, exist_ok=True)
-    log = open(f"{s.suite.dir}/versitygw-{s.ns}.log", "w")
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", node_ns(s), f"{s.suite.tools}/versitygw", "--port", f"{NODE_IP}:{port}", "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet", "posix", root],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    scenario's keys as its root user's (every request signed with them).
+    `down()` stops it (connections refused, as a store that is down), `up()`
+    starts it again over the same buckets."""
 
-        def up():
-            code, out = s3(s, endpoint, "c.list_buckets()")
+    def __init__(self, s, scenario):
+        self.s = s
+        self.port = S3_PORTS[scenario]
+        self.endpoint = f"http://{NODE_IP}:{self.port}"
+        self.root = f"{s.suite.dir}/s3-{s.ns}"
+        os.makedirs(self.root, exist_ok=True)
+        self.log = open(f"{s.suite.dir}/versitygw-{s.ns}.log", "a")
+        self.proc = None
+
+    def up(self):
+        s = self.s
+        self.proc = proc = subprocess.Popen(
+            ["ip", "netns", "exec", node_ns(s), f"{s.suite.tools}/versitygw", "--port", f"{NODE_IP}:{self.port}", "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet", "posix", self.root],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+        def answers():
+            code, out = s3(s, self.endpoint, "c.list_buckets()")
             need(proc.poll() is None, f"versitygw exited {proc.returncode}")
             need(code == 0, f"versitygw not answering yet: {out[-200:]}")
 
-        s.wait(f"versitygw's S3 server on {endpoint}", up, 60, every=0.5)
-        yield endpoint
-    finally:
-        proc.terminate()
+        s.wait(f"versitygw's S3 server on {self.endpoint}", answers, 60, every=0.5)
+
+    def down(self):
+        if self.proc is None:
+            return
+        self.proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+@contextlib.contextmanager
+def s3_server(s, scenario):
+    """An S3Server, up, stopped after."""
+    server = S3Server(s, scenario)
+    try:
+        server.up()
+        yield server
+    finally:
+        server.down()
+        server.log.close()
 
 
 def s3(s, endpoint, code, timeout=30):
@@ -233,6 +254,59 @@ def archiving(s, cip, login, endpoint, name):
         time.sleep(n * ARCHIVE_TIMEOUT / ARCHIVE_WRITES)
         delays.append(archived(s, cip, login, endpoint, name, "INSERT INTO wal_probe DEFAULT VALUES"))
     return delays
+
+
+def store_down_and_back(s, store, cip, login, name):
+    """The store stopped while `name` writes: its archiver reports the
+    failures (status.archive.failingSince, `Archiving` False with reason
+    ArchiveFailing); started again, the segments PostgreSQL kept are
+    archived, the report names a newer file and `Archiving` is True again.
+    The seconds each took, from the stop and from the start."""
+
+    def archive_status():
+        db = s.parent("Database", name)
+        return db, (db.get("status") or {}).get("archive") or {}
+
+    def reported():
+        _, progress = archive_status()
+        need(progress.get("lastArchivedWal") and not progress.get("failingSince"), f"status.archive {progress}: no file archived reported yet")
+        return progress
+
+    before = s.wait("status.archive names the last file archived", reported, 120, every=2)
+    cols = s.columns("pgdb", name)
+    s.expect(re.fullmatch(r"\d+m?\d*s|\d+m", cols.get("LAST ARCHIVED") or ""), f"kubectl get pgdb: {cols}, want the last archived file's age under LAST ARCHIVED")
+    store.down()
+    stopped = time.monotonic()
+
+    def write():
+        code, out = psql(s, cip, login, "INSERT INTO wal_probe DEFAULT VALUES")
+        need(code == 0, f"psql through {cip}: {out}")
+
+    def failing():
+        write()
+        db, progress = archive_status()
+        c = condition(db, "Archiving") or {}
+        need(c.get("reason") == "ArchiveFailing" and progress.get("failingSince"), f"Archiving {c.get('status')} {c.get('reason')}: {c.get('message')}; status.archive {progress}")
+        return c, progress
+
+    try:
+        c, progress = s.wait("Archiving False (ArchiveFailing) while the store is down", failing, 180, every=3)
+        failed_after = round(time.monotonic() - stopped)
+        s.expect(c.get("status") == "False" and "barman-cloud-wal-archive exited" in c.get("message", ""), f"Archiving {c}: want False with the archiver's reason")
+        s.expect(progress.get("reportedBy") == f"{name}-0" and progress.get("lastFailedWal"), f"status.archive {progress}: want the failure of {name}-0's archiver named")
+    finally:
+        store.up()
+    started = time.monotonic()
+
+    def archiving_again():
+        db, progress = archive_status()
+        c = condition(db, "Archiving") or {}
+        need(c.get("status") == "True" and not progress.get("failingSince"), f"Archiving {c.get('status')} {c.get('reason')}; status.archive {progress}")
+        need(progress.get("lastArchivedWal", "") > before["lastArchivedWal"], f"status.archive {progress}: no file newer than {before['lastArchivedWal']}")
+        return progress
+
+    after = s.wait("Archiving True again, a newer file archived", archiving_again, 240, every=3)
+    return {"failing reported after": failed_after, "archiving again after": round(time.monotonic() - started), "last before": before["lastArchivedWal"], "last after": after["lastArchivedWal"]}
 
 
 def base_backups(s, endpoint, name):
@@ -376,7 +450,8 @@ def server_time(s, cip, login):
 def scenario_real_backup_restore(s):
     k, ns = s.k, s.ns
     on_proc_node(s)
-    with s3_server(s, "dbrealbackup") as endpoint:
+    with s3_server(s, "dbrealbackup") as store:
+        endpoint = store.endpoint
         s.step("a bucket on the S3 server, and the keys' Secret")
         destination = bucket_and_keys(s, endpoint, "real/")
 
@@ -386,6 +461,10 @@ def scenario_real_backup_restore(s):
         s.step("WAL archiving on (spec.backup.archive, 5 s): the instance restarts with the archiver, and segments reach the bucket")
         delays = archiving(s, cip, login, endpoint, "src")
         print(f"archive: seconds from a commit to its WAL segment in the bucket (archive_timeout {ARCHIVE_TIMEOUT} s): {delays}", flush=True)
+
+        s.step("the S3 server down: Archiving turns False (ArchiveFailing) with the archiver's reason; back up: the WAL written meanwhile is archived, status.archive names a newer file, and Archiving is True again")
+        outage = store_down_and_back(s, store, cip, login, "src")
+        print(f"archive: store down, then up: {outage}", flush=True)
 
         s.step("base backups into the archive: the schedule's first one at once, then one asked for by annotation")
         scheduled, requested = base_backups(s, endpoint, "src")
@@ -509,7 +588,8 @@ def scenario_real_major_upgrade(s):
     logging in with the password it had."""
     k, ns = s.k, s.ns
     on_proc_node(s)
-    with s3_server(s, "dbrealupgrade") as endpoint:
+    with s3_server(s, "dbrealupgrade") as store:
+        endpoint = store.endpoint
         s.step("a bucket and the keys' Secret; a small Database (15), rows written")
         destination = bucket_and_keys(s, endpoint, "up/")
         cip, login = with_rows(s, "up", "Delete", destination, 300)

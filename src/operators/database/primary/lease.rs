@@ -28,15 +28,13 @@
 //! instance cannot fail over, so it gets no lease and keeps serving.
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapProjection, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSpec,
-    ProjectedVolumeSource, ResourceRequirements, ServiceAccount, ServiceAccountTokenProjection,
-    Volume, VolumeProjection,
+    Container, EmptyDirVolumeSource, EnvVar, PodSpec, ResourceRequirements, ServiceAccount, Volume,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::super::names::{lease_account_name, role_name};
-use super::super::objects::{identity, mount};
+use super::super::objects::{api_credentials_volume, identity, mount};
 use super::super::observed::Observed;
 use super::super::spec::{Database, namespace};
 
@@ -65,8 +63,6 @@ const CHECK_SECONDS: u32 = 1;
 /// The volumes.
 const VOLUME: &str = "lease";
 const CREDENTIALS_VOLUME: &str = "lease-credentials";
-/// How long a projected token lives; the kubelet renews it at 80%.
-const TOKEN_SECONDS: i64 = 3600;
 
 /// Whether this Database's instances hold a lease: when it has standbys,
 /// which a failover promotes.
@@ -97,17 +93,26 @@ pub(in super::super) fn kept(db: &Database, seen: &Observed) -> bool {
             .is_some_and(|used| *used == account)
 }
 
-/// The ServiceAccount, its Role (`get` on the role ConfigMap, nothing
-/// else) and their binding.
-pub(in super::super) fn children(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
-    let rule = PolicyRule {
+/// The instances' ServiceAccount (named after the lease, its first use),
+/// its Role (`get` on the role ConfigMap, and `more`: the archiver's
+/// report) and their binding.
+pub(in super::super) fn children(
+    db: &Database,
+    more: Option<PolicyRule>,
+) -> (ServiceAccount, Role, RoleBinding) {
+    let lease = PolicyRule {
         api_groups: Some(vec![String::new()]),
         resources: Some(vec!["configmaps".to_string()]),
         verbs: vec!["get".to_string()],
         resource_names: Some(vec![role_name(db)]),
         ..PolicyRule::default()
     };
-    identity(db, lease_account_name(db), rule, false)
+    identity(
+        db,
+        lease_account_name(db),
+        [lease].into_iter().chain(more).collect(),
+        false,
+    )
 }
 
 /// The values `start.sh`, `probe.sh` and `promote.sh` read the lease by.
@@ -143,7 +148,7 @@ pub(in super::super) fn apply(db: &Database, image: String, pod: &mut PodSpec, s
             }),
             ..Volume::default()
         },
-        credentials_volume(),
+        api_credentials_volume(CREDENTIALS_VOLUME),
     ]);
     pod.service_account_name = Some(lease_account_name(db));
     pod.automount_service_account_token = Some(false);
@@ -173,40 +178,6 @@ fn sidecar(db: &Database, image: String) -> Container {
         }),
         security_context: Some(restricted_container()),
         ..Container::default()
-    }
-}
-
-/// The sidecar's token (bound to the pod, for the API server) and the
-/// cluster's CA, from the ConfigMap every namespace has.
-fn credentials_volume() -> Volume {
-    Volume {
-        name: CREDENTIALS_VOLUME.to_string(),
-        projected: Some(ProjectedVolumeSource {
-            sources: Some(vec![
-                VolumeProjection {
-                    service_account_token: Some(ServiceAccountTokenProjection {
-                        path: "token".to_string(),
-                        expiration_seconds: Some(TOKEN_SECONDS),
-                        audience: None,
-                    }),
-                    ..VolumeProjection::default()
-                },
-                VolumeProjection {
-                    config_map: Some(ConfigMapProjection {
-                        name: "kube-root-ca.crt".to_string(),
-                        items: Some(vec![KeyToPath {
-                            key: "ca.crt".to_string(),
-                            path: "ca.crt".to_string(),
-                            mode: None,
-                        }]),
-                        optional: None,
-                    }),
-                    ..VolumeProjection::default()
-                },
-            ]),
-            default_mode: Some(0o440),
-        }),
-        ..Volume::default()
     }
 }
 
@@ -259,7 +230,7 @@ mod tests {
             server_env,
             ["LEASE_FILE", "LEASE_SECONDS", "LEASE_CHECK_SECONDS"]
         );
-        let (_, role, _) = children(&medium);
+        let (_, role, _) = children(&medium, None);
         let rules = role.rules.unwrap();
         assert_eq!(rules.len(), 1);
         assert_eq!(rules[0].verbs, ["get"]);

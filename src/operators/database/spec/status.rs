@@ -88,6 +88,10 @@ pub struct DatabaseStatus {
     /// over it (with spec.backup.archive.verifySchedule).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_verified_base_backup: Option<VerifiedBaseBackup>,
+    /// The WAL archive's progress, as the primary's archiver last reported
+    /// it (with spec.backup.archive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveProgress>,
     /// The dump this Database was restored from, once it was: kept for ever.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
@@ -112,6 +116,38 @@ pub struct DatabaseStatus {
     /// The parent generation Metacontroller last synced; set by Metacontroller.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The WAL archive's progress, as the archiver sidecar of the primary
+/// last reported it: what the store received, not what the hook decided.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveProgress {
+    /// The newest WAL file the store received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_wal: Option<String>,
+    /// When it was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_archived_time: Option<String>,
+    /// While archiving fails: when the failures began. PostgreSQL keeps
+    /// every segment not yet stored on the volume meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub failing_since: Option<String>,
+    /// The WAL file of the newest failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_wal: Option<String>,
+    /// When the newest failure happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_failure_time: Option<String>,
+    /// Why it failed: barman-cloud's last complaint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// The pod whose archiver reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_by: Option<String>,
 }
 
 /// A failover that happened.
