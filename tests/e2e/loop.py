@@ -27,7 +27,7 @@ from scenarios.autoscale import scenario_autoscale
 from scenarios.backup import scenario_backup
 from scenarios.database import scenario_database, scenario_delete, scenario_retain, scenario_snapshot_fails
 from scenarios.dbreal import scenario_real_database, scenario_real_tls_cert_manager
-from scenarios.dbrealbackup import scenario_real_backup_restore, scenario_real_major_upgrade
+from scenarios.dbrealbackup import scenario_real_backup_restore, scenario_real_catch_up, scenario_real_major_upgrade
 from scenarios.dbrealfault import (
     scenario_real_kill,
     scenario_real_kill_restart,
@@ -80,10 +80,11 @@ FAULTS = [
 # Run only when --only names them.
 ON_REQUEST = [
     ("WebServer created and deleted", "web-brief", scenario_webserver_brief),
-    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealbackup,dbrealupgrade,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealstale,dbrealswitch,dbrealrollout,dbrealrefused.
+    # Needs the process node: OPSHOOKS_E2E_PROC_NODE=1 loop.sh --only dbreal,dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealkill,dbrealrestart,dbrealpause,dbrealpauseasync,dbrealstall,dbrealpartition,dbreallostvolume,dbrealrecreate,dbrealstale,dbrealswitch,dbrealrollout,dbrealrefused.
     ("Database on real PostgreSQL", "dbreal", scenario_real_database),
     ("Real PostgreSQL, backed up to S3 and restored", "dbrealbackup", scenario_real_backup_restore),
     ("Real PostgreSQL, a major upgrade 15 to 18", "dbrealupgrade", scenario_real_major_upgrade),
+    ("Real PostgreSQL, a standby caught up from the archive", "dbrealcatchup", scenario_real_catch_up),
     ("Real PostgreSQL, primary killed", "dbrealkill", scenario_real_kill),
     ("Real PostgreSQL, primary restarted", "dbrealrestart", scenario_real_kill_restart),
     ("Real PostgreSQL, primary paused", "dbrealpause", scenario_real_pause),

@@ -19,7 +19,7 @@
 #      whole life on a fresh cluster, with invariants checked throughout;
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
 #      dbreal,dbrealswitch,dbrealrefused,dbrealtls, then
-#      dbrealbackup,dbrealupgrade,dbrealrestart, then
+#      dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart, then
 #      dbreal,dbrealrollout under server-side-apply, then
 #      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition, then
 #      dbrealstall alone, then dbreallostvolume,dbrealrecreate,dbrealstale)
@@ -199,14 +199,16 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealswitch,db
 # groups, the switchovers apart from the archive's and the upgrade's load.
 OPSHOOKS_E2E_PROC_NODE=1 OPSHOOKS_E2E_CERT_MANAGER=1 "$HERE/loop.sh" --only dbreal,dbrealswitch,dbrealrefused,dbrealtls --strategies dynamic-apply
 
-step "real PostgreSQL, backups, an upgrade, a restart (loop.sh --only dbrealbackup,dbrealupgrade,dbrealrestart)"
+step "real PostgreSQL, backups, an upgrade, a standby caught up from the archive, a restart (loop.sh --only dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart)"
 # The primary killed and restarted in place; a Database backed up to a real
 # S3 server (versitygw), each dump verified, restored into a second
 # Database, archiving its WAL with base backups proven to restore,
 # recovered to its end and to a time, snapshotted at its deletion and
 # brought back from the snapshot; and one upgraded from 15 to 18 (its
-# upgrade Job failed first by a fault the node injects: 15 serves again).
-OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealbackup,dbrealupgrade,dbrealrestart --strategies dynamic-apply
+# upgrade Job failed first by a fault the node injects: 15 serves again);
+# and a standby the primary recycled the WAL of replays it from the
+# archive, then streams.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart --strategies dynamic-apply
 
 step "real PostgreSQL under server-side-apply (loop.sh --only dbreal,dbrealrollout --strategies server-side-apply)"
 # dbreal again, with Metacontroller writing the children by server-side

@@ -8,7 +8,10 @@ real barman-cloud (requirements.txt) against moto's S3 server behind a
 proxy that can refuse every connection (the store down). base-backup.sh,
 pitr-fetch.sh (both the sidecar's image) and pitr-replay.sh (the
 PostgreSQL image) run as `/bin/sh -c <script text>` with only their
-container's environment.
+container's environment. What the sidecar reports for the Database's
+status (ARCHIVE_REPORT) goes to a stand-in API server on loopback
+(tests/support/apiserver.py), which merges its patches as the real one
+does.
 
 The sidecar runs as root here and the server as `postgres` (the test's
 Python, with barman-cloud, is under /root, which `postgres` cannot read);
@@ -41,8 +44,9 @@ from urllib.parse import urlparse
 
 import psycopg2
 import pytest
+from apiserver import MERGE_PATCH, ApiServer, credentials, make_ca, make_cert, status_answer  # tests/support
 from kubelet import expand  # tests/support
-from pods import Proxy  # tests/support
+from pods import Proxy, wait_for  # tests/support
 from pyhelpers import free_port  # tests/support
 from reports import parse, termination_line  # tests/support
 
@@ -687,11 +691,79 @@ def test_the_store_down_during_a_replay_stops_it_and_a_retry_goes_on(store, buck
 # c. The store down for a while
 
 
-def test_the_store_down_loses_no_wal(store, bucket, mounted):
-    primary = Primary(store, bucket, mounted)
+# What the sidecar reports to the API server meanwhile (ARCHIVE_REPORT):
+# the ConfigMap the hook made for it, on a stand-in API server.
+NAMESPACE, REPORT = "shop", "orders-archive-report"
+TOKEN = "archiver-token"
+REPORT_KEYS = {"pod", "failingSince", "lastArchivedWal", "lastArchivedTime", "lastFailedWal", "lastFailure",
+               "lastFailureTime"}
+BASE_BACKUP_KEYS = {"baseBackupPod", "baseBackupFailure", "lastBaseBackup"}
+WAL_FILE = r"[0-9A-F]{24}(\.partial|\.[0-9A-F]{8}\.backup)?|[0-9A-F]{8}\.history"
+
+
+@pytest.fixture(scope="module")
+def cluster_pki(scratch) -> tuple[Path, tuple[Path, Path]]:
+    """The cluster's CA certificate, and the API server's key and
+    certificate for 127.0.0.1."""
+    d = fresh_path("pki")
+    d.mkdir()
+    ca = make_ca(d, "cluster-ca")
+    return ca[1], make_cert(d, ca, "apiserver", "127.0.0.1")
+
+
+@pytest.fixture
+def api(cluster_pki):
+    """The API server, holding the report's ConfigMap as the hook desires
+    it: without data."""
+    server = ApiServer(cluster_pki[1], NAMESPACE, {REPORT: {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": REPORT, "namespace": NAMESPACE}}})
+    yield server
+    server.close()
+
+
+def report_env(api: ApiServer, ca: Path) -> dict[str, str]:
+    """The sidecar's values for reporting to `api`, as the pod orders-0
+    has them: its ServiceAccount's token and CA where the hook mounts
+    them, the server's address as the kubelet sets it."""
+    creds = credentials(fresh_path("archiver-credentials"), ca, TOKEN)
+    return {"ARCHIVE_REPORT": REPORT, "NAMESPACE": NAMESPACE, "ARCHIVER_CREDENTIALS": str(creds),
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
+            "HOSTNAME": "orders-0"}
+
+
+def reported(api: ApiServer, primary: Primary, what: str, holds, timeout: float = 60) -> dict[str, str]:
+    """The report's data (every patch merged) once `holds(data)`; the
+    sidecar sends at once only a failure's start and end, so a slow,
+    shared machine is given a minute."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with api.lock:
+            data = dict(api.configmaps[REPORT].get("data", {}))
+        if holds(data):
+            return data
+        assert time.monotonic() < deadline, f"no report {what} in {timeout}s: {data}\n{primary.sidecar.output()[-3000:]}"
+        time.sleep(0.2)
+
+
+def utc(stamp: str) -> dt.datetime:
+    """An RFC 3339 time in UTC, as the report has it (seconds, "Z")."""
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp), stamp
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def test_the_store_down_loses_no_wal_and_the_report_says_so_meanwhile(store, bucket, mounted, api, cluster_pki):
+    """The store down for a while: the server keeps its segments until
+    the store is back, then every one is archived and recovers. Meanwhile
+    the sidecar's report (the Database's status reads it) says archiving
+    is failing, since when and why, still naming the last file stored;
+    once the store is back, that it is not, with a newer file."""
+    primary = Primary(store, bucket, mounted, env=store_env(store, bucket, **report_env(api, cluster_pki[0])))
     writer = Writer(primary.cluster)
     base_backup(primary)
     before = primary.cluster.sql("SELECT failed_count FROM pg_stat_archiver")
+    ok = reported(api, primary, "of a file stored", lambda d: d.get("lastArchivedWal") and d.get("failingSince") == "")
+    assert ok["pod"] == "orders-0" and re.fullmatch(WAL_FILE, ok["lastArchivedWal"]), ok
+    began = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     store.down()
     try:
         outage = time.monotonic()
@@ -704,6 +776,14 @@ def test_the_store_down_loses_no_wal(store, bucket, mounted):
         # archive-wal.sh's reason, in the server's log.
         assert re.search(r"archive-wal: \S+ is not archived: barman-cloud-wal-archive exited with \d+: ",
                          primary.log()), primary.log()[-3000:]
+        failing = reported(api, primary, "of the failures", lambda d: d.get("failingSince"))
+        assert utc(failing["failingSince"]) >= began, (began, failing)
+        assert re.fullmatch(WAL_FILE, failing["lastFailedWal"]), failing
+        assert failing["lastFailure"].startswith("barman-cloud-wal-archive exited with "), failing
+        assert utc(failing["lastFailureTime"]) >= utc(failing["failingSince"]), failing
+        # The last file stored is kept beside the failure, older than it.
+        assert ok["lastArchivedWal"] <= failing["lastArchivedWal"] < failing["lastFailedWal"], (ok, failing)
+        assert utc(failing["lastArchivedTime"]) <= utc(failing["failingSince"]), failing
         acked_in_outage = len(writer.acked)
     finally:
         store.up()
@@ -722,12 +802,82 @@ def test_the_store_down_loses_no_wal(store, bucket, mounted):
     assert numbers == list(range(numbers[0], numbers[-1] + 1)), segments
     assert segments[-1] == last
 
+    # Back: not failing, the newest file stored after the outage began;
+    # the failure stays, the newest there was.
+    well = reported(api, primary, f"of {last} stored",
+                    lambda d: d.get("failingSince") == "" and d.get("lastArchivedWal", "") >= last)
+    assert utc(well["lastArchivedTime"]) > began, (began, well)
+    assert well["lastFailedWal"] >= failing["lastFailedWal"], (failing, well)
+    # Every report a merge patch of the ConfigMap's data, by this sidecar's
+    # field manager, with its token.
+    patches = api.requests
+    assert patches, "no report sent"
+    for r in patches:
+        assert (r.method, r.path) == ("PATCH", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{REPORT}"
+                                               "?fieldManager=opshooks-archiver"), r
+        assert r.headers.get("authorization") == f"Bearer {TOKEN}", r
+        assert r.headers.get("content-type") == MERGE_PATCH, r
+        assert list(r.body) == ["data"] and set(r.body["data"]) <= REPORT_KEYS, r
+
     rec = recover(store, bucket, mounted)
     rows = rec.rows()
     contiguous(rows)
     assert len(rows) >= len(writer.acked) >= acked_in_outage, (len(rows), len(writer.acked))
     print(f"\nstore down {back - outage:.1f}s, archive caught up {caught_up:.1f}s after, "
-          f"{len(writer.acked)} commits all recovered", file=sys.stderr)
+          f"{len(writer.acked)} commits all recovered, {len(patches)} reports", file=sys.stderr)
+
+
+@pytest.mark.parametrize("why", ["refused", "no API server"])
+def test_a_report_that_cannot_be_sent_never_holds_archiving_up(store, bucket, mounted, api, cluster_pki, why):
+    """The report refused (the Role lost its rule: a 403 Status), or no
+    API server to send it to: segments are archived as before, the
+    sidecar says once that the report was not sent, and why, not at each
+    try; and it tries again, so a refusal lifted is caught up."""
+    env = store_env(store, bucket, **report_env(api, cluster_pki[0]))
+    if why == "refused":
+        api.answer = status_answer(403, "Forbidden", f'configmaps "{REPORT}" is forbidden: no patch')
+        words = f'HTTP 403 configmaps "{REPORT}" is forbidden'
+    else:
+        del env["KUBERNETES_SERVICE_HOST"]
+        words = "KUBERNETES_SERVICE_HOST is not set"
+    primary = Primary(store, bucket, mounted, env=env)
+    # A new segment archived again and again over three of the sidecar's
+    # tries (one each REPORT_SECONDS, 10 s; seen at the API server when
+    # there is one), each in the time it is given anywhere else.
+    started = time.monotonic()
+    archived: list[str] = []
+    while len(api.requests) < 3 if why == "refused" else time.monotonic() - started < 22:
+        assert time.monotonic() - started < 90, f"{len(api.requests)} tries in 90s\n{primary.sidecar.output()}"
+        primary.cluster.sql(f"INSERT INTO ledger VALUES ({len(archived) + 1}, now())")
+        archived.append(primary.archive_all(timeout=30))
+        time.sleep(1)
+    assert archived == sorted(set(archived)), archived
+    log = primary.sidecar.output()
+    assert primary.sidecar.proc.poll() is None, log
+    assert log.count("report: not sent") == 1 and words in log, log
+    assert api.configmaps[REPORT].get("data") is None, api.configmaps[REPORT]
+    if why == "refused":
+        assert all(t == f"Bearer {TOKEN}" for t in api.tokens), api.tokens
+        api.answer = None
+        last = primary.archive_all(timeout=30)
+        reported(api, primary, f"of {last} stored", lambda d: d.get("lastArchivedWal", "") >= last)
+        wait_for("the sidecar saying the report is sent again",
+                 lambda: "report: sent again" in primary.sidecar.output(), timeout=60)
+        assert primary.sidecar.output().count("report: not sent") == 1, primary.sidecar.output()
+    else:
+        assert api.requests == [], api.requests
+
+
+def test_a_report_without_its_namespace_is_refused():
+    """ARCHIVE_REPORT names a ConfigMap, and a name alone is no ConfigMap:
+    the sidecar does not start (a pod that fails, not one that archives
+    and never says so), before it makes anything."""
+    spool = fresh_path("spool")
+    env = {"PATH": SYSTEM_PATH, "ARCHIVE_DESTINATION": "s3://bucket/db", "ARCHIVE_SERVER": SERVER,
+           "PGDATA": str(fresh_path("data")), "WAL_SPOOL": str(spool), "ARCHIVE_REPORT": REPORT}
+    r = job("archiver.sh", env, timeout=15)
+    assert r.rc == 1 and "ARCHIVE_REPORT is set but NAMESPACE is not" in r.err, str(r)
+    assert not spool.exists()
 
 
 # --------------------------------------------------------------------------
@@ -1050,13 +1200,16 @@ def backup_ids(env: dict[str, str]) -> list[str]:
     return sorted(b["backup_id"] for b in backups(env))
 
 
-def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store, bucket):
+def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store, bucket, api, cluster_pki):
     """The hook's ConfigMap asks for a base backup of the ready standby
     orders-1 (golden `v2-archive-rolled-out`). Its sidecar, as rendered,
     takes it there (the backup label says from a standby), the primary's
-    takes none; a sidecar started again with an empty spool (a new pod)
-    finds the store has it and takes no second one; and the backup
-    restores: recovered to the end of the archive, it holds every row."""
+    takes none; the standby's sidecar reports it for the Database's
+    status (its line, which the hook's parser reads, and its pod; nothing
+    of archiving, which a standby does not do); a sidecar started again
+    with an empty spool (a new pod) finds the store has it and takes no
+    second one; and the backup restores: recovered to the end of the
+    archive, it holds every row."""
     r = rendered(store, bucket)
     name, pod, checkpoint = r.requests.split()
     assert (pod, checkpoint) == ("orders-1", "immediate"), r.requests
@@ -1069,7 +1222,8 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
     primary.sidecar = Sidecar(r.sidecar_env("orders-0", p), p.data, primary.spool, r.command)
     standby, spool = clone_standby(p)
     start_server(standby, settings, spool, RESTORE_WAIT=r.restore_wait)
-    sidecar = Sidecar(r.sidecar_env("orders-1", standby), standby.data, spool, r.command)
+    reporting = {**r.sidecar_env("orders-1", standby), **report_env(api, cluster_pki[0]), "HOSTNAME": "orders-1"}
+    sidecar = Sidecar(reporting, standby.data, spool, r.command)
     p.sql("INSERT INTO ledger SELECT g, now() FROM generate_series(1, 1000) g")
     p.sql("CREATE TABLE tick (n int)")
 
@@ -1095,6 +1249,11 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
     assert (spool / "backup" / "done" / name).exists(), sidecar.output()[-2000:]
     assert sidecar.output().count(f"base backup {name}: starting") == 1, sidecar.output()[-2000:]
     assert "base backup" not in primary.sidecar.output(), primary.sidecar.output()[-2000:]
+    said = reported(api, primary, "of the base backup", lambda d: d.get("lastBaseBackup"))
+    assert set(said) == BASE_BACKUP_KEYS, said
+    assert (said["baseBackupPod"], said["baseBackupFailure"]) == ("orders-1", ""), said
+    assert fields(said["lastBaseBackup"]) == taken, said
+    assert all(set(q.body["data"]) <= BASE_BACKUP_KEYS for q in api.requests), api.requests
 
     # A new pod: the same request, an empty spool; the store already has it.
     sidecar.stop()

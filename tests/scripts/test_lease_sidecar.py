@@ -1,7 +1,8 @@
 """lease.sh, each instance's lease sidecar (issue 32 item 5), against an
 HTTPS server on loopback that answers as the API server does for
-`GET /api/v1/namespaces/NS/configmaps/NAME`: the role ConfigMap as JSON with
-a 200, or a Status with the error's code. What is checked is the script's
+`GET /api/v1/namespaces/NS/configmaps/NAME` (tests/support/apiserver.py):
+the role ConfigMap as JSON with a 200, or a Status with the error's code.
+What is checked is the script's
 side: the file it writes and when it leaves it alone (a partition, a
 refusal, a certificate that is not the cluster's, a value that is not a
 role). The sidecar against the real API server, through kube-proxy, with a
@@ -10,81 +11,17 @@ starts without its lease).
 """
 from __future__ import annotations
 
-import json
-import ssl
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from apiserver import ApiServer, credentials, make_ca, make_cert  # tests/support
 from pods import uptime
 from postgres import SYSTEM_PATH, scratch, script_argv, shell_path  # noqa: F401 (scratch: autouse)
 
 NS, NAME = "shop", "orders-role"
-
-
-def make_ca(dir: Path, name: str) -> tuple[Path, Path]:
-    key, crt = dir / f"{name}.key", dir / f"{name}.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-keyout", key, "-out", crt, "-days", "2", "-subj", f"/CN={name}"], check=True, capture_output=True)
-    return key, crt
-
-
-def make_cert(dir: Path, ca: tuple[Path, Path], name: str, ip: str) -> tuple[Path, Path]:
-    key, csr, crt, ext = dir / f"{name}.key", dir / f"{name}.csr", dir / f"{name}.crt", dir / f"{name}.ext"
-    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-keyout", key, "-out", csr, "-subj", f"/CN={name}"], check=True, capture_output=True)
-    ext.write_text(f"subjectAltName=IP:{ip},DNS:kubernetes.default.svc\n")
-    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
-                    "-out", crt, "-days", "2", "-extfile", ext], check=True, capture_output=True)
-    return key, crt
-
-
-class ApiServer:
-    """The one GET the sidecar makes; `answer` is (status, body), changed
-    by the test; `tokens` the bearer tokens it was sent."""
-
-    def __init__(self, cert: tuple[Path, Path]) -> None:
-        self.answer: tuple[int, dict] = (200, configmap("orders-0", 1))
-        self.tokens: list[str] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the http.server name)
-                server.tokens.append(self.headers.get("Authorization", ""))
-                status, body = server.answer
-                if self.path != f"/api/v1/namespaces/{NS}/configmaps/{NAME}":
-                    status, body = 404, {"kind": "Status", "message": f"no {self.path}"}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cert[1], cert[0])
-        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def wait_requests(self, count: int, timeout: float = 15) -> None:
-        """Until the sidecar has sent `count` requests in all."""
-        deadline = time.monotonic() + timeout
-        while len(self.tokens) < count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(self.tokens) >= count, f"{len(self.tokens)} requests, want {count}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def configmap(primary: str, epoch: int, initialized: str = "true") -> dict:
@@ -92,14 +29,9 @@ def configmap(primary: str, epoch: int, initialized: str = "true") -> dict:
             "data": {"primary": primary, "epoch": str(epoch), "initialized": initialized}}
 
 
-
-
 class Sidecar:
     def __init__(self, work: Path, port: int, ca: Path, host: str = "127.0.0.1") -> None:
-        self.creds = work / "creds"
-        self.creds.mkdir(parents=True, exist_ok=True)
-        (self.creds / "ca.crt").write_bytes(ca.read_bytes())
-        (self.creds / "token").write_text("token-one")
+        self.creds = credentials(work / "creds", ca, "token-one")
         (work / "lease").mkdir(exist_ok=True)
         self.file = work / "lease" / "lease"
         self.log = work / "sidecar.log"
@@ -140,7 +72,7 @@ def pki(scratch: Path):
 
 
 def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Path, pki):
-    api = ApiServer(pki["server"])
+    api = ApiServer(pki["server"], NS, {NAME: configmap("orders-0", 1)})
     car = Sidecar(scratch / "pod", api.port, pki["ca"][1])
     try:
         before = uptime()
@@ -148,7 +80,7 @@ def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Pat
         assert before - 1 <= at <= uptime(), f"the lease's time {at} is not the time of its request ({before}..)"
         assert api.tokens and all(t == "Bearer token-one" for t in api.tokens), api.tokens
         # The role changes: the lease follows within a renewal.
-        api.answer = (200, configmap("orders-1", 2, "false"))
+        api.configmaps[NAME] = configmap("orders-1", 2, "false")
         car.wait(("2", "orders-1", "false"))
         # The token is read again on each request (the kubelet rotates it).
         (car.creds / "token").write_text("token-two")
@@ -175,7 +107,8 @@ def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Pat
             time.sleep(2.5)
             assert car.lease() == kept, f"{answer}: the lease was rewritten to {car.lease()}"
         assert "HTTP 403" in car.log.read_text(), car.log.read_text()
-        api.answer = (200, configmap("orders-1", 4))
+        api.configmaps[NAME] = configmap("orders-1", 4)
+        api.answer = None
         car.wait(("4", "orders-1", "true"))
         api.close()
         kept = car.lease()
@@ -191,7 +124,7 @@ def test_the_lease_follows_the_role_and_ages_when_it_cannot_be_read(scratch: Pat
 def test_a_server_that_is_not_the_clusters_api_server_is_not_believed(scratch: Path, pki, cert: str):
     """A certificate from another CA, or the cluster's CA's certificate for
     another address: nothing written, and the token was never sent."""
-    api = ApiServer(pki[cert])
+    api = ApiServer(pki[cert], NS, {NAME: configmap("orders-0", 1)})
     car = Sidecar(scratch / f"pod-{cert}", api.port, pki["ca"][1])
     try:
         time.sleep(3)

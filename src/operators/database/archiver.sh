@@ -55,8 +55,12 @@
 #   lastArchivedWal, lastArchivedTime  the newest file stored, and when;
 #   failingSince  when the failures began ("" while archiving succeeds);
 #   lastFailedWal, lastFailure, lastFailureTime  the newest failure;
-#   pod  this pod ($HOSTNAME), the primary that archives.
-# A failure's start and end are sent at once, a newer file at most every
+#   pod  this pod ($HOSTNAME), the primary that archives;
+#   lastBaseBackup  base-backup.sh's line of the newest base backup this
+#     sidecar stored (or found stored), baseBackupFailure that of the
+#     newest that failed ("" once one succeeds), baseBackupPod this pod.
+# A sidecar sends only what it did: a standby's, its base backups.
+# A failure's start and end, and a base backup, are sent at once, a newer file at most every
 # REPORT_SECONDS (10 s): a report never holds the loop up (one request at
 # a time, beside it, 5 s at most), and one that failed is sent again. The
 # token and the cluster's CA are read from ARCHIVER_CREDENTIALS (default
@@ -284,6 +288,7 @@ recovery_one() {
 # last sent, and the request sending it.
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 archived="" archived_at="" failing_since="" failed="" failure="" failed_at=""
+base_backup="" base_backup_failure="" base_backup_done=""
 dirty="" urgent="" sent_at=0 sender="" send_failing=""
 REPORT_SECONDS=10
 report() {
@@ -303,9 +308,12 @@ report() {
     at="$(date +%s)"
     [ -n "$urgent" ] || [ "$at" -ge $((sent_at + REPORT_SECONDS)) ] || return 0
     dirty="" urgent="" sent_at="$at"
-    set -- pod "$pod" failingSince "$failing_since"
+    set --
+    [ -z "$archived$failed" ] || set -- pod "$pod" failingSince "$failing_since"
     [ -z "$archived" ] || set -- "$@" lastArchivedWal "$archived" lastArchivedTime "$archived_at"
     [ -z "$failed" ] || set -- "$@" lastFailedWal "$failed" lastFailure "$failure" lastFailureTime "$failed_at"
+    [ -z "$base_backup_done" ] || set -- "$@" baseBackupPod "$pod" baseBackupFailure "$base_backup_failure"
+    [ -z "$base_backup" ] || set -- "$@" lastBaseBackup "$base_backup"
     send_report "$@" </dev/null 2>"$spool/.report-why" &
     sender=$!
 }
@@ -360,12 +368,16 @@ base_backups() {
     b="$spool/backup"
     if [ -n "$backup_pid" ]; then
         kill -0 "$backup_pid" 2>/dev/null && return 0
+        said="$(head -n 1 "$b/$backup_name.report" 2>/dev/null)"
         if wait "$backup_pid"; then
             outcome "$b/done" "$backup_name"
+            base_backup="$said" base_backup_failure=""
         else
             outcome "$b/failed" "$backup_name"
+            base_backup_failure="${said:-base-backup.sh of $backup_name failed and said nothing}"
         fi
-        log "base backup $backup_name: $(cat "$b/$backup_name.report" 2>/dev/null)"
+        base_backup_done=1 dirty=1 urgent=1
+        log "base backup $backup_name: $said"
         rm -f "$b/$backup_name.report"
         backup_pid="" backup_name=""
     fi

@@ -28,7 +28,7 @@ mod status;
 pub use backup::{Archive, DatabaseBackup};
 pub use status::{
     ArchiveProgress, DatabaseStatus, InstanceStatus, LastFailover, Phase, RestoredFrom,
-    VerifiedBaseBackup,
+    StoredBaseBackup, VerifiedBaseBackup,
 };
 
 /// Label on every object of a Database, naming it; customize selects by it.

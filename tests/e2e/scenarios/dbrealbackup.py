@@ -49,12 +49,13 @@ import urllib.request
 from harness import need
 from kube import condition
 from scenarios.database import database, db_gone, db_running, old_version_serving, upgrading_reason
-from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, fault, node_ns, on_proc_node, on_the_node, psql
+from scenarios.dbreal import POOL, POOL_KEY, TOLERATION, app_login, fault, node_ns, node_pods_said, on_proc_node, on_the_node, psql
+from scenarios.dbrealfault import superuser
 
 # The node's own address in its network namespace (procnet.py's NODE_IP).
 NODE_IP = "10.89.0.1"
 # One server per scenario: they run side by side in the node's namespace.
-S3_PORTS = {"dbrealbackup": 19000, "dbrealupgrade": 19001}
+S3_PORTS = {"dbrealbackup": 19000, "dbrealupgrade": 19001, "dbrealcatchup": 19002}
 BUCKET = "e2e-real-backups"
 ACCESS_KEY = "e2e-access-key"
 SECRET_KEY = "e2e-secret-key-not-for-logs"
@@ -339,6 +340,13 @@ print(found)""")
     asked = time.time()
     s.k.patch("Database", s.ns, name, {"metadata": {"annotations": {"opshooks.io/base-backup": "e2e-1"}}})
     requested = stored("requested-e2e-1", asked)
+
+    # The archiver that took it reports it: status.archive.lastBaseBackup.
+    def in_status():
+        newest = ((s.parent("Database", name).get("status") or {}).get("archive") or {}).get("lastBaseBackup") or {}
+        need(newest.get("name") == "requested-e2e-1" and newest.get("pod") == f"{name}-0" and newest.get("endTime"), f"status.archive.lastBaseBackup {newest}, want requested-e2e-1 of {name}-0")
+
+    s.wait("status.archive.lastBaseBackup names it", in_status, 60, every=2)
     return scheduled, requested
 
 
@@ -466,7 +474,7 @@ def scenario_real_backup_restore(s):
         outage = store_down_and_back(s, store, cip, login, "src")
         print(f"archive: store down, then up: {outage}", flush=True)
 
-        s.step("base backups into the archive: the schedule's first one at once, then one asked for by annotation")
+        s.step("base backups into the archive: the schedule's first one at once, then one asked for by annotation, which status.archive names")
         scheduled, requested = base_backups(s, endpoint, "src")
         print(f"archive: base backups stored, seconds after the step began: scheduled {scheduled}, requested by annotation {requested}", flush=True)
 
@@ -623,3 +631,79 @@ def scenario_real_major_upgrade(s):
         s.step("delete it (policy Delete)")
         k.delete("Database", ns, "up")
         db_gone(s, "up", timeout=180)
+
+
+def scenario_real_catch_up(s):
+    """A standby the primary no longer has WAL for catches up from the
+    archive (issue 35): a medium Database (15, a primary and a standby,
+    1Gi volumes: wal_keep_size 107 MB) archiving every 5 s; its standby
+    stopped (its pod deleted, the node holding the new one's containers at
+    their start) while the primary writes and switches past what it keeps
+    and checkpoints, until the segment the standby needs next is gone from
+    the primary's pg_wal; released, the standby replays that WAL from the
+    archive through its own sidecar (its server's log says "restored log
+    file"), then streams again and holds every row."""
+    k, ns, name = s.k, s.ns, "cu"
+    on_proc_node(s)
+    with s3_server(s, "dbrealcatchup") as store:
+        s.step("a medium Database (15) archiving its WAL to the S3 server (spec.backup.archive, 5 s)")
+        destination = bucket_and_keys(s, store.endpoint, "catchup/")
+        db = placed(database(ns, name, "15", "medium", policy="Delete"))
+        db["spec"]["backup"] = {"enabled": False, "destination": destination, "archive": {"timeoutSeconds": ARCHIVE_TIMEOUT}}
+        k.apply(db)
+        db_running(s, name, 2, "15", timeout=PLACED)
+        su = superuser(s, name)
+
+        def ip(pod):
+            found = ((k.get("Pod", ns, pod) or {}).get("status") or {}).get("podIP")
+            need(found, f"{pod} has no address")
+            return found
+
+        primary = (s.parent("Database", name).get("status") or {}).get("currentPrimary")
+        s.expect(primary in (f"{name}-0", f"{name}-1"), f"currentPrimary {primary}")
+        standby = f"{name}-1" if primary == f"{name}-0" else f"{name}-0"
+
+        def sql(pod, text):
+            code, out = psql(s, ip(pod), su, text)
+            need(code == 0, f"{pod}: {text}: {out}")
+            return out
+
+        s.wait("a table on the primary, on the standby too", lambda: (sql(primary, "CREATE TABLE IF NOT EXISTS caught (n int)"), need(sql(standby, "SELECT count(*) FROM pg_class WHERE relname = 'caught'") == "1", "not replayed yet")), 60, every=1)
+
+        s.step("the standby stopped; the primary writes and switches past its wal_keep_size and checkpoints: the WAL the standby needs is only in the archive")
+        replayed = sql(standby, "SELECT pg_last_wal_replay_lsn()")
+        needed = sql(primary, f"SELECT pg_walfile_name('{replayed}')")
+        held = fault(s, standby, "delay")
+        k.delete("Pod", ns, standby)
+        rows = 0
+
+        def recycled():
+            nonlocal rows
+            for _ in range(4):
+                rows += 1
+                sql(primary, f"INSERT INTO caught VALUES ({rows})")
+                sql(primary, "SELECT pg_switch_wal()")
+            sql(primary, "CHECKPOINT")
+            left = sql(primary, f"SELECT count(*) FROM pg_ls_waldir() WHERE name = '{needed}'")
+            archived = sql(primary, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
+            need(left == "0", f"{needed} still in the primary's pg_wal (archived up to {archived})")
+
+        s.wait(f"{needed} recycled on the primary", recycled, 300, every=1)
+        print(f"archive: {rows} segments switched until {needed} left the primary", flush=True)
+
+        s.step("the standby released: it replays the WAL from the archive through its sidecar, then streams again with every row")
+        os.remove(held)
+        started = time.monotonic()
+
+        def caught_up():
+            need(sql(standby, "SELECT count(*) FROM caught") == str(rows), f"{standby} has not every row yet")
+            need(sql(standby, "SELECT status FROM pg_stat_wal_receiver") == "streaming", f"{standby} does not stream")
+
+        s.wait(f"{standby} caught up and streaming", caught_up, PLACED, every=2)
+        took = round(time.monotonic() - started)
+        said = node_pods_said(s, standby).get(standby, {})
+        log = said.get("postgres", "")
+        s.expect("restored log file" in log, f"{standby}'s server never restored a file from the archive: {log[-1500:]}")
+        s.expect("has already been removed" not in log or "restored log file" in log, "the standby was stranded")
+        print(f"archive: {standby} caught up from the archive and streams again {took} s after its release", flush=True)
+        db_running(s, name, 2, "15", timeout=PLACED)

@@ -6,6 +6,9 @@
 //!   `<name>-archive-report` with a JSON merge patch of its `data`: the
 //!   newest file stored and when, when failures began and the newest one.
 //!   A failure's start and end at once, a newer file every 10 s at most.
+//!   The archiver that took a base backup (a ready standby's, else the
+//!   primary's) reports it the same way: `base-backup.sh`'s line of the
+//!   newest one stored, and of the newest failure until one succeeds.
 //! - The hook desires that ConfigMap with no `data`, so that it exists and
 //!   goes with the Database; neither side writes the other's fields (a
 //!   3-way merge leaves fields it never applied, server-side apply those
@@ -26,9 +29,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::super::names::{archive_report_name, lease_account_name, pod_ordinal};
 use super::super::objects::{api_credentials_volume, meta, mount, value_env};
 use super::super::observed::Observed;
-use super::super::spec::{ArchiveProgress, Database, namespace};
+use super::super::spec::{ArchiveProgress, Database, StoredBaseBackup, namespace};
 use super::enabled;
 use crate::hook::conditions::format_time;
+use crate::operators::report::Report;
 
 /// Where the sidecar reads its token and the cluster's CA.
 const CREDENTIALS: &str = "/var/run/secrets/opshooks/archiver";
@@ -95,10 +99,17 @@ pub(in super::super) fn progress(db: &Database, seen: &Observed) -> Option<Archi
         last_failed_wal: wal("lastFailedWal"),
         last_failure_time: time("lastFailureTime"),
         last_failure: data.get("lastFailure").map(|why| reason(why)),
-        reported_by: data
-            .get("pod")
-            .filter(|pod| pod_ordinal(db, pod).is_some())
-            .cloned(),
+        reported_by: data.get("pod").filter(|pod| is_pod(db, pod)).cloned(),
+        last_base_backup: data
+            .get("lastBaseBackup")
+            .and_then(|line| stored(db, line, data.get("baseBackupPod"))),
+        base_backup_failure: data
+            .get("baseBackupFailure")
+            .filter(|line| !line.is_empty())
+            .map(|line| match Report::parse(line) {
+                Ok(Report::ArchiveStep { why, .. }) => reason(why),
+                _ => reason(line),
+            }),
     };
     (progress != ArchiveProgress::default()).then_some(progress)
 }
@@ -114,6 +125,41 @@ pub(super) fn failing(progress: Option<&ArchiveProgress>, pod: &str) -> Option<S
         p.last_failure_time.as_deref().unwrap_or(since),
         p.last_failure.as_deref().unwrap_or("no reason reported"),
     ))
+}
+
+/// A pod of this Database's.
+fn is_pod(db: &Database, pod: &str) -> bool {
+    pod_ordinal(db, pod).is_some()
+}
+
+/// `base-backup.sh`'s line of a backup stored, as status shows it: its
+/// id and name as names, its end as a time, the pod one of this
+/// Database's; nothing when the line is not such a line.
+fn stored(db: &Database, line: &str, pod: Option<&String>) -> Option<StoredBaseBackup> {
+    let Ok(Report::BaseBackupStored {
+        id,
+        from,
+        end_time,
+        seconds,
+        name,
+        ..
+    }) = Report::parse(line)
+    else {
+        return None;
+    };
+    let is_name = |n: &&str| {
+        (1..=64).contains(&n.len())
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-:+".contains(&b))
+    };
+    Some(StoredBaseBackup {
+        id: Some(id).filter(is_name)?.to_string(),
+        name: name.filter(is_name).map(str::to_string),
+        from: from.to_string(),
+        pod: pod.filter(|p| is_pod(db, p)).cloned(),
+        end_time: end_time.parse::<Timestamp>().ok().map(format_time),
+        seconds,
+    })
 }
 
 /// A name the archiver serves: a segment, a `.partial`, `.history` or
@@ -202,6 +248,58 @@ mod tests {
         let long = "x".repeat(5000);
         let cut = progress(&db, &seen(&[("lastFailure", &long)])).unwrap();
         assert_eq!(cut.last_failure.unwrap().len(), REASON_CHARS);
+    }
+
+    /// The newest base backup as the archiver that took it reported it,
+    /// read by the one parser of the scripts' lines: a line that is not
+    /// one is no backup, and a failure shows its reason.
+    #[test]
+    fn status_shows_the_base_backup_a_sidecar_stored() {
+        let db = archived();
+        let with = |pairs: &[(&str, &str)]| {
+            progress(
+                &db,
+                &Observed {
+                    archive_report: Some(data(pairs)),
+                    ..Observed::default()
+                },
+            )
+        };
+        let line = "opshooks base-backup: stored id=20260102T010203 from=standby begin=0/4000028 end=0/5000100 end_wal=000000010000000000000005 end_time=2026-01-02T01:02:04+00:00 seconds=3 name=scheduled-20260102T0100Z";
+        let p = with(&[
+            ("lastBaseBackup", line),
+            ("baseBackupPod", "orders-1"),
+            ("baseBackupFailure", ""),
+        ])
+        .unwrap();
+        assert_eq!(
+            p.last_base_backup,
+            Some(StoredBaseBackup {
+                id: "20260102T010203".into(),
+                name: Some("scheduled-20260102T0100Z".into()),
+                from: "standby".into(),
+                pod: Some("orders-1".into()),
+                end_time: Some("2026-01-02T01:02:04Z".into()),
+                seconds: Some(3),
+            })
+        );
+        assert_eq!(p.base_backup_failure, None);
+        let p = with(&[
+            (
+                "lastBaseBackup",
+                "opshooks base-backup: stored id=../x from=standby end=0/1 end_time=t",
+            ),
+            (
+                "baseBackupFailure",
+                "opshooks base-backup: failed cannot reach the store",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(p.last_base_backup, None);
+        assert_eq!(
+            p.base_backup_failure.as_deref(),
+            Some("cannot reach the store")
+        );
     }
 
     /// Failing only while the serving primary's own archiver says so: the

@@ -148,6 +148,36 @@ pub struct ArchiveProgress {
     /// The pod whose archiver reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_by: Option<String>,
+    /// The newest base backup an instance's archiver stored (or found
+    /// stored), as it reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_base_backup: Option<StoredBaseBackup>,
+    /// While the newest base backup an archiver tried failed: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_backup_failure: Option<String>,
+}
+
+/// A base backup in the store, as the archiver that took it reported.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredBaseBackup {
+    /// Its id in the store.
+    pub id: String,
+    /// The name the hook asked for it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `primary` or `standby`: the server it was taken from.
+    pub from: String,
+    /// The pod whose archiver took it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// When it ended: a recovery can start from this point on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub end_time: Option<String>,
+    /// How long it took, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
 }
 
 /// A failover that happened.

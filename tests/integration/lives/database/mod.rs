@@ -22,11 +22,16 @@ fn orders(version: &str, size: &str, policy: &str) -> Value {
         .json()
 }
 
-proptest! {
-    #![proptest_config(config())]
-
+/// The random lives, as two tests of half the lives each, so that the
+/// two run side by side on two cores: the longest of the integration
+/// tests otherwise ran alone on one for the last minutes. Each replays the
+/// regressions file's seeds (both draw alike).
+macro_rules! database_lives {
+    ($($name:ident),*) => { proptest! {
+    #![proptest_config(super::super::support::proptest_config(128))]
+    $(
     #[test]
-    fn database_lives(
+    fn $name(
         bootstrap in any::<bool>(),
         version in 14u32..18,
         size in prop::sample::select(vec!["small", "medium", "large"]),
@@ -122,7 +127,11 @@ proptest! {
         let result = live(&op, parent, seed, &script, |_| {}, rule, database_reached);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
+    )*
+    } };
 }
+
+database_lives!(database_lives, database_lives_second_half);
 
 /// Any subset of the spec's newer fields, each as (path under `spec`,
 /// value): synchronous replication (with standbys), a standby lag bound, TLS from a Secret, the
