@@ -1273,6 +1273,39 @@ def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store
     standby.stop()
 
 
+def test_a_report_carries_only_the_part_that_changed(store, bucket, api, cluster_pki):
+    """A primary's sidecar that took a base backup (none of its standbys
+    ready) reports it once: its later reports of the WAL do not carry it
+    again, which would write it back over a standby's newer one in the
+    Database's status."""
+    r = rendered(store, bucket)
+    name = r.requests.split()[0]
+    files = {f.name: f.read_text() for f in r.scripts.iterdir() if f.is_file()}
+    scripts = config_map_mount("own-base-backup", {**files, "base-backup": f"{name} orders-0 immediate\n"})
+    primary = Primary(store, bucket, None, settings=r.settings, env=r.env, command=r.command)
+    p = primary.cluster
+    primary.sidecar.stop()
+    env = {**r.sidecar_env("orders-0", p), **report_env(api, cluster_pki[0]), "ARCHIVE_SCRIPTS": str(scripts)}
+    primary.sidecar = Sidecar(env, p.data, primary.spool, r.command)
+    p.sql("CREATE TABLE tick (n int)")
+    deadline = time.monotonic() + 120
+    while not api.configmaps[REPORT].get("data", {}).get("lastBaseBackup"):
+        assert time.monotonic() < deadline, f"no base backup reported\n{primary.sidecar.output()[-3000:]}"
+        p.sql("INSERT INTO tick VALUES (1)")
+        primary.archive_all()
+        time.sleep(1)
+    taken = api.configmaps[REPORT]["data"]
+    assert taken["baseBackupPod"] == "orders-0" and fields(taken["lastBaseBackup"])["name"] == name, taken
+    sent = len(api.requests)
+    for n in range(3):
+        p.sql("INSERT INTO tick VALUES (1)")
+        last = primary.archive_all()
+    reported(api, primary, f"of {last} stored", lambda d: d.get("lastArchivedWal", "") >= last)
+    later = api.requests[sent:]
+    assert later, "no report of the WAL after the base backup's"
+    assert all(not set(q.body["data"]) & BASE_BACKUP_KEYS for q in later), [q.body for q in later]
+
+
 # --------------------------------------------------------------------------
 # i. A base backup proven to restore, by the hook's verification pod
 

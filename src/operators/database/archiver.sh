@@ -59,7 +59,10 @@
 #   lastBaseBackup  base-backup.sh's line of the newest base backup this
 #     sidecar stored (or found stored), baseBackupFailure that of the
 #     newest that failed ("" once one succeeds), baseBackupPod this pod.
-# A sidecar sends only what it did: a standby's, its base backups.
+# A report carries only the part that changed, the WAL's or the base
+# backups': a standby's sidecar sends only its base backups, and one that
+# took a base backup never sends it again over another's newer one. A
+# backup found already stored (a new pod) is not reported.
 # A failure's start and end, and a base backup, are sent at once, a newer file at most every
 # REPORT_SECONDS (10 s): a report never holds the loop up (one request at
 # a time, beside it, 5 s at most), and one that failed is sent again. The
@@ -150,14 +153,14 @@ archive_one() {
         >"$a/working/$f.log" 2>&1; then
         outcome "$a/done" "$f"
         log "archived $f"
-        archived="$f" archived_at="$(stamp)" dirty=1
+        archived="$f" archived_at="$(stamp)" wal_dirty=1
         [ -z "$failing_since" ] || failing_since="" urgent=1
     else
         rc=$?
         why="barman-cloud-wal-archive exited with $rc: $(reason "$a/working/$f.log")"
         outcome "$a/failed" "$f" "$why"
         log "not archived $f: $why"
-        failed="$f" failure="$why" failed_at="$(stamp)" dirty=1
+        failed="$f" failure="$why" failed_at="$(stamp)" wal_dirty=1
         [ -n "$failing_since" ] || failing_since="$failed_at" urgent=1
     fi
     rm -f "$a/working/$f" "$a/working/$f.log"
@@ -284,12 +287,15 @@ recovery_one() {
     fetch_one recovery "$recovery_server" "$@"
 }
 
-# What this sidecar reports (see the top), what changed since it was
-# last sent, and the request sending it.
+# What this sidecar reports (see the top); which of its two parts, the
+# WAL's and the base backups', changed since they were last sent (only
+# those are sent: a primary that once took a base backup never sends it
+# again over a standby's newer one, nor a standby that once archived its
+# old failures); the request sending, and which parts it carries.
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 archived="" archived_at="" failing_since="" failed="" failure="" failed_at=""
-base_backup="" base_backup_failure="" base_backup_done=""
-dirty="" urgent="" sent_at=0 sender="" send_failing=""
+base_backup="" base_backup_failure=""
+wal_dirty="" backup_dirty="" urgent="" sent_at=0 sender="" sending="" send_failing=""
 REPORT_SECONDS=10
 report() {
     [ -n "$report_to" ] || return 0
@@ -300,20 +306,29 @@ report() {
             send_failing=""
         else
             [ -n "$send_failing" ] || log "report: not sent to ConfigMap $namespace/$report_to: $(cat "$spool/.report-why" 2>/dev/null); tried again every ${REPORT_SECONDS}s"
-            send_failing=1 dirty=1
+            send_failing=1
+            # What it carried is sent again.
+            case "$sending" in *wal*) wal_dirty=1 ;; esac
+            case "$sending" in *backup*) backup_dirty=1 ;; esac
         fi
-        sender=""
+        sender="" sending=""
     fi
-    [ -n "$dirty" ] || return 0
+    [ -n "$wal_dirty$backup_dirty" ] || return 0
     at="$(date +%s)"
     [ -n "$urgent" ] || [ "$at" -ge $((sent_at + REPORT_SECONDS)) ] || return 0
-    dirty="" urgent="" sent_at="$at"
     set --
-    [ -z "$archived$failed" ] || set -- pod "$pod" failingSince "$failing_since"
-    [ -z "$archived" ] || set -- "$@" lastArchivedWal "$archived" lastArchivedTime "$archived_at"
-    [ -z "$failed" ] || set -- "$@" lastFailedWal "$failed" lastFailure "$failure" lastFailureTime "$failed_at"
-    [ -z "$base_backup_done" ] || set -- "$@" baseBackupPod "$pod" baseBackupFailure "$base_backup_failure"
-    [ -z "$base_backup" ] || set -- "$@" lastBaseBackup "$base_backup"
+    if [ -n "$wal_dirty" ]; then
+        set -- pod "$pod" failingSince "$failing_since"
+        [ -z "$archived" ] || set -- "$@" lastArchivedWal "$archived" lastArchivedTime "$archived_at"
+        [ -z "$failed" ] || set -- "$@" lastFailedWal "$failed" lastFailure "$failure" lastFailureTime "$failed_at"
+        sending="wal"
+    fi
+    if [ -n "$backup_dirty" ]; then
+        set -- "$@" baseBackupPod "$pod" baseBackupFailure "$base_backup_failure"
+        [ -z "$base_backup" ] || set -- "$@" lastBaseBackup "$base_backup"
+        sending="$sending backup"
+    fi
+    wal_dirty="" backup_dirty="" urgent="" sent_at="$at"
     send_report "$@" </dev/null 2>"$spool/.report-why" &
     sender=$!
 }
@@ -371,12 +386,18 @@ base_backups() {
         said="$(head -n 1 "$b/$backup_name.report" 2>/dev/null)"
         if wait "$backup_pid"; then
             outcome "$b/done" "$backup_name"
-            base_backup="$said" base_backup_failure=""
+            # One found stored (a new pod going through the requests
+            # again) was reported by the sidecar that took it, and may be
+            # older than the last one reported.
+            case "$said" in
+                *" already=true"*) ;;
+                *) base_backup="$said" base_backup_failure="" backup_dirty=1 urgent=1 ;;
+            esac
         else
             outcome "$b/failed" "$backup_name"
             base_backup_failure="${said:-base-backup.sh of $backup_name failed and said nothing}"
+            backup_dirty=1 urgent=1
         fi
-        base_backup_done=1 dirty=1 urgent=1
         log "base backup $backup_name: $said"
         rm -f "$b/$backup_name.report"
         backup_pid="" backup_name=""

@@ -470,13 +470,15 @@ def scenario_real_backup_restore(s):
         delays = archiving(s, cip, login, endpoint, "src")
         print(f"archive: seconds from a commit to its WAL segment in the bucket (archive_timeout {ARCHIVE_TIMEOUT} s): {delays}", flush=True)
 
-        s.step("the S3 server down: Archiving turns False (ArchiveFailing) with the archiver's reason; back up: the WAL written meanwhile is archived, status.archive names a newer file, and Archiving is True again")
-        outage = store_down_and_back(s, store, cip, login, "src")
-        print(f"archive: store down, then up: {outage}", flush=True)
-
         s.step("base backups into the archive: the schedule's first one at once, then one asked for by annotation, which status.archive names")
         scheduled, requested = base_backups(s, endpoint, "src")
         print(f"archive: base backups stored, seconds after the step began: scheduled {scheduled}, requested by annotation {requested}", flush=True)
+
+        # After the base backups: one the outage cut would be tried again
+        # only after ten minutes.
+        s.step("the S3 server down: Archiving turns False (ArchiveFailing) with the archiver's reason; back up: the WAL written meanwhile is archived, status.archive names a newer file, and Archiving is True again")
+        outage = store_down_and_back(s, store, cip, login, "src")
+        print(f"archive: store down, then up: {outage}", flush=True)
 
         s.step("the newest base backup proven to restore (spec.backup.archive.verifySchedule; a run started now): restored in a throwaway PostgreSQL, the archive replayed over it, status says which and how far")
         # A commit after the newest base backup, archived: the replay must
@@ -704,6 +706,5 @@ def scenario_real_catch_up(s):
         said = node_pods_said(s, standby).get(standby, {})
         log = said.get("postgres", "")
         s.expect("restored log file" in log, f"{standby}'s server never restored a file from the archive: {log[-1500:]}")
-        s.expect("has already been removed" not in log or "restored log file" in log, "the standby was stranded")
         print(f"archive: {standby} caught up from the archive and streams again {took} s after its release", flush=True)
         db_running(s, name, 2, "15", timeout=PLACED)
