@@ -97,6 +97,12 @@ pub fn format_time(time: Timestamp) -> String {
     time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// `text` as [`format_time`] writes it, when it is a time; `None` for
+/// anything else (a script's or a user's value that is not one).
+pub fn normal_time(text: &str) -> Option<String> {
+    text.parse::<Timestamp>().ok().map(format_time)
+}
+
 /// Condition types Metacontroller itself sets on every sync of a parent
 /// whose children roll (`Updated`). They are left out of our answers:
 /// Metacontroller adds its condition to the status we answer, but its

@@ -21,7 +21,7 @@ use super::{
     work_volume,
 };
 use crate::hook::ObservedPod;
-use crate::hook::conditions::{ConditionStatus, Observation, format_time};
+use crate::hook::conditions::{ConditionStatus, Observation, format_time, normal_time};
 use crate::operators::common::restricted_pod;
 use crate::operators::report;
 use crate::operators::validate;
@@ -288,9 +288,7 @@ fn read_report(message: &str, finished: Option<Timestamp>) -> Report {
     };
     Report::Verified(VerifiedBackup {
         key: key.to_string(),
-        taken: taken
-            .and_then(|t| t.parse::<Timestamp>().ok())
-            .map(format_time),
+        taken: taken.and_then(normal_time),
         verified_at: finished.map(format_time).unwrap_or_default(),
         seconds,
         tables,

@@ -232,6 +232,17 @@ pub(super) fn identity(
     )
 }
 
+/// A rule on objects of the core API group's `resource` named `names`.
+pub(super) fn core_rule(resource: &str, verbs: &[&str], names: Vec<String>) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec![resource.to_string()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        resource_names: Some(names),
+        ..PolicyRule::default()
+    }
+}
+
 /// How long a projected token lives; the kubelet renews it at 80%.
 const TOKEN_SECONDS: i64 = 3600;
 

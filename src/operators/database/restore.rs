@@ -7,7 +7,6 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::jiff::Timestamp;
 
 use super::archive;
 use super::names::{credentials_secret_name, instance_host, jobs, superuser_secret_name};
@@ -20,7 +19,7 @@ use super::spec::{
     Bootstrap, Database, PORT, RestoredFrom, before_stamp, bootstrap_destination, database_name,
 };
 use super::tls;
-use crate::hook::conditions::{ConditionStatus, Observation, format_time};
+use crate::hook::conditions::{ConditionStatus, Observation, format_time, normal_time};
 use crate::operator::Context;
 use crate::operators::backup_job::{self, Choice, RunStatus};
 use crate::operators::report::{InstanceSays, Report, Verdict};
@@ -355,9 +354,7 @@ pub(super) fn restored_from(
         object: format!("s3://{bucket}/{key}"),
         bytes,
         // The schema says date-time: a report's time that is not one is left out.
-        taken: taken
-            .and_then(|t| t.parse::<Timestamp>().ok())
-            .map(format_time),
+        taken: taken.and_then(normal_time),
         restored_at: format_time(at),
     })
 }

@@ -17,11 +17,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Container, PersistentVolumeClaim, PodSpec, ResourceRequirements, ServiceAccount,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::json;
 
 use super::names::grow_name;
-use super::objects::{identity, kept_job, script_job};
+use super::objects::{core_rule, identity, kept_job, script_job};
 use super::observed::Observed;
 use super::spec::{Database, VOLUME, name, namespace, shows_condition};
 use crate::hook::conditions::{ConditionStatus, Observation};
@@ -163,13 +163,7 @@ impl Growth {
                 .then(|| self.job(db, job_name)),
         };
         let claims: Vec<String> = claims.into_iter().collect();
-        let rule = PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["persistentvolumeclaims".to_string()]),
-            verbs: vec!["get".to_string(), "patch".to_string()],
-            resource_names: Some(claims),
-            ..PolicyRule::default()
-        };
+        let rule = core_rule("persistentvolumeclaims", &["get", "patch"], claims);
         let (account, role, binding) = identity(db, grow_name(db), vec![rule], true);
         (account, role, binding, job)
     }

@@ -24,14 +24,13 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec};
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use k8s_openapi::jiff::Timestamp;
 
 use super::super::names::{archive_report_name, lease_account_name, pod_ordinal};
-use super::super::objects::{api_credentials_volume, meta, mount, value_env};
+use super::super::objects::{api_credentials_volume, core_rule, meta, mount, value_env};
 use super::super::observed::Observed;
 use super::super::spec::{ArchiveProgress, Database, StoredBaseBackup, namespace};
 use super::enabled;
-use crate::hook::conditions::format_time;
+use crate::hook::conditions::normal_time;
 use crate::operators::report::Report;
 
 /// Where the sidecar reads its token and the cluster's CA.
@@ -53,13 +52,11 @@ pub(in super::super) fn config_map(db: &Database) -> Option<ConfigMap> {
 /// The sidecar's one permission: `patch` on that ConfigMap.
 pub(in super::super) fn rule(db: &Database) -> Option<PolicyRule> {
     enabled(db)?;
-    Some(PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".to_string()]),
-        verbs: vec!["patch".to_string()],
-        resource_names: Some(vec![archive_report_name(db)]),
-        ..PolicyRule::default()
-    })
+    Some(core_rule(
+        "configmaps",
+        &["patch"],
+        vec![archive_report_name(db)],
+    ))
 }
 
 /// Lets `archiver` report: where to, and its token, which the pod mounts
@@ -88,10 +85,7 @@ pub(in super::super) fn progress(db: &Database, seen: &Observed) -> Option<Archi
     enabled(db)?;
     let data = seen.archive_report.as_ref()?;
     let wal = |key: &str| data.get(key).filter(|v| is_wal_file(v)).cloned();
-    let time = |key: &str| {
-        let value = data.get(key)?.parse::<Timestamp>().ok()?;
-        Some(format_time(value))
-    };
+    let time = |key: &str| normal_time(data.get(key)?);
     let progress = ArchiveProgress {
         last_archived_wal: wal("lastArchivedWal"),
         last_archived_time: time("lastArchivedTime"),
@@ -157,7 +151,7 @@ fn stored(db: &Database, line: &str, pod: Option<&String>) -> Option<StoredBaseB
         name: name.filter(is_name).map(str::to_string),
         from: from.to_string(),
         pod: pod.filter(|p| is_pod(db, p)).cloned(),
-        end_time: end_time.parse::<Timestamp>().ok().map(format_time),
+        end_time: normal_time(end_time),
         seconds,
     })
 }

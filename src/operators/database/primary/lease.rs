@@ -34,7 +34,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::super::names::{lease_account_name, role_name};
-use super::super::objects::{api_credentials_volume, identity, mount};
+use super::super::objects::{api_credentials_volume, core_rule, identity, mount};
 use super::super::observed::Observed;
 use super::super::spec::{Database, namespace};
 
@@ -100,13 +100,7 @@ pub(in super::super) fn children(
     db: &Database,
     more: Option<PolicyRule>,
 ) -> (ServiceAccount, Role, RoleBinding) {
-    let lease = PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".to_string()]),
-        verbs: vec!["get".to_string()],
-        resource_names: Some(vec![role_name(db)]),
-        ..PolicyRule::default()
-    };
+    let lease = core_rule("configmaps", &["get"], vec![role_name(db)]);
     identity(
         db,
         lease_account_name(db),
