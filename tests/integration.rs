@@ -16,5 +16,6 @@ mod integration {
     pub mod readme;
     pub mod router;
     pub mod server;
+    pub mod sizes;
     pub mod support;
 }

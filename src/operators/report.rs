@@ -601,6 +601,22 @@ impl<'a> Report<'a> {
                 or_dash(some(*bytes)),
                 taken.unwrap_or("-")
             ),
+            Report::Fetched { .. }
+            | Report::Recovered { .. }
+            | Report::BaseBackupStored { .. }
+            | Report::Retained { .. } => self.archive_words().unwrap_or_default(),
+            Report::ArchiveStep { verdict, why, .. } => format!("{}{why}", verdict.word()),
+            Report::RestoreFailed { why } | Report::VerifyFailed { why } => why.to_string(),
+            Report::Instance { says, .. } | Report::Mark { says } => says.to_string(),
+        }
+    }
+
+    /// The words of the archive's lines (`pitr-fetch.sh`, `pitr-replay.sh`,
+    /// `base-backup.sh`, `retain.sh`); `None` for the others.
+    fn archive_words(&self) -> Option<String> {
+        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+        let some = |v: Option<u64>| v.map(|n| n.to_string());
+        let words = match self {
             Report::Fetched {
                 id,
                 end,
@@ -663,10 +679,9 @@ impl<'a> Report<'a> {
                 oldest.unwrap_or("-"),
                 oldest_end.unwrap_or("-")
             ),
-            Report::ArchiveStep { verdict, why, .. } => format!("{}{why}", verdict.word()),
-            Report::RestoreFailed { why } | Report::VerifyFailed { why } => why.to_string(),
-            Report::Instance { says, .. } | Report::Mark { says } => says.to_string(),
-        }
+            _ => return None,
+        };
+        Some(words)
     }
 }
 

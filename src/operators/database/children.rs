@@ -86,6 +86,28 @@ pub fn build(
         out.push(Child::new(&init_job(db, plan)));
     }
     out.extend(monitoring::children(db, seen, plan));
+    out.extend(jobs(db, seen, plan));
+    out.extend(backups::children(db, plan));
+    out.extend(archive::verification::cron_job(db, plan).map(|cron| Child::new(&cron)));
+    if plan.growth.growing() && !plan.deleting {
+        let (account, role, binding, job) = plan.growth.children(db, seen);
+        out.extend([
+            Child::new(&account),
+            Child::new(&role),
+            Child::new(&binding),
+        ]);
+        out.extend(job.as_ref().map(Child::new));
+    }
+    if plan.deleting {
+        out = while_deleting(db, seen, plan, out);
+    }
+    Ok(out)
+}
+
+/// The Jobs of a failover or switchover, of an upgrade, and of the
+/// bootstrap's restore.
+fn jobs(db: &Database, seen: &Observed, plan: &Plan) -> Vec<Child> {
+    let mut out = Vec::new();
     let promote = primary::jobs::Build {
         replicas: plan.replicas,
         image: plan.images.image(plan.version),
@@ -103,21 +125,7 @@ pub fn build(
         let job = restore::job(db, plan.primary.designated, image, &plan.tls);
         out.extend(job.as_ref().map(Child::new));
     }
-    out.extend(backups::children(db, plan));
-    out.extend(archive::verification::cron_job(db, plan).map(|cron| Child::new(&cron)));
-    if plan.growth.growing() && !plan.deleting {
-        let (account, role, binding, job) = plan.growth.children(db, seen);
-        out.extend([
-            Child::new(&account),
-            Child::new(&role),
-            Child::new(&binding),
-        ]);
-        out.extend(job.as_ref().map(Child::new));
-    }
-    if plan.deleting {
-        out = while_deleting(db, seen, plan, out);
-    }
-    Ok(out)
+    out
 }
 
 fn password(bytes: &[u8]) -> ByteString {

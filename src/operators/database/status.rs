@@ -8,7 +8,7 @@ use super::plan::Plan;
 use super::primary::{self, is_designated_ready};
 use super::restore::{self, Restore};
 use super::rollout::Step;
-use super::spec::{Database, DatabaseStatus, Phase, database_name, shows_condition};
+use super::spec::{Database, DatabaseStatus, Phase, RestoredFrom, database_name, shows_condition};
 use super::upgrade::{self, Upgrade};
 use crate::hook::conditions::{self, Observation, format_time};
 use crate::operator::Context;
@@ -44,18 +44,13 @@ pub fn status(
     let (base_verified, last_verified_base_backup) =
         super::archive::verification::verified(db, seen, ctx.now);
     observations.extend(base_verified);
-    if db.spec.bootstrap.is_some() {
-        observations.push(restore::restored(
-            db,
-            seen,
-            plan.restore,
-            plan.restore_job,
-            restored_from.as_ref(),
-        ));
-    }
-    if let Some(deletion) = deletion {
-        observations.push(deletion::snapshotted(db, seen, &plan.primary, deletion));
-    }
+    observations.extend(restored_and_snapshotted(
+        db,
+        seen,
+        plan,
+        restored_from.as_ref(),
+        deletion,
+    ));
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice());
     let primary = &plan.primary;
     DatabaseStatus {
@@ -87,6 +82,31 @@ pub fn status(
         ),
         observed_generation: None,
     }
+}
+
+/// `Restored` of a Database bootstrapped from a backup or the archive, and
+/// `Snapshotted` while it is deleted.
+fn restored_and_snapshotted(
+    db: &Database,
+    seen: &Observed,
+    plan: &Plan,
+    restored_from: Option<&RestoredFrom>,
+    deletion: Option<&Deletion>,
+) -> Vec<Observation> {
+    let mut observations = Vec::new();
+    if db.spec.bootstrap.is_some() {
+        observations.push(restore::restored(
+            db,
+            seen,
+            plan.restore,
+            plan.restore_job,
+            restored_from,
+        ));
+    }
+    if let Some(deletion) = deletion {
+        observations.push(deletion::snapshotted(db, seen, &plan.primary, deletion));
+    }
+    observations
 }
 
 /// How the initial configuration ran. Once initialized, the init Job seen

@@ -330,7 +330,12 @@ fn validate_archive_recovery(
             "needs spec.backup.archive: its sidecar fetches the WAL the recovery replays, from spec.backup.destination",
         ));
     }
-    let folder = &archive.folder;
+    validate_archive_folder(&archive.folder)?;
+    validate_recovery_target(archive)
+}
+
+/// The folder a recovery reads: one an archiving Database writes.
+fn validate_archive_folder(folder: &str) -> Result<(), InvalidSpec> {
     let well_formed = folder.len() <= 120
         && folder.starts_with(|c: char| c.is_ascii_alphanumeric())
         && folder
@@ -348,6 +353,11 @@ fn validate_archive_recovery(
             ),
         ));
     }
+    Ok(())
+}
+
+/// At most one recovery target, each written as PostgreSQL reads it.
+fn validate_recovery_target(archive: &ArchiveRecovery) -> Result<(), InvalidSpec> {
     let targets = [
         &archive.target_time,
         &archive.target_lsn,

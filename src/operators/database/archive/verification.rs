@@ -21,11 +21,14 @@
 //! A run that failed is the answer, not something to retry: it is never
 //! run again before the next schedule.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, Volume,
+    Container, EmptyDirVolumeSource, EnvVar, PodSpec, PodTemplateSpec, ResourceRequirements, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 
 use super::super::names::{archive_name, verify_base_name};
 use super::super::objects::{
@@ -41,6 +44,7 @@ use super::{
 };
 use crate::hook::ObservedPod;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
+use crate::operators::backup_job::Destination;
 use crate::operators::common::{restricted_container, restricted_pod};
 use crate::operators::expansion::shell_command;
 use crate::operators::report::{Report as Line, Verdict};
@@ -74,15 +78,7 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
     let server = server_name(db, plan.version)?;
     let pgdata = format!("{WORK}/pgdata");
     let until = format!("{SPOOL}/finished");
-    let store = || {
-        let mut env = vec![
-            value_env("HOME", SPOOL),
-            value_env("ARCHIVE_DESTINATION", destination_url(dest)),
-            value_env("ARCHIVE_SERVER", &server),
-        ];
-        env.extend(store_env(dest));
-        env
-    };
+    let store = || run_store_env(dest, &server);
     let fetch = barman_container(
         archive,
         FETCH_CONTAINER,
@@ -96,18 +92,6 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
             mount(SPOOL_VOLUME, SPOOL, false),
         ],
     );
-    // After a proof, retention by recovery window (retain.sh, from the
-    // ConfigMap), in the archiver's container once its loop ended.
-    let retain = archive.retention_days.map(|days| {
-        [
-            value_env("RETAIN_SCRIPT", format!("{SCRIPTS_DIR}/{RETAIN_KEY}")),
-            value_env("RETENTION_DAYS", days.to_string()),
-            value_env(
-                "RETENTION_FILE",
-                format!("{SCRIPTS_DIR}/{RETENTION_DAYS_KEY}"),
-            ),
-        ]
-    });
     let archiver = barman_container(
         archive,
         CONTAINER,
@@ -119,7 +103,7 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
             value_env("ARCHIVER_UNTIL", &until),
         ]
         .into_iter()
-        .chain(retain.into_iter().flatten())
+        .chain(retention_env(archive.retention_days))
         .chain(store())
         .collect(),
         vec![
@@ -127,17 +111,72 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
             mount(SCRIPTS_VOLUME, SCRIPTS_DIR, true),
         ],
     );
-    let verify = Container {
+    let mut labels = job_labels(db);
+    labels.insert(LABEL.to_string(), "true".to_string());
+    let empty_dir = |name: &str| Volume {
+        name: name.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    };
+    let pod = PodSpec {
+        restart_policy: Some("Never".to_string()),
+        init_containers: Some(vec![fetch]),
+        containers: vec![archiver, verify_container(plan, &pgdata, &until)],
+        volumes: Some(vec![
+            empty_dir(WORK_VOLUME),
+            empty_dir(SPOOL_VOLUME),
+            config_volume(SCRIPTS_VOLUME, archive_name(db)),
+        ]),
+        security_context: Some(restricted_pod(POSTGRES_UID)),
+        image_pull_secrets: pull_secrets(db),
+        ..PodSpec::default()
+    };
+    let mut cron_meta = meta(db, verify_base_name(db));
+    cron_meta.labels = Some(labels.clone());
+    Some(scheduled(cron_meta, schedule, labels, pod))
+}
+
+/// Where a run's containers find the archive of `server`.
+fn run_store_env(dest: &Destination, server: &str) -> Vec<EnvVar> {
+    let mut env = vec![
+        value_env("HOME", SPOOL),
+        value_env("ARCHIVE_DESTINATION", destination_url(dest)),
+        value_env("ARCHIVE_SERVER", server),
+    ];
+    env.extend(store_env(dest));
+    env
+}
+
+/// After a proof, retention by recovery window (retain.sh, from the
+/// ConfigMap), in the archiver's container once its loop ended.
+fn retention_env(days: Option<u32>) -> Vec<EnvVar> {
+    let Some(days) = days else {
+        return Vec::new();
+    };
+    vec![
+        value_env("RETAIN_SCRIPT", format!("{SCRIPTS_DIR}/{RETAIN_KEY}")),
+        value_env("RETENTION_DAYS", days.to_string()),
+        value_env(
+            "RETENTION_FILE",
+            format!("{SCRIPTS_DIR}/{RETENTION_DAYS_KEY}"),
+        ),
+    ]
+}
+
+/// The container that replays the archive over the base backup fetched
+/// into `pgdata`, and writes `until` when done.
+fn verify_container(plan: &Plan, pgdata: &str, until: &str) -> Container {
+    Container {
         name: CONTAINER_VERIFY.to_string(),
         image: Some(plan.images.image(plan.version)),
         command: Some(shell_command(VERIFY_SCRIPT)),
         env: Some(vec![
-            value_env("PGDATA", &pgdata),
+            value_env("PGDATA", pgdata),
             value_env("WAL_SPOOL", SPOOL),
             value_env("RESTORE_WAIT", RESTORE_WAIT_SECONDS),
             value_env("ARCHIVE_SCRIPTS", SCRIPTS_DIR),
             value_env("RECOVERY_WAIT", REPLAY_WAIT_SECONDS),
-            value_env("ARCHIVER_UNTIL", &until),
+            value_env("ARCHIVER_UNTIL", until),
         ]),
         volume_mounts: Some(vec![
             mount(WORK_VOLUME, WORK, false),
@@ -151,35 +190,23 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
         }),
         security_context: Some(restricted_container()),
         ..Container::default()
-    };
-    let mut labels = job_labels(db);
-    labels.insert(LABEL.to_string(), "true".to_string());
+    }
+}
+
+/// The CronJob running `pod` on `schedule` (UTC), one run at a time, each
+/// run's Job and pod labelled `labels`.
+fn scheduled(
+    metadata: ObjectMeta,
+    schedule: &str,
+    labels: BTreeMap<String, String>,
+    pod: PodSpec,
+) -> CronJob {
     let labelled = || ObjectMeta {
         labels: Some(labels.clone()),
         ..ObjectMeta::default()
     };
-    let empty_dir = |name: &str| Volume {
-        name: name.to_string(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Volume::default()
-    };
-    let pod = PodSpec {
-        restart_policy: Some("Never".to_string()),
-        init_containers: Some(vec![fetch]),
-        containers: vec![archiver, verify],
-        volumes: Some(vec![
-            empty_dir(WORK_VOLUME),
-            empty_dir(SPOOL_VOLUME),
-            config_volume(SCRIPTS_VOLUME, archive_name(db)),
-        ]),
-        security_context: Some(restricted_pod(POSTGRES_UID)),
-        image_pull_secrets: pull_secrets(db),
-        ..PodSpec::default()
-    };
-    let mut cron_meta = meta(db, verify_base_name(db));
-    cron_meta.labels = Some(labels.clone());
-    Some(CronJob {
-        metadata: cron_meta,
+    CronJob {
+        metadata,
         spec: Some(CronJobSpec {
             schedule: schedule.to_string(),
             time_zone: Some("Etc/UTC".to_string()),
@@ -202,7 +229,7 @@ pub(in super::super) fn cron_job(db: &Database, plan: &Plan) -> Option<CronJob> 
             ..CronJobSpec::default()
         }),
         status: None,
-    })
+    }
 }
 
 /// What one finished run said.
@@ -359,28 +386,11 @@ fn retention(pod: &ObservedPod) -> Option<Result<String, String>> {
 pub(in super::super) fn verified(
     db: &Database,
     seen: &Observed,
-    now: k8s_openapi::jiff::Timestamp,
+    now: Timestamp,
 ) -> (Option<Observation>, Option<VerifiedBaseBackup>) {
-    let recorded = db
-        .status
-        .as_ref()
-        .and_then(|s| s.last_verified_base_backup.as_ref());
     let runs = finished(db, seen);
     let run = runs.last();
-    // The newest proof observed, though a newer run failed (the CronJob
-    // keeps its last successful run's pod); else the one recorded before,
-    // which anyone may have written: only while its time reads and is not
-    // in the future.
-    let observed = runs.iter().rev().find_map(|r| match r {
-        Run::Verified(v, _) => Some(v),
-        Run::Failed(_) => None,
-    });
-    let recorded = recorded.filter(|r| {
-        r.verified_at
-            .parse::<k8s_openapi::jiff::Timestamp>()
-            .is_ok_and(|t| t <= now)
-    });
-    let last = observed.or(recorded).cloned();
+    let last = last_proof(db, &runs, now);
     let schedule = enabled(db).and_then(|(a, _)| a.verify_schedule.as_deref());
     let Some(schedule) = schedule else {
         let disabled = shows_condition(db, CONDITION).then(|| {
@@ -393,17 +403,51 @@ pub(in super::super) fn verified(
         });
         return (disabled, last);
     };
-    let proven = |v: &VerifiedBaseBackup| {
-        format!(
-            "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it up to {} (last commit {}), the end of its WAL, with no gap; the archive then held base backups back to {} (only the newest is restored here)",
-            v.id,
-            v.backup_end.as_deref().unwrap_or("-"),
-            v.replayed_to,
-            v.last_commit.as_deref().unwrap_or("-"),
-            v.recoverable_from.as_deref().unwrap_or("-"),
-        )
-    };
-    let (status, reason, message) = match (run, &last) {
+    let (status, reason, message) = said(run, last.as_ref(), schedule, db);
+    (
+        Some(Observation::new(CONDITION, status, reason, message)),
+        last,
+    )
+}
+
+/// The newest proof observed, though a newer run failed (the CronJob keeps
+/// its last successful run's pod); else the one recorded before, which
+/// anyone may have written: only while its time reads and is not in the
+/// future.
+fn last_proof(db: &Database, runs: &[Run], now: Timestamp) -> Option<VerifiedBaseBackup> {
+    let recorded = db
+        .status
+        .as_ref()
+        .and_then(|s| s.last_verified_base_backup.as_ref());
+    let observed = runs.iter().rev().find_map(|r| match r {
+        Run::Verified(v, _) => Some(v),
+        Run::Failed(_) => None,
+    });
+    let recorded = recorded.filter(|r| r.verified_at.parse::<Timestamp>().is_ok_and(|t| t <= now));
+    observed.or(recorded).cloned()
+}
+
+/// What a base backup's proof says.
+fn proven(v: &VerifiedBaseBackup) -> String {
+    format!(
+        "base backup {} (ended {}) restored into a throwaway PostgreSQL, the archive replayed over it up to {} (last commit {}), the end of its WAL, with no gap; the archive then held base backups back to {} (only the newest is restored here)",
+        v.id,
+        v.backup_end.as_deref().unwrap_or("-"),
+        v.replayed_to,
+        v.last_commit.as_deref().unwrap_or("-"),
+        v.recoverable_from.as_deref().unwrap_or("-"),
+    )
+}
+
+/// The condition's status, reason and message from the newest run and the
+/// last proof.
+fn said(
+    run: Option<&Run>,
+    last: Option<&VerifiedBaseBackup>,
+    schedule: &str,
+    db: &Database,
+) -> (ConditionStatus, &'static str, String) {
+    match (run, last) {
         (Some(Run::Verified(v, retention)), _) => (
             ConditionStatus::True,
             // A store that retention cannot prune grows: said in the
@@ -451,11 +495,7 @@ pub(in super::super) fn verified(
                 verify_base_name(db)
             ),
         ),
-    };
-    (
-        Some(Observation::new(CONDITION, status, reason, message)),
-        last,
-    )
+    }
 }
 
 #[cfg(test)]
@@ -510,7 +550,7 @@ mod tests {
         .expect("a pod")
     }
 
-    fn now() -> k8s_openapi::jiff::Timestamp {
+    fn now() -> Timestamp {
         "2026-02-01T00:00:00Z".parse().unwrap()
     }
 
@@ -774,7 +814,7 @@ mod retention_tests {
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(|e| Some((e.name, e.value?)))
-                .collect::<std::collections::BTreeMap<_, _>>()
+                .collect::<BTreeMap<_, _>>()
         };
         let kept = env(&db(
             json!({"retentionDays": 14, "verifySchedule": "0 6 * * 0"}),
