@@ -1249,6 +1249,7 @@ def test_synchronous_replication_refuses_without_every_standby(template):
 ASYNC_RUNS = 10
 
 
+@pytest.mark.long
 def test_asynchronous_replication_loss_is_measured_and_bounded(template):
     figures = []
     for run_no in range(ASYNC_RUNS):
@@ -2078,7 +2079,10 @@ def test_synchronous_promote_refuses_a_candidate_without_synchronous_standby_nam
 # Issue 32, item 8: the time from the primary's loss to the first write
 # acknowledged through the read-write Service
 
-RTO_RUNS = int(os.environ.get("OPSHOOKS_RTO_RUNS", "10"))
+# Two in CI: each failover is one more check that it ends in an acknowledged
+# write; the distribution in BENCHMARKS.md comes from its command, which
+# asks for ten.
+RTO_RUNS = int(os.environ.get("OPSHOOKS_RTO_RUNS", "2"))
 # The Database's defaults (children.rs, lease.rs): readiness every 2 s
 # with 2 failures, a 10 s lease; the delay here is dbrealrto's 5 s (the
 # Database's default is 30 s, primary.rs). The earlier defaults:
@@ -2125,6 +2129,7 @@ def failover_rto(template: Path) -> tuple[float, float, float]:
         db.stop()
 
 
+@pytest.mark.long
 def test_failover_time_from_the_kill_to_the_first_acknowledged_write(template):
     figures = []
     for run_no in range(RTO_RUNS):
