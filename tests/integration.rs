@@ -10,12 +10,13 @@ mod integration {
     pub mod escaping;
     pub mod generated;
     pub mod golden;
+    pub mod house;
     pub mod lives;
     pub mod properties;
     pub mod quoting;
     pub mod readme;
     pub mod router;
     pub mod server;
-    pub mod sizes;
+
     pub mod support;
 }

@@ -35,8 +35,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::instances::{HBA_DIR, HBA_VOLUME};
-use super::names::{DATA_DIR, ROLE_DIR, archive_name, pgdata, pod_name, superuser_secret_name};
+use super::names::{
+    DATA_DIR, HBA_DIR, HBA_VOLUME, ROLE_DIR, archive_name, destination_url, pgdata, pod_name,
+    superuser_secret_name,
+};
 use super::objects::{config_volume, meta, mount, secret_env, value_env};
 use super::observed::Observed;
 use super::plan::Plan;
@@ -116,13 +118,6 @@ pub(super) fn enabled(db: &Database) -> Option<(&Archive, &Destination)> {
 pub(super) fn recovery(db: &Database) -> Option<&ArchiveRecovery> {
     enabled(db)?;
     db.spec.bootstrap.as_ref()?.archive.as_ref()
-}
-
-/// Where barman-cloud stores this Database's archive: `archive/` under the
-/// destination's prefix, beside the dumps, in a folder named by
-/// [`server_name`].
-pub(super) fn destination_url(dest: &Destination) -> String {
-    format!("s3://{}/{}archive", dest.s3_bucket, dest.s3_prefix)
 }
 
 /// barman-cloud's server name, the archive's folder: the Database's name

@@ -23,8 +23,8 @@ use super::archive;
 use super::certificate;
 use super::monitoring;
 use super::names::{
-    DATA_DIR, ROLE_DIR, ca_config_map_name, hba_name, headless_name, initdb_name, pgdata, pod_name,
-    read_write_host, role_name, superuser_secret_name,
+    DATA_DIR, HBA_DIR, HBA_VOLUME, ROLE_DIR, ca_config_map_name, hba_name, headless_name,
+    initdb_name, pgdata, pod_name, read_write_host, role_name, superuser_secret_name,
 };
 use super::objects::{
     APP, POSTGRES_UID, TLS_CONTAINER, config_volume, labels, meta, mount, pull_secrets,
@@ -56,12 +56,6 @@ pub(super) const PROBE_SCRIPT: &str = include_str!("probe.sh");
 /// The instances' `tls` init container: the server's certificate and key
 /// from spec.tls's Secret, or self-signed.
 pub(super) const TLS_SCRIPT: &str = include_str!("tls.sh");
-
-/// Where every instance reads the pg_hba.conf of `spec.postgresql.pgHba`.
-pub(super) const HBA_DIR: &str = "/etc/opshooks/hba";
-
-/// The volume of the pg_hba.conf's ConfigMap, mounted at [`HBA_DIR`].
-pub(super) const HBA_VOLUME: &str = "hba";
 
 /// The pg_hba.conf's key in its ConfigMap, and its file in [`HBA_DIR`].
 pub(super) const HBA_KEY: &str = "pg-hba-tls.conf";

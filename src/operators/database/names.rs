@@ -3,6 +3,7 @@
 //! here, and nothing else formats one.
 
 use super::spec::{Database, Major, PORT, VOLUME, name, namespace};
+use crate::operators::backup_job::Destination;
 
 /// The pod name of instance `ordinal`.
 pub fn pod_name(db: &Database, ordinal: u32) -> String {
@@ -249,6 +250,12 @@ pub fn credentials_secret_name(db: &Database) -> String {
 /// Where every instance reads the role ConfigMap.
 pub const ROLE_DIR: &str = "/etc/opshooks/role";
 
+/// Where every instance reads the pg_hba.conf of `spec.postgresql.pgHba`.
+pub const HBA_DIR: &str = "/etc/opshooks/hba";
+
+/// The volume of the pg_hba.conf's ConfigMap, mounted at [`HBA_DIR`].
+pub const HBA_VOLUME: &str = "hba";
+
 /// Where each instance's volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/postgresql/data";
 
@@ -256,4 +263,11 @@ pub const DATA_DIR: &str = "/var/lib/postgresql/data";
 /// version beside the old one on the same volume.
 pub fn pgdata(version: Major) -> String {
     version.data_dir(DATA_DIR)
+}
+
+/// Where barman-cloud stores a Database's archive: `archive/` under the
+/// destination's prefix, beside the dumps, in a folder of its own
+/// (`archive::server_name`).
+pub fn destination_url(dest: &Destination) -> String {
+    format!("s3://{}/{}archive", dest.s3_bucket, dest.s3_prefix)
 }

@@ -8,8 +8,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::archive;
-use super::names::{credentials_secret_name, instance_host, jobs, superuser_secret_name};
+use super::names::{
+    credentials_secret_name, destination_url, instance_host, jobs, superuser_secret_name,
+};
 use super::objects::{
     INIT_APP_SCRIPT, app_env, mount, script_container, script_job, secret_env, value_env,
     work_volume,
@@ -322,7 +323,7 @@ pub(super) fn restored_from(
         return Some(RestoredFrom {
             object: format!(
                 "{}/{} to {}",
-                archive::destination_url(bootstrap_destination(db)?),
+                destination_url(bootstrap_destination(db)?),
                 recovery.folder,
                 recovery.describe_target()
             ),
@@ -423,7 +424,7 @@ fn recovering_words(db: &Database, seen: &Observed) -> String {
         return String::new();
     };
     let from = bootstrap_destination(db)
-        .map(|d| format!("{}/{}", archive::destination_url(d), recovery.folder))
+        .map(|d| format!("{}/{}", destination_url(d), recovery.folder))
         .unwrap_or_else(|| recovery.folder.clone());
     let mut words = format!(
         "the primary recovers from the archive {from} to {}: its init container fetches a base backup, then it replays the WAL and promotes; nobody can write until it is ready",

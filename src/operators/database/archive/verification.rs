@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
-use super::super::names::{archive_name, verify_base_name};
+use super::super::names::{archive_name, destination_url, verify_base_name};
 use super::super::objects::{
     POSTGRES_UID, config_volume, job_labels, meta, mount, pull_secrets, value_env,
 };
@@ -40,7 +40,7 @@ use super::super::spec::{Database, VerifiedBaseBackup, shows_condition};
 use super::{
     ARCHIVER_SCRIPT, CONTAINER, FETCH_CONTAINER, PITR_FETCH_SCRIPT, RESTORE_WAIT_SECONDS,
     RETAIN_KEY, RETENTION_DAYS_KEY, SCRIPTS_DIR, SCRIPTS_VOLUME, SPOOL, SPOOL_VOLUME,
-    barman_container, destination_url, enabled, server_name, store_env,
+    barman_container, enabled, server_name, store_env,
 };
 use crate::hook::ObservedPod;
 use crate::hook::conditions::{ConditionStatus, Observation, format_time};
