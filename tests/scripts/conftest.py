@@ -10,11 +10,7 @@ And it removes the evidence of an injection an earlier run left
 (/tmp/pwned*: hostile values `touch` them if a shell ever runs one) once,
 before any test: with pytest-xdist only in the process that starts the
 workers. A module that removed it when it started could hide what a test
-of the same module, running in another worker, had just caused.
-
-Tests marked `long` (a minute or more each in CI) run first: with four
-workers, one started last kept a single worker busy for the run's last
-minutes while the other three sat idle."""
+of the same module, running in another worker, had just caused."""
 import os
 import sys
 from pathlib import Path
@@ -25,15 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "long: takes a minute or more; runs first")
     if not hasattr(config, "workerinput"):  # not a pytest-xdist worker
         for evidence in Path("/tmp").glob("pwned*"):
             evidence.unlink(missing_ok=True)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The long tests first, each group in its collected order."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -444,7 +444,6 @@ def contiguous(rows: list[int]) -> None:
 # a. Every volume lost: recover to the end of the archive
 
 
-@pytest.mark.long
 @pytest.mark.parametrize("run_index", range(RPO_RUNS))
 def test_every_volume_lost_recovers_to_the_end_of_the_archive(store, bucket, mounted, run_index):
     """The figures: acknowledged commits lost (the RPO) and the time from
@@ -492,7 +491,6 @@ def test_every_volume_lost_recovers_to_the_end_of_the_archive(store, bucket, mou
 # b. A named time
 
 
-@pytest.mark.long
 def test_recovers_exactly_the_commits_before_a_time(store, bucket, mounted):
     # The source runs with more connections than its postgresql.conf says
     # (an instance's -c argument): a replay with hot_standby on stops at
@@ -544,7 +542,6 @@ def backed_up_batches(primary: Primary, batches: int) -> list[str]:
 RESTORE_POINT = "before 'the' \"migration\" $(touch /tmp/pwned-archive) `x`; \\"
 
 
-@pytest.mark.long
 def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounted):
     """Four batches of rows, each one transaction: the LSN after the
     second and a restore point (a hostile name) after the third. The LSN
@@ -589,7 +586,6 @@ def test_recovers_exactly_to_an_lsn_and_to_a_restore_point(store, bucket, mounte
     assert "one made before it is reached by targetLSN" in r.line, str(r)
 
 
-@pytest.mark.long
 def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucket, mounted):
     """Four segments archived after the base backup, each with 100 rows.
     A segment missing from the store where a later one is there ends a
@@ -656,7 +652,6 @@ def test_a_gap_in_the_archive_stops_the_replay_instead_of_ending_it(store, bucke
     assert recover(store, bucket, mounted).rows() == list(range(1, 501))
 
 
-@pytest.mark.long
 def test_the_store_down_during_a_replay_stops_it_and_a_retry_goes_on(store, bucket, mounted):
     """The store goes down once the replay has fetched the first segment
     after the base backup: the next segment that cannot be fetched must
@@ -756,7 +751,6 @@ def utc(stamp: str) -> dt.datetime:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-@pytest.mark.long
 def test_the_store_down_loses_no_wal_and_the_report_says_so_meanwhile(store, bucket, mounted, api, cluster_pki):
     """The store down for a while: the server keeps its segments until
     the store is back, then every one is archived and recovers. Meanwhile
@@ -833,7 +827,6 @@ def test_the_store_down_loses_no_wal_and_the_report_says_so_meanwhile(store, buc
           f"{len(writer.acked)} commits all recovered, {len(patches)} reports", file=sys.stderr)
 
 
-@pytest.mark.long
 @pytest.mark.parametrize("why", ["refused", "no API server"])
 def test_a_report_that_cannot_be_sent_never_holds_archiving_up(store, bucket, mounted, api, cluster_pki, why):
     """The report refused (the Role lost its rule: a 403 Status), or no
@@ -1207,7 +1200,6 @@ def backup_ids(env: dict[str, str]) -> list[str]:
     return sorted(b["backup_id"] for b in backups(env))
 
 
-@pytest.mark.long
 def test_a_base_backup_asked_of_a_standby_is_taken_there_once_and_restores(store, bucket, api, cluster_pki):
     """The hook's ConfigMap asks for a base backup of the ready standby
     orders-1 (golden `v2-archive-rolled-out`). Its sidecar, as rendered,
@@ -1429,7 +1421,6 @@ def aged(store: Store, bucket: str, env: dict[str, str], backup_id: str, days: i
     store.s3.put(bucket, key, info.encode())
 
 
-@pytest.mark.long
 def test_retention_keeps_the_window_after_a_proof_and_deletes_what_is_older(store, bucket):
     """Three base backups, the first aged 30 days and the second 20 (their
     catalog times moved back), the window 14 days, as the golden renders
@@ -1486,8 +1477,10 @@ def test_retention_keeps_the_window_after_a_proof_and_deletes_what_is_older(stor
     assert backup_ids(env) == ids[1:], left
     begin_wal = next(b["begin_wal"] for b in left if b["backup_id"] == ids[1])
     after = sorted(k.rsplit("/", 1)[-1] for k in store.s3.keys(bucket, wals))
-    kept = [w for w in before if w[:24] >= begin_wal]
-    assert [w for w in after if w[:24] >= begin_wal] == kept, "WAL the window needs was deleted"
+    # The primary archives on (its archive_timeout), so a newer segment may
+    # have come since `before`: what counts is that none it held is gone.
+    deleted = [w for w in before if w[:24] >= begin_wal and w not in after]
+    assert not deleted, f"WAL the window needs was deleted: {deleted}"
     assert any(w[:24] < begin_wal for w in before) and not any(w[:24] < begin_wal for w in after), \
         f"the WAL before {begin_wal} stays: {after[:5]}"
     recovered = recover(store, bucket, r.scripts, env={**store_env(store, bucket), **{k: env[k] for k in ("ARCHIVE_DESTINATION", "ARCHIVE_SERVER")}})

@@ -1249,7 +1249,6 @@ def test_synchronous_replication_refuses_without_every_standby(template):
 ASYNC_RUNS = 10
 
 
-@pytest.mark.long
 def test_asynchronous_replication_loss_is_measured_and_bounded(template):
     figures = []
     for run_no in range(ASYNC_RUNS):
@@ -2129,7 +2128,6 @@ def failover_rto(template: Path) -> tuple[float, float, float]:
         db.stop()
 
 
-@pytest.mark.long
 def test_failover_time_from_the_kill_to_the_first_acknowledged_write(template):
     figures = []
     for run_no in range(RTO_RUNS):
