@@ -33,6 +33,7 @@ mod request;
 mod response;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
@@ -55,7 +56,7 @@ pub const STEP_SECONDS: i64 = 10;
 /// One operator, one parent, one cluster, stepped through time.
 pub struct Simulation<'a> {
     op: &'a Operator,
-    schema: PartSchema,
+    schema: Arc<PartSchema>,
     /// The cluster: the parent, its children and everything the modelled
     /// controllers made.
     pub cluster: Cluster,

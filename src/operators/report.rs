@@ -566,14 +566,12 @@ impl<'a> Report<'a> {
 
     /// What follows the beginning, as the script writes it.
     pub fn words(&self) -> String {
-        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
-        let some = |v: Option<u64>| v.map(|n| n.to_string());
         match self {
             Report::Holds { holding: h, why } => format!(
                 "holds epoch={} primary={} database={} timeline={} lsn={:X}/{:X}: {why}",
-                or_dash(some(h.epoch)),
-                or_dash(h.primary.clone()),
-                or_dash(h.database.clone()),
+                dash(h.epoch),
+                h.primary.as_deref().unwrap_or("-"),
+                h.database.as_deref().unwrap_or("-"),
                 h.timeline,
                 h.lsn >> 32,
                 h.lsn & 0xFFFF_FFFF,
@@ -583,7 +581,7 @@ impl<'a> Report<'a> {
             Report::PromoteFailed { why } => format!("failed {why}"),
             Report::Restored { bytes, taken, key } => format!(
                 "restored bytes={} taken={} key={key}",
-                or_dash(some(*bytes)),
+                dash(*bytes),
                 taken.unwrap_or("-")
             ),
             Report::Verified {
@@ -595,10 +593,10 @@ impl<'a> Report<'a> {
                 key,
             } => format!(
                 "verified tables={} rows={} seconds={} bytes={} taken={} key={key}",
-                or_dash(some(*tables)),
-                or_dash(some(*rows)),
-                or_dash(some(*seconds)),
-                or_dash(some(*bytes)),
+                dash(*tables),
+                dash(*rows),
+                dash(*seconds),
+                dash(*bytes),
                 taken.unwrap_or("-")
             ),
             Report::Fetched { .. }
@@ -614,8 +612,6 @@ impl<'a> Report<'a> {
     /// The words of the archive's lines (`pitr-fetch.sh`, `pitr-replay.sh`,
     /// `base-backup.sh`, `retain.sh`); `None` for the others.
     fn archive_words(&self) -> Option<String> {
-        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
-        let some = |v: Option<u64>| v.map(|n| n.to_string());
         let words = match self {
             Report::Fetched {
                 id,
@@ -625,7 +621,7 @@ impl<'a> Report<'a> {
                 seconds,
             } => format!(
                 "fetched id={id} end={end} end_time={end_time} recoverable_from={recoverable_from} seconds={}",
-                or_dash(some(*seconds))
+                dash(*seconds)
             ),
             Report::Recovered {
                 lsn,
@@ -636,9 +632,9 @@ impl<'a> Report<'a> {
             } => format!(
                 "recovered lsn={lsn} last_commit={} timeline={} ready_seconds={} seconds={}",
                 last_commit.unwrap_or("-"),
-                or_dash(some(*timeline)),
-                or_dash(some(*ready_seconds)),
-                or_dash(some(*seconds))
+                dash(*timeline),
+                dash(*ready_seconds),
+                dash(*seconds)
             ),
             Report::BaseBackupStored {
                 id,
@@ -655,7 +651,7 @@ impl<'a> Report<'a> {
                     "stored id={id} from={from} begin={} end={end} end_wal={} end_time={end_time} seconds={}",
                     begin.unwrap_or("-"),
                     end_wal.unwrap_or("-"),
-                    or_dash(some(*seconds))
+                    dash(*seconds)
                 );
                 if let Some(name) = name {
                     words.push_str(&format!(" name={name}"));
@@ -673,9 +669,9 @@ impl<'a> Report<'a> {
                 oldest_end,
             } => format!(
                 "kept={} deleted={} window_days={} oldest={} oldest_end={}",
-                or_dash(some(*kept)),
-                or_dash(some(*deleted)),
-                or_dash(some(*window_days)),
+                dash(*kept),
+                dash(*deleted),
+                dash(*window_days),
                 oldest.unwrap_or("-"),
                 oldest_end.unwrap_or("-")
             ),
@@ -683,6 +679,11 @@ impl<'a> Report<'a> {
         };
         Some(words)
     }
+}
+
+/// A number a line may lack, as the scripts write it: `-` when absent.
+fn dash(value: Option<u64>) -> String {
+    value.map_or_else(|| "-".to_string(), |n| n.to_string())
 }
 
 impl fmt::Display for Report<'_> {

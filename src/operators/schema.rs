@@ -44,6 +44,21 @@ pub fn admit(op: &Operator, parent: &Value, old_spec: Option<&Value>) -> Result<
     Err(InvalidSpec::new(field, cut_quoted(&message)))
 }
 
+/// What is built once per operator (from its CRD) and kept, by name.
+type Kept<T> = OnceLock<Mutex<BTreeMap<&'static str, Arc<T>>>>;
+
+/// `op`'s entry of `built`, made by `build` the first time.
+fn kept<T>(built: &Kept<T>, op: &Operator, build: impl FnOnce() -> T) -> Arc<T> {
+    let mut built = built
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    built
+        .entry(op.name)
+        .or_insert_with(|| Arc::new(build()))
+        .clone()
+}
+
 /// What the API server checks of one operator's parents, built once per
 /// operator and kept: the CRD is generated from the Rust types, and a
 /// server answers many calls.
@@ -56,23 +71,16 @@ struct Admission {
 
 impl Admission {
     fn of(op: &Operator) -> Arc<Admission> {
-        static BUILT: OnceLock<Mutex<BTreeMap<&'static str, Arc<Admission>>>> = OnceLock::new();
-        let mut built = BUILT
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        built
-            .entry(op.name)
-            .or_insert_with(|| {
-                let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
-                let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-                Arc::new(Admission {
-                    spec: PartSchema::of(op, "spec"),
-                    object: json!({"x-kubernetes-validations": root["x-kubernetes-validations"]}),
-                    kind: op.kind.clone(),
-                })
-            })
-            .clone()
+        static BUILT: Kept<Admission> = OnceLock::new();
+        kept(&BUILT, op, || {
+            let crd = serde_json::to_value(op.crd()).expect("CRDs serialize");
+            let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+            Admission {
+                spec: PartSchema::of(op, "spec"),
+                object: json!({"x-kubernetes-validations": root["x-kubernetes-validations"]}),
+                kind: op.kind.clone(),
+            }
+        })
     }
 
     /// Every reason, one line each: the schema's first, and the rules only
@@ -102,9 +110,12 @@ pub struct PartSchema {
 }
 
 impl PartSchema {
-    /// The schema of `op`'s `status`, from its generated CRD.
-    pub fn status(op: &Operator) -> Self {
-        Self::of(op, "status")
+    /// The schema of `op`'s `status`, from its generated CRD: built once
+    /// per operator and kept, since every simulated life checks each
+    /// status it writes against it.
+    pub fn status(op: &Operator) -> Arc<Self> {
+        static BUILT: Kept<PartSchema> = OnceLock::new();
+        kept(&BUILT, op, || Self::of(op, "status"))
     }
 
     /// The schema of `op`'s `spec`, from its generated CRD.
