@@ -539,28 +539,16 @@ class Suite:
             except KubeError:
                 pass
 
-    def run_batch(self, batch, strategy, suffix, lanes=()):
-        """The scenarios of `batch` side by side, but those of one lane (a
-        list of short names) one after another, in the lane's order."""
-        scenarios = {short: Scenario(self, title, fn, f"{short}-{suffix}", strategy) for title, short, fn in batch}
-        laned = {short for lane in lanes for short in lane}
-        queues = [[scenarios[s] for s in lane if s in scenarios] for lane in lanes]
-        queues += [[sc] for short, sc in scenarios.items() if short not in laned]
-
-        def run_lane(queue):
-            for sc in queue:
-                sc.run()
-
-        threads = [threading.Thread(target=run_lane, args=(q,), name=q[0].title) for q in queues if q]
-        if len(scenarios) > 1:
-            say(f"##### Metacontroller --apply-strategy={strategy}: {len(scenarios)} scenarios, {len(threads)} side by side")
+    def run_batch(self, batch, strategy, suffix):
+        scenarios = [Scenario(self, title, fn, f"{short}-{suffix}", strategy) for title, short, fn in batch]
+        threads = [threading.Thread(target=sc.run, name=sc.title) for sc in scenarios]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        self.results.extend(scenarios.values())
+        self.results.extend(scenarios)
 
-    def run(self, strategies, only, lanes=()):
+    def run(self, strategies, only):
         self.recorder.start()
         self.opshooks.start()
         total = time.time()
@@ -571,7 +559,8 @@ class Suite:
             lifecycle = [sc for sc in self.lifecycle if not only or sc[1] in only]
             lifecycle += [sc for sc in self.on_request if sc[1] in only]
             faults = [sc for sc in self.faults if (not only or sc[1] in only)]
-            self.run_batch(lifecycle, strategy, suffix, lanes)
+            say(f"##### Metacontroller --apply-strategy={strategy}: {len(lifecycle)} scenarios in parallel")
+            self.run_batch(lifecycle, strategy, suffix)
             # One at a time: each kills a process every scenario depends on.
             for sc in faults:
                 self.run_batch([sc], strategy, suffix)
@@ -635,23 +624,14 @@ def loop_parser(description):
 def main(description, lifecycle, faults, on_request):
     parser = loop_parser(description)
     parser.add_argument("--strategies", default="dynamic-apply,server-side-apply")
-    parser.add_argument(
-        "--only",
-        default="",
-        help="comma-separated scenario short names; a+b runs a, then b, in one lane beside the others",
-    )
+    parser.add_argument("--only", default="", help="comma-separated scenario short names")
     parser.add_argument("--opshooks-arg", action="append", default=[], help="one more opshooks flag, e.g. --opshooks-arg=--tls-cert-file=F")
     parser.add_argument("--ca-file", help="opshooks serves HTTPS with a certificate of this CA")
     parser.add_argument("--client-cert", help="CERT,KEY: the client certificate opshooks requires")
     args = parser.parse_args()
-    lanes = [item.split("+") for item in filter(None, args.only.split(","))]
-    only = {short for lane in lanes for short in lane}
-    unknown = only - {short for _, short, _ in lifecycle + faults + on_request}
-    if unknown:
-        parser.error(f"--only: no scenario is called {', '.join(sorted(unknown))} (loop.py lists them)")
     suite = Suite(args, lifecycle, faults, on_request)
     try:
-        ok = suite.run(args.strategies.split(","), only, [lane for lane in lanes if len(lane) > 1])
+        ok = suite.run(args.strategies.split(","), set(filter(None, args.only.split(","))))
     finally:
         for proc in (suite.metacontroller, suite.opshooks):
             if proc.running():

@@ -19,12 +19,10 @@
 #      whole life on a fresh cluster, with invariants checked throughout;
 #   8. runs the real-PostgreSQL scenarios (loop.sh --only
 #      dbreal,dbrealswitch,dbrealrefused,dbrealtls, then
-#      dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart, each of the
-#      last three followed in its lane by one of dbreallostvolume,
-#      dbrealrecreate,dbrealstale, then dbreal,dbrealrollout under
-#      server-side-apply, then
+#      dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart, then
+#      dbreal,dbrealrollout under server-side-apply, then
 #      dbrealkill,dbrealpause,dbrealpauseasync,dbrealpartition, then
-#      dbrealstall alone)
+#      dbrealstall alone, then dbreallostvolume,dbrealrecreate,dbrealstale)
 #      on a fresh cluster each with the process node (procnode.py), under
 #      dynamic-apply but for the second;
 #   9. runs secure.sh: the hooks over TLS with a bearer token, then mutual
@@ -201,7 +199,7 @@ step "real PostgreSQL on the process node (loop.sh --only dbreal,dbrealswitch,db
 # groups, the switchovers apart from the archive's and the upgrade's load.
 OPSHOOKS_E2E_PROC_NODE=1 OPSHOOKS_E2E_CERT_MANAGER=1 "$HERE/loop.sh" --only dbreal,dbrealswitch,dbrealrefused,dbrealtls --strategies dynamic-apply
 
-step "real PostgreSQL, backups, an upgrade, a standby caught up, a restart; then a lost volume, a re-creation, a stale standby (loop.sh --only dbrealbackup,dbrealupgrade+dbreallostvolume,dbrealcatchup+dbrealrecreate,dbrealrestart+dbrealstale)"
+step "real PostgreSQL, backups, an upgrade, a standby caught up from the archive, a restart (loop.sh --only dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart)"
 # The primary killed and restarted in place; a Database backed up to a real
 # S3 server (versitygw), each dump verified, restored into a second
 # Database, archiving its WAL with base backups proven to restore,
@@ -210,19 +208,7 @@ step "real PostgreSQL, backups, an upgrade, a standby caught up, a restart; then
 # upgrade Job failed first by a fault the node injects: 15 serves again);
 # and a standby the primary recycled the WAL of replays it from the
 # archive, then streams.
-# In four lanes (a+b: b starts when a ends): dbrealbackup takes some
-# 7 minutes and its three siblings 2, so each sibling's lane goes on
-# with one of the next three, never more than four Databases at once:
-# the init Job deleted and then the primary's volume lost (its processes
-# killed, the volume emptied, the pod deleted): "initialized" stays true,
-# the primary refuses the empty volume and a standby takes over, 0 lost.
-# A failover, then the Database (Retain) deleted and created again over
-# its volumes: the newest data is designated above every recorded epoch
-# and takes the new Secrets' passwords. A standby cut off past
-# MAX_SILENCE_SECONDS, then the primary paused (asynchronous): the other
-# standby takes over, the stale one streams on the new timeline once
-# healed. They were a step of their own, 4.8 minutes of the suite.
-OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealbackup,dbrealupgrade+dbreallostvolume,dbrealcatchup+dbrealrecreate,dbrealrestart+dbrealstale --strategies dynamic-apply
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealbackup,dbrealupgrade,dbrealcatchup,dbrealrestart --strategies dynamic-apply
 
 step "real PostgreSQL under server-side-apply (loop.sh --only dbreal,dbrealrollout --strategies server-side-apply)"
 # dbreal again, with Metacontroller writing the children by server-side
@@ -256,6 +242,18 @@ step "real PostgreSQL, the old primary back during a failover (loop.sh --only db
 # (six liveness failures restart the old primary) must not depend on how
 # crowded the two cores are. About 2.5 minutes.
 OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbrealstall --strategies dynamic-apply
+
+step "real PostgreSQL, a lost volume, a re-creation, a stale standby (loop.sh --only dbreallostvolume,dbrealrecreate,dbrealstale)"
+# The init Job deleted and then the primary's volume lost (its processes
+# killed, the volume emptied, the pod deleted): "initialized" stays true,
+# the primary refuses the empty volume and a standby takes over, 0 lost.
+# A failover, then the Database (Retain) deleted and created again over
+# its volumes: the newest data is designated above every recorded epoch
+# and takes the new Secrets' passwords. A standby cut off past
+# MAX_SILENCE_SECONDS, then the primary paused (asynchronous): the other
+# standby takes over, the stale one streams on the new timeline once
+# healed. About 4 minutes.
+OPSHOOKS_E2E_PROC_NODE=1 "$HERE/loop.sh" --only dbreallostvolume,dbrealrecreate,dbrealstale --strategies dynamic-apply
 
 step "secured hooks (secure.sh)"
 "$HERE/secure.sh"
